@@ -1,0 +1,259 @@
+//! The worker catalogue: the single, declarative definition of every worker, its engine and options.
+//!
+//! It is loaded from configuration and validated once; nothing here starts a process or touches a database.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// A model engine (a model server) and the presets it offers, declared once for all workers.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Engine {
+    /// The kind of server, for health checks: `ollama` speaks Ollama's HTTP API; `none` is checked by nobody.
+    #[serde(default = "default_engine_kind")]
+    pub kind: String,
+    /// Where the engine is called (the model server's base URL), if it is a server.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Preset name → model name.
+    #[serde(default)]
+    pub presets: BTreeMap<String, String>,
+    /// A sentence for people.
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+fn default_engine_kind() -> String {
+    "ollama".to_owned()
+}
+
+/// The type of a worker option; explicit arguments and overrides are checked against it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OptionType {
+    /// A whole number.
+    Integer,
+    /// Any number.
+    Number,
+    /// `true` or `false`.
+    Boolean,
+    /// Text.
+    String,
+}
+
+impl OptionType {
+    /// Whether `value` has this type.
+    pub fn admits(self, value: &Value) -> bool {
+        match self {
+            Self::Integer => value.is_i64() || value.is_u64(),
+            Self::Number => value.is_number(),
+            Self::Boolean => value.is_boolean(),
+            Self::String => value.is_string(),
+        }
+    }
+
+    /// The word used in error sentences.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Self::Integer => "a whole number",
+            Self::Number => "a number",
+            Self::Boolean => "true or false",
+            Self::String => "a string",
+        }
+    }
+}
+
+/// One option a worker accepts.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OptionSpec {
+    /// The option's name, as passed to the worker (`--name value`).
+    pub name: String,
+    /// Its type.
+    #[serde(rename = "type")]
+    pub kind: OptionType,
+    /// The catalogue default; `None` means the worker's own default applies and nothing is passed.
+    #[serde(default)]
+    pub default: Option<Value>,
+    /// The values allowed, if the option is a choice.
+    #[serde(default)]
+    pub choices: Option<Vec<Value>>,
+    /// A sentence for people.
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+/// One worker of the catalogue.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerSpec {
+    /// Unique name (lowercase letters, digits, `-`, `_`).
+    pub name: String,
+    /// A short human title.
+    #[serde(default)]
+    pub title: Option<String>,
+    /// The axis of the archive the worker works on.
+    #[serde(default)]
+    pub axis: String,
+    /// Who governs its output (for curators).
+    #[serde(default)]
+    pub governance: String,
+    /// The stamp it leaves on each processed unit.
+    #[serde(default)]
+    pub stamp: String,
+    /// A sentence for people.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The executable and its fixed arguments, speaking the worker protocol.
+    pub command: Vec<String>,
+    /// The default engine.
+    #[serde(default)]
+    pub engine: Option<String>,
+    /// The default preset of that engine.
+    #[serde(default)]
+    pub preset: Option<String>,
+    /// When set, the engine is not configurable here: this sentence says where it comes from.
+    #[serde(default)]
+    pub engine_source: Option<String>,
+    /// A link to where the engine is configured, when it is not configurable here.
+    #[serde(default)]
+    pub engine_source_url: Option<String>,
+    /// The options the worker accepts.
+    #[serde(default)]
+    pub options: Vec<OptionSpec>,
+    /// How long one run may take before it is stopped and recorded `failed`.
+    #[serde(default = "default_timeout")]
+    pub timeout_seconds: u64,
+    /// Extra environment for the worker process.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+fn default_timeout() -> u64 {
+    6 * 3600
+}
+
+impl WorkerSpec {
+    /// Whether the engine and preset may be chosen here (by an argument or an override).
+    pub fn engine_configurable(&self) -> bool {
+        self.engine_source.is_none()
+    }
+
+    /// The declared option called `name`.
+    pub fn option(&self, name: &str) -> Option<&OptionSpec> {
+        self.options.iter().find(|o| o.name == name)
+    }
+}
+
+/// The validated catalogue: workers in order, and the engines they use.
+#[derive(Debug, Clone, Default, Serialize, ToSchema)]
+pub struct Catalogue {
+    /// Workers in catalogue order.
+    pub workers: Vec<WorkerSpec>,
+    /// Engines by name.
+    pub engines: BTreeMap<String, Engine>,
+}
+
+/// A problem found in the catalogue; `key` names the configuration key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogueProblem {
+    /// The configuration key, e.g. `workers[2].preset`.
+    pub key: String,
+    /// What is wrong, as a sentence.
+    pub message: String,
+}
+
+impl Catalogue {
+    /// Builds and validates a catalogue; every problem found is returned, not only the first.
+    pub fn new(
+        workers: Vec<WorkerSpec>,
+        engines: BTreeMap<String, Engine>,
+    ) -> Result<Self, Vec<CatalogueProblem>> {
+        let catalogue = Self { workers, engines };
+        let problems = catalogue.problems();
+        if problems.is_empty() {
+            Ok(catalogue)
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// The worker called `name`.
+    pub fn worker(&self, name: &str) -> Option<&WorkerSpec> {
+        self.workers.iter().find(|w| w.name == name)
+    }
+
+    /// The model a preset of an engine resolves to.
+    pub fn model(&self, engine: &str, preset: &str) -> Option<&str> {
+        self.engines.get(engine)?.presets.get(preset).map(String::as_str)
+    }
+
+    fn problems(&self) -> Vec<CatalogueProblem> {
+        let mut problems = Vec::new();
+        let mut push = |key: String, message: String| problems.push(CatalogueProblem { key, message });
+        for (name, engine) in &self.engines {
+            if !is_identifier(name) {
+                push(format!("engines.{name}"), format!("the engine name {name:?} must be lowercase letters, digits, '-' or '_'"));
+            }
+            if engine.kind == "ollama" && engine.url.is_none() {
+                push(format!("engines.{name}.url"), "an ollama engine needs the url of its server".to_owned());
+            }
+        }
+        let mut seen = BTreeSet::new();
+        for (i, worker) in self.workers.iter().enumerate() {
+            let at = format!("workers[{i}]");
+            if !is_identifier(&worker.name) {
+                push(format!("{at}.name"), format!("the worker name {:?} must be 1 to 63 lowercase letters, digits, '-' or '_'", worker.name));
+            }
+            if !seen.insert(worker.name.as_str()) {
+                push(format!("{at}.name"), format!("the worker name {:?} is declared twice", worker.name));
+            }
+            if worker.command.first().is_none_or(|c| c.trim().is_empty()) {
+                push(format!("{at}.command"), format!("worker {:?} has an empty command", worker.name));
+            }
+            if worker.timeout_seconds == 0 {
+                push(format!("{at}.timeout_seconds"), "the timeout must be at least one second".to_owned());
+            }
+            match (&worker.engine, &worker.preset) {
+                (Some(engine), preset) => match self.engines.get(engine) {
+                    None => push(format!("{at}.engine"), format!("worker {:?} uses the unknown engine {engine:?}", worker.name)),
+                    Some(e) => {
+                        if let Some(p) = preset.as_ref().filter(|p| !e.presets.contains_key(p.as_str())) {
+                            push(format!("{at}.preset"), format!("worker {:?} uses the unknown preset {p:?} of engine {engine:?}", worker.name));
+                        }
+                    }
+                },
+                (None, Some(p)) => push(format!("{at}.preset"), format!("worker {:?} names the preset {p:?} but no engine", worker.name)),
+                (None, None) => {}
+            }
+            let mut option_names = BTreeSet::new();
+            for (j, option) in worker.options.iter().enumerate() {
+                let key = format!("{at}.options[{j}]");
+                if !is_identifier(&option.name) {
+                    push(format!("{key}.name"), format!("the option name {:?} must be lowercase letters, digits, '-' or '_'", option.name));
+                }
+                if !option_names.insert(option.name.as_str()) {
+                    push(format!("{key}.name"), format!("option {:?} is declared twice", option.name));
+                }
+                if let Some(default) = option.default.as_ref().filter(|d| !option.kind.admits(d)) {
+                    push(format!("{key}.default"), format!("the default {default} of option {:?} is not {}", option.name, option.kind.noun()));
+                }
+                for choice in option.choices.iter().flatten().filter(|c| !option.kind.admits(c)) {
+                    push(format!("{key}.choices"), format!("the choice {choice} of option {:?} is not {}", option.name, option.kind.noun()));
+                }
+            }
+        }
+        problems
+    }
+}
+
+/// Names that end up in paths, log keys and arguments are kept to a safe alphabet.
+pub fn is_identifier(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+}

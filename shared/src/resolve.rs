@@ -1,0 +1,291 @@
+//! Configuration resolution: explicit argument > persisted override > catalogue default, each resolved field
+//! carrying its source. The read-only "effective configuration" view and every run use this one function, so
+//! the panel cannot describe a configuration a run would not use.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use crate::catalogue::{Catalogue, WorkerSpec};
+
+/// Where a resolved value comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// Passed with the run request.
+    Explicit,
+    /// The worker's persisted override.
+    Override,
+    /// The catalogue.
+    Default,
+    /// Configured elsewhere (see the worker's `engine_source`).
+    External,
+}
+
+/// A value and where it comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Resolved<T> {
+    /// The value.
+    pub value: T,
+    /// Its source.
+    pub source: Source,
+}
+
+/// Arguments given with a run request; every field is optional.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExplicitArgs {
+    /// Engine for this run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    /// Preset for this run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<String>,
+    /// Option values for this run.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schema(value_type = Object)]
+    pub options: BTreeMap<String, Value>,
+}
+
+/// A persisted override: a field that is absent keeps following the catalogue default.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct OverrideValues {
+    /// Engine override.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    /// Preset override.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<String>,
+    /// Option overrides.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schema(value_type = Object)]
+    pub options: BTreeMap<String, Value>,
+}
+
+impl OverrideValues {
+    /// Whether the override sets nothing.
+    pub fn is_empty(&self) -> bool {
+        self.engine.is_none() && self.preset.is_none() && self.options.is_empty()
+    }
+}
+
+/// The configuration a run uses, each field with its source.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ResolvedConfig {
+    /// The engine, if the worker uses one.
+    #[schema(value_type = Option<Object>)]
+    pub engine: Option<Resolved<String>>,
+    /// The preset, if the worker uses one.
+    #[schema(value_type = Option<Object>)]
+    pub preset: Option<Resolved<String>>,
+    /// The model the preset resolves to.
+    pub model: Option<String>,
+    /// Where the model is called.
+    pub endpoint: Option<String>,
+    /// Whether engine and preset can be chosen here.
+    pub engine_configurable: bool,
+    /// Option values (only those with a value), by name.
+    #[schema(value_type = Object)]
+    pub options: BTreeMap<String, Resolved<Value>>,
+    /// The run's timeout.
+    pub timeout_seconds: u64,
+}
+
+/// Why arguments or an override cannot be resolved; each displays as a sentence for people.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ResolveError {
+    /// The worker has no such option.
+    #[error("Worker {worker:?} has no option {option:?}; it accepts: {known}.")]
+    UnknownOption {
+        /// The worker.
+        worker: String,
+        /// The option given.
+        option: String,
+        /// The options it accepts.
+        known: String,
+    },
+    /// The value has the wrong type.
+    #[error("Option {option:?} must be {expected}, not {got}.")]
+    WrongType {
+        /// The option.
+        option: String,
+        /// What it must be.
+        expected: &'static str,
+        /// What was given.
+        got: String,
+    },
+    /// The value is not one of the choices.
+    #[error("Option {option:?} must be one of {choices}, not {got}.")]
+    NotAChoice {
+        /// The option.
+        option: String,
+        /// The allowed values.
+        choices: String,
+        /// What was given.
+        got: String,
+    },
+    /// No such engine.
+    #[error("There is no engine {engine:?}; the engines are: {known}.")]
+    UnknownEngine {
+        /// The engine given.
+        engine: String,
+        /// The engines declared.
+        known: String,
+    },
+    /// No such preset for the engine.
+    #[error("Engine {engine:?} has no preset {preset:?}; its presets are: {known}.")]
+    UnknownPreset {
+        /// The engine.
+        engine: String,
+        /// The preset given.
+        preset: String,
+        /// Its presets.
+        known: String,
+    },
+    /// A preset without any engine.
+    #[error("Worker {worker:?} uses no engine, so a preset cannot be chosen.")]
+    NoEngine {
+        /// The worker.
+        worker: String,
+    },
+    /// The engine comes from elsewhere.
+    #[error("The engine of worker {worker:?} is not configurable here: {source_sentence}")]
+    EngineNotConfigurable {
+        /// The worker.
+        worker: String,
+        /// Where it comes from.
+        source_sentence: String,
+    },
+}
+
+/// Resolves the configuration of `worker` for a run (or for the view, with no explicit arguments).
+pub fn resolve(
+    catalogue: &Catalogue,
+    worker: &WorkerSpec,
+    explicit: &ExplicitArgs,
+    overrides: Option<&OverrideValues>,
+) -> Result<ResolvedConfig, ResolveError> {
+    let empty = OverrideValues::default();
+    let overrides = overrides.unwrap_or(&empty);
+    if let Some(sentence) = &worker.engine_source
+        && (explicit.engine.is_some() || explicit.preset.is_some())
+    {
+        return Err(ResolveError::EngineNotConfigurable {
+            worker: worker.name.clone(),
+            source_sentence: sentence.clone(),
+        });
+    }
+    let pick = |explicit: &Option<String>, overridden: &Option<String>, default: &Option<String>| {
+        if worker.engine_source.is_some() {
+            return default.clone().map(|value| Resolved { value, source: Source::External });
+        }
+        match (explicit, overridden, default) {
+            (Some(v), _, _) => Some(Resolved { value: v.clone(), source: Source::Explicit }),
+            (None, Some(v), _) => Some(Resolved { value: v.clone(), source: Source::Override }),
+            (None, None, Some(v)) => Some(Resolved { value: v.clone(), source: Source::Default }),
+            (None, None, None) => None,
+        }
+    };
+    let engine = pick(&explicit.engine, &overrides.engine, &worker.engine);
+    let preset = pick(&explicit.preset, &overrides.preset, &worker.preset);
+    let (model, endpoint) = match (&engine, &preset) {
+        (Some(e), preset) => {
+            let declared = catalogue.engines.get(&e.value).ok_or_else(|| ResolveError::UnknownEngine {
+                engine: e.value.clone(),
+                known: join(catalogue.engines.keys()),
+            })?;
+            let model = match preset {
+                Some(p) => Some(declared.presets.get(&p.value).cloned().ok_or_else(|| ResolveError::UnknownPreset {
+                    engine: e.value.clone(),
+                    preset: p.value.clone(),
+                    known: join(declared.presets.keys()),
+                })?),
+                None => None,
+            };
+            (model, declared.url.clone())
+        }
+        (None, Some(_)) => return Err(ResolveError::NoEngine { worker: worker.name.clone() }),
+        (None, None) => (None, None),
+    };
+    let mut options = BTreeMap::new();
+    for (name, value) in explicit.options.iter().chain(&overrides.options) {
+        check_option(worker, name, value)?;
+    }
+    for spec in &worker.options {
+        let chosen = match (explicit.options.get(&spec.name), overrides.options.get(&spec.name), &spec.default) {
+            (Some(v), _, _) => Some(Resolved { value: v.clone(), source: Source::Explicit }),
+            (None, Some(v), _) => Some(Resolved { value: v.clone(), source: Source::Override }),
+            (None, None, Some(v)) => Some(Resolved { value: v.clone(), source: Source::Default }),
+            (None, None, None) => None,
+        };
+        if let Some(chosen) = chosen {
+            options.insert(spec.name.clone(), chosen);
+        }
+    }
+    Ok(ResolvedConfig {
+        engine,
+        preset,
+        model,
+        endpoint,
+        engine_configurable: worker.engine_configurable(),
+        options,
+        timeout_seconds: worker.timeout_seconds,
+    })
+}
+
+/// Checks an override before it is stored: the same rules as explicit arguments.
+pub fn check_override(catalogue: &Catalogue, worker: &WorkerSpec, values: &OverrideValues) -> Result<(), ResolveError> {
+    if let Some(sentence) = &worker.engine_source
+        && (values.engine.is_some() || values.preset.is_some())
+    {
+        return Err(ResolveError::EngineNotConfigurable {
+            worker: worker.name.clone(),
+            source_sentence: sentence.clone(),
+        });
+    }
+    let as_explicit = ExplicitArgs { engine: values.engine.clone(), preset: values.preset.clone(), options: values.options.clone() };
+    resolve(catalogue, worker, &as_explicit, None).map(|_| ())
+}
+
+fn check_option(worker: &WorkerSpec, name: &str, value: &Value) -> Result<(), ResolveError> {
+    let spec = worker.option(name).ok_or_else(|| ResolveError::UnknownOption {
+        worker: worker.name.clone(),
+        option: name.to_owned(),
+        known: if worker.options.is_empty() { "none".to_owned() } else { join(worker.options.iter().map(|o| &o.name)) },
+    })?;
+    if !spec.kind.admits(value) {
+        return Err(ResolveError::WrongType { option: name.to_owned(), expected: spec.kind.noun(), got: describe(value) });
+    }
+    if let Some(choices) = spec.choices.as_ref().filter(|c| !c.contains(value)) {
+        return Err(ResolveError::NotAChoice {
+            option: name.to_owned(),
+            choices: choices.iter().map(Value::to_string).collect::<Vec<_>>().join(", "),
+            got: describe(value),
+        });
+    }
+    Ok(())
+}
+
+fn describe(value: &Value) -> String {
+    let kind = match value {
+        Value::Null => return "null".to_owned(),
+        Value::Bool(_) => "true/false",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "list",
+        Value::Object(_) => "object",
+    };
+    let mut text = value.to_string();
+    if text.len() > 40 {
+        text.truncate(37);
+        text.push_str("...");
+    }
+    format!("{kind} {text}")
+}
+
+fn join<'a>(names: impl Iterator<Item = &'a String>) -> String {
+    let names: Vec<&str> = names.map(String::as_str).collect();
+    if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+}
