@@ -1,0 +1,3 @@
+//! Placeholder so the harness compiles; replaced by the foundation tests.
+#[test]
+fn harness_compiles() {}
