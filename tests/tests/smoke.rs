@@ -1,3 +1,0 @@
-//! Placeholder so the harness compiles; replaced by the foundation tests.
-#[test]
-fn harness_compiles() {}
