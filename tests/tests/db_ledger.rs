@@ -1,0 +1,182 @@
+//! The ledger's reads, overrides with their append-only audit trail, the daemon registry and queue snapshots,
+//! on PostgreSQL and SQLite.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use scrinalia_shared::{
+    OverrideValues,
+    db::{Cursor, DaemonState, NewDaemon, NewQueueCount, OverridePatch, RunFilter, RunState},
+};
+use scrinalia_tests::{TestDb, backend_tests, fixtures::*};
+use serde_json::json;
+use uuid::Uuid;
+
+backend_tests!(
+    the_ledger_pages_by_keyset_and_filters_by_worker_state_and_time,
+    last_finished_and_in_flight_runs_per_worker,
+    partial_overrides_keep_an_append_only_audit_trail,
+    concurrent_override_edits_do_not_lose_each_other,
+    daemons_register_heartbeat_drain_and_go,
+    queue_snapshots_replace_the_previous_one,
+);
+
+async fn the_ledger_pages_by_keyset_and_filters_by_worker_state_and_time(t: &TestDb) {
+    let daemon = Uuid::new_v4();
+    let before = t.db.now().await.expect("now");
+    let mut all = Vec::new();
+    for i in 0..25 {
+        let worker = if i % 2 == 0 { "even" } else { "odd" };
+        let run = t.db.insert_run(&request(worker)).await.expect("insert");
+        t.db.claim_runs(daemon, LONG_LEASE, 1, None).await.expect("claim");
+        t.db.finish_run(run.id, daemon, &succeeded()).await.expect("finish");
+        all.push(run.id);
+    }
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = t.db.list_runs(&RunFilter { after, limit: 10, ..RunFilter::default() }).await.expect("page");
+        assert!(page.runs.len() <= 10);
+        seen.extend(page.runs.iter().map(|r| r.id));
+        match page.next {
+            Some(next) => after = Some(Cursor::decode(&next).expect("a cursor we made decodes")),
+            None => break,
+        }
+    }
+    all.reverse();
+    assert_eq!(seen, all, "every run once, newest first, across pages");
+
+    let even = t.db.list_runs(&RunFilter { worker: Some("even".into()), limit: 100, ..RunFilter::default() }).await;
+    let even = even.expect("filter by worker");
+    assert_eq!(even.runs.len(), 13);
+    assert!(even.runs.iter().all(|r| r.worker == "even") && even.next.is_none());
+
+    let queued = RunFilter { state: Some(RunState::Queued), limit: 100, ..RunFilter::default() };
+    assert!(t.db.list_runs(&queued).await.expect("filter by state").runs.is_empty());
+
+    let later = before + chrono::Duration::hours(1);
+    let none = t.db.list_runs(&RunFilter { from: Some(later), limit: 100, ..RunFilter::default() }).await;
+    assert!(none.expect("filter by time").runs.is_empty());
+    let window = RunFilter { from: Some(before - chrono::Duration::seconds(5)), to: Some(later), limit: 100, ..RunFilter::default() };
+    assert_eq!(t.db.list_runs(&window).await.expect("window").runs.len(), 25);
+}
+
+async fn last_finished_and_in_flight_runs_per_worker(t: &TestDb) {
+    let daemon = Uuid::new_v4();
+    let first = t.db.insert_run(&request("summarize")).await.expect("insert").id;
+    t.db.claim_runs(daemon, LONG_LEASE, 1, None).await.expect("claim");
+    t.db.finish_run(first, daemon, &succeeded()).await.expect("finish");
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let second = t.db.insert_run(&request("summarize")).await.expect("insert").id;
+    t.db.claim_runs(daemon, LONG_LEASE, 1, None).await.expect("claim");
+    t.db.finish_run(second, daemon, &succeeded()).await.expect("finish");
+    let queued = t.db.insert_run(&request("embed")).await.expect("insert").id;
+
+    let names = vec!["summarize".to_owned(), "embed".to_owned(), "never-ran".to_owned()];
+    let last = t.db.last_finished(&names).await.expect("last finished");
+    assert_eq!(ids(&last), vec![second], "only the latest finished run of each worker");
+    assert_eq!(ids(&t.db.runs_in_flight().await.expect("in flight")), vec![queued]);
+}
+
+async fn partial_overrides_keep_an_append_only_audit_trail(t: &TestDb) {
+    let patch: OverridePatch = serde_json::from_value(json!({"preset": "thorough", "options": {"batch_size": 8}})).expect("patch");
+    let set = |cur: Option<&OverrideValues>| Ok(patch.apply(cur));
+    let stored = t.db.change_override("tag-suggest", "alice", "bigger model for the backlog", &set).await;
+    let stored = stored.expect("db").expect("valid").expect("an override exists");
+    assert_eq!(stored.values.preset.as_deref(), Some("thorough"));
+    assert_eq!(stored.values.engine, None, "a field not given keeps following the default");
+    assert_eq!(stored.updated_by, "alice");
+
+    let clear_preset: OverridePatch = serde_json::from_value(json!({"preset": null})).expect("patch");
+    let unset = |cur: Option<&OverrideValues>| Ok(clear_preset.apply(cur));
+    let after = t.db.change_override("tag-suggest", "bob", "back to the default preset", &unset).await;
+    let after = after.expect("db").expect("valid").expect("still an override");
+    assert_eq!(after.values, OverrideValues { options: [("batch_size".to_owned(), json!(8))].into(), ..Default::default() });
+
+    let clear = |_: Option<&OverrideValues>| Ok(OverrideValues::default());
+    let cleared = t.db.change_override("tag-suggest", "carol", "defaults again", &clear).await;
+    assert!(cleared.expect("db").expect("valid").is_none(), "an empty override is removed");
+    assert!(t.db.get_override("tag-suggest").await.expect("get").is_none());
+
+    let trail = t.db.audit_trail("tag-suggest", 10).await.expect("audit");
+    let actors: Vec<&str> = trail.iter().map(|e| e.actor.as_str()).collect();
+    assert_eq!(actors, ["carol", "bob", "alice"], "newest first");
+    assert_eq!(trail[2].before, None);
+    assert_eq!(trail[2].after.as_ref().and_then(|a| a.preset.as_deref()), Some("thorough"));
+    assert_eq!(trail[1].reason, "back to the default preset");
+    assert_eq!((trail[0].action.as_str(), &trail[0].after), ("clear", &None));
+
+    let rewrite = match &t.db {
+        scrinalia_shared::Database::Postgres(p) => sqlx::query("update worker_override_audit set reason = 'x'").execute(p).await.err(),
+        scrinalia_shared::Database::Sqlite(p) => sqlx::query("update worker_override_audit set reason = 'x'").execute(p).await.err(),
+    };
+    assert!(rewrite.is_some_and(|e| e.to_string().contains("append-only")), "the database refuses to rewrite history");
+}
+
+async fn concurrent_override_edits_do_not_lose_each_other(t: &TestDb) {
+    let mut edits = Vec::new();
+    for i in 0..6 {
+        let db = t.another_pool().await;
+        edits.push(tokio::spawn(async move {
+            let patch: OverridePatch = serde_json::from_value(json!({"options": {format!("opt{i}"): i}})).expect("patch");
+            db.change_override("embed", &format!("user{i}"), "parallel edit", &|cur| Ok(patch.apply(cur))).await
+        }));
+    }
+    for edit in edits {
+        edit.await.expect("task").expect("db").expect("valid");
+    }
+    let stored = t.db.get_override("embed").await.expect("get").expect("exists");
+    assert_eq!(stored.values.options.len(), 6, "no edit lost: {:?}", stored.values);
+    assert_eq!(t.db.audit_trail("embed", 100).await.expect("audit").len(), 6);
+}
+
+async fn daemons_register_heartbeat_drain_and_go(t: &TestDb) {
+    let id = Uuid::new_v4();
+    let new = NewDaemon { id, host: "host-a".into(), pid: 4242, version: "0.1.0".into(), capacity: 3, workers: vec!["embed".into()] };
+    let registered = t.db.register_daemon(&new).await.expect("register");
+    assert_eq!((registered.state, registered.runs_in_flight, registered.workers.clone()), (DaemonState::Active, 0, vec!["embed".to_owned()]));
+
+    let run = t.db.insert_run(&request("embed")).await.expect("insert").id;
+    t.db.claim_runs(id, LONG_LEASE, 1, None).await.expect("claim");
+    let beat = t.db.heartbeat(id).await.expect("heartbeat").expect("registered");
+    assert!(beat.heartbeat_at >= registered.heartbeat_at);
+    assert_eq!(beat.runs_in_flight, 1);
+
+    let drained = t.db.request_drain(id, "operator").await.expect("drain").expect("exists");
+    assert_eq!((drained.state, drained.drain_requested_by.as_deref()), (DaemonState::Draining, Some("operator")));
+    assert_eq!(t.db.heartbeat(id).await.expect("heartbeat").expect("exists").state, DaemonState::Draining, "draining sticks");
+    t.db.finish_run(run, id, &succeeded()).await.expect("finish");
+
+    let stale = Uuid::new_v4();
+    t.db.register_daemon(&NewDaemon { id: stale, ..new.clone() }).await.expect("register");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    t.db.heartbeat(id).await.expect("heartbeat");
+    let gone = t.db.mark_gone_daemons(Duration::from_secs(1)).await.expect("mark gone");
+    assert_eq!(gone, vec![stale], "only the silent daemon is gone");
+    t.db.mark_daemon_stopped(id).await.expect("stopped");
+    let listed = t.db.list_daemons().await.expect("list");
+    assert_eq!(listed.len(), 2);
+    assert!(listed.iter().all(|d| d.state == DaemonState::Gone && d.stopped_at.is_some()));
+    assert!(t.db.request_drain(stale, "operator").await.expect("drain").is_none(), "a gone daemon cannot drain");
+    assert!(t.db.get_daemon(Uuid::new_v4()).await.expect("get").is_none());
+}
+
+async fn queue_snapshots_replace_the_previous_one(t: &TestDb) {
+    let by = Uuid::new_v4();
+    let count = |pending, unmeasurable: Option<&str>, done| NewQueueCount {
+        worker: "conflict-judge".into(),
+        pending,
+        unmeasurable: unmeasurable.map(str::to_owned),
+        done,
+        error: None,
+        took_ms: 12,
+        measured_by: by,
+    };
+    t.db.store_queue_count(&count(Some(40), None, None)).await.expect("store");
+    t.db.store_queue_count(&count(None, Some("too costly to count"), Some(7))).await.expect("replace");
+    let counts = t.db.queue_counts().await.expect("read");
+    assert_eq!(counts.len(), 1);
+    let c = &counts[0];
+    assert_eq!((c.pending, c.unmeasurable.as_deref(), c.done, c.took_ms, c.measured_by), (None, Some("too costly to count"), Some(7), 12, Some(by)));
+    assert!((Utc::now() - c.measured_at).num_seconds().abs() < 60);
+}
