@@ -289,3 +289,119 @@ fn join<'a>(names: impl Iterator<Item = &'a String>) -> String {
     let names: Vec<&str> = names.map(String::as_str).collect();
     if names.is_empty() { "none".to_owned() } else { names.join(", ") }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::catalogue::{Engine, OptionSpec, OptionType};
+
+    fn catalogue() -> Catalogue {
+        let engine = Engine {
+            kind: "ollama".into(),
+            url: Some("http://models:11434".into()),
+            presets: [("fast".into(), "small:1b".into()), ("thorough".into(), "big:14b".into())].into(),
+            description: None,
+        };
+        let option = |name: &str, kind, default: Option<Value>| OptionSpec {
+            name: name.into(),
+            kind,
+            default,
+            choices: None,
+            description: None,
+        };
+        let worker = |name: &str, engine_source: Option<&str>| WorkerSpec {
+            name: name.into(),
+            title: None,
+            axis: "enrichment".into(),
+            governance: "curated".into(),
+            stamp: format!("{name}_v1"),
+            description: None,
+            command: vec!["worker".into()],
+            engine: Some("ollama".into()),
+            preset: Some("fast".into()),
+            engine_source: engine_source.map(Into::into),
+            engine_source_url: None,
+            options: vec![
+                option("batch_size", OptionType::Integer, Some(json!(50))),
+                option("language", OptionType::String, Some(json!("en"))),
+                option("dry_run", OptionType::Boolean, None),
+            ],
+            timeout_seconds: 600,
+            env: Default::default(),
+        };
+        Catalogue::new(
+            vec![worker("tag-suggest", None), worker("quality-validator", Some("It comes from the LLM_CHECK rule."))],
+            [("ollama".into(), engine)].into(),
+        )
+        .expect("a valid catalogue")
+    }
+
+    #[test]
+    fn explicit_beats_override_beats_default_and_a_partial_override_follows_the_default() {
+        let cat = catalogue();
+        let worker = cat.worker("tag-suggest").expect("worker");
+        let overrides = OverrideValues {
+            engine: None,
+            preset: Some("thorough".into()),
+            options: [("batch_size".into(), json!(8)), ("language".into(), json!("pt"))].into(),
+        };
+        let explicit = ExplicitArgs { options: [("language".into(), json!("fr"))].into(), ..Default::default() };
+        let resolved = resolve(&cat, worker, &explicit, Some(&overrides)).expect("resolves");
+        assert_eq!(resolved.engine, Some(Resolved { value: "ollama".into(), source: Source::Default }));
+        assert_eq!(resolved.preset, Some(Resolved { value: "thorough".into(), source: Source::Override }));
+        assert_eq!(resolved.model.as_deref(), Some("big:14b"), "the model follows the resolved preset");
+        assert_eq!(resolved.endpoint.as_deref(), Some("http://models:11434"));
+        assert_eq!(resolved.options["batch_size"], Resolved { value: json!(8), source: Source::Override });
+        assert_eq!(resolved.options["language"], Resolved { value: json!("fr"), source: Source::Explicit });
+        assert!(!resolved.options.contains_key("dry_run"), "no default and no value: nothing is passed");
+
+        let view = resolve(&cat, worker, &ExplicitArgs::default(), None).expect("resolves");
+        assert_eq!(view.preset, Some(Resolved { value: "fast".into(), source: Source::Default }));
+        assert_eq!(view.options["batch_size"], Resolved { value: json!(50), source: Source::Default });
+    }
+
+    #[test]
+    fn bad_explicit_arguments_are_rejected_with_a_sentence() {
+        let cat = catalogue();
+        let worker = cat.worker("tag-suggest").expect("worker");
+        let with = |options: Value| ExplicitArgs {
+            options: serde_json::from_value(options).expect("options"),
+            ..Default::default()
+        };
+        let unknown = resolve(&cat, worker, &with(json!({"batchsize": 3})), None).expect_err("unknown option");
+        assert_eq!(
+            unknown.to_string(),
+            "Worker \"tag-suggest\" has no option \"batchsize\"; it accepts: batch_size, language, dry_run."
+        );
+        let wrong = resolve(&cat, worker, &with(json!({"batch_size": "ten"})), None).expect_err("wrong type");
+        assert_eq!(wrong.to_string(), "Option \"batch_size\" must be a whole number, not string \"ten\".");
+        let fraction = resolve(&cat, worker, &with(json!({"batch_size": 2.5})), None).expect_err("not whole");
+        assert!(matches!(fraction, ResolveError::WrongType { .. }));
+        let preset = ExplicitArgs { preset: Some("huge".into()), ..Default::default() };
+        assert_eq!(
+            resolve(&cat, worker, &preset, None).expect_err("unknown preset").to_string(),
+            "Engine \"ollama\" has no preset \"huge\"; its presets are: fast, thorough."
+        );
+        let engine = ExplicitArgs { engine: Some("openai".into()), ..Default::default() };
+        assert!(matches!(resolve(&cat, worker, &engine, None), Err(ResolveError::UnknownEngine { .. })));
+    }
+
+    #[test]
+    fn an_engine_from_elsewhere_cannot_be_chosen_here() {
+        let cat = catalogue();
+        let worker = cat.worker("quality-validator").expect("worker");
+        let explicit = ExplicitArgs { preset: Some("thorough".into()), ..Default::default() };
+        let refused = resolve(&cat, worker, &explicit, None).expect_err("not configurable");
+        assert_eq!(
+            refused.to_string(),
+            "The engine of worker \"quality-validator\" is not configurable here: It comes from the LLM_CHECK rule."
+        );
+        let overrides = OverrideValues { engine: Some("ollama".into()), ..Default::default() };
+        assert!(check_override(&cat, worker, &overrides).is_err());
+        let view = resolve(&cat, worker, &ExplicitArgs::default(), None).expect("the view still resolves");
+        assert_eq!(view.engine.map(|e| e.source), Some(Source::External));
+        assert!(!view.engine_configurable);
+    }
+}
