@@ -1,1 +1,64 @@
-fn main() {}
+//! `scrinalia-demo-worker <worker> <verb> [flags]`: the demo archive workers and the probe workers behind the
+//! worker protocol (docs/worker-protocol.md). This file only parses the command line and dispatches.
+
+mod archive;
+mod corpus;
+mod invocation;
+mod probe;
+mod protocol;
+mod stamps;
+mod stop;
+mod task;
+mod text;
+
+use invocation::{Invocation, OptionSpec, USAGE, UsageError, Verb};
+use protocol::Protocol;
+use task::Task;
+
+fn main() {
+    let args: Vec<String> = std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned()).collect();
+    let status = match dispatch(&args) {
+        Ok(status) => status,
+        Err(error) => match error.downcast_ref::<UsageError>() {
+            Some(usage) => {
+                eprintln!("scrinalia-demo-worker: {usage}");
+                2
+            }
+            None => {
+                let worker = args.first().map_or("scrinalia-demo-worker", String::as_str);
+                eprintln!("{worker}: error: {error:#}");
+                1
+            }
+        },
+    };
+    std::process::exit(status);
+}
+
+/// The options of the worker called `name`, or `None` if there is no such worker.
+fn accepted_options(name: &str) -> Option<&'static [OptionSpec]> {
+    match Task::named(name) {
+        Some(task) => Some(task.options()),
+        None => probe::NAMES.contains(&name).then_some(probe::OPTIONS),
+    }
+}
+
+fn dispatch(args: &[String]) -> anyhow::Result<i32> {
+    let mut out = Protocol;
+    if matches!(args.first().map(String::as_str), Some("help" | "--help" | "-h")) {
+        let workers: Vec<&str> = Task::ALL.iter().map(|t| t.name()).chain(probe::NAMES).collect();
+        out.text(&format!("{USAGE}\nworkers: {}", workers.join(", ")))?;
+        return Ok(0);
+    }
+    let invocation = Invocation::parse(args, accepted_options, |var| std::env::var(var).ok())?;
+    let Some(task) = Task::named(&invocation.worker) else {
+        return probe::execute(&invocation, &mut out);
+    };
+    match invocation.verb {
+        Verb::Describe => out.describe(&invocation.engine).map(|()| 0),
+        Verb::CountPending => archive::count_pending(task, &mut out),
+        Verb::Run => {
+            let stop = stop::Stop::on_sigterm()?;
+            archive::run(task, &invocation, &stop, &mut out)
+        }
+    }
+}

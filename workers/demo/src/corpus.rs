@@ -1,0 +1,213 @@
+//! The demo corpus: sixty small letters in five languages, generated deterministically on first use and kept as
+//! one JSON file per document under `<data>/corpus/`. Creation is atomic (built in a private folder, then renamed
+//! into place), so workers that start at the same moment never see half a corpus.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+/// The environment variable naming the data folder.
+pub const DATA_ENV: &str = "SCRINALIA_DEMO_DATA";
+
+/// How many documents the demo corpus holds.
+pub const CORPUS_SIZE: usize = 60;
+
+/// The data folder: `$SCRINALIA_DEMO_DATA`, or `data/demo` relative to the working directory.
+pub fn data_dir() -> PathBuf {
+    std::env::var_os(DATA_ENV).filter(|v| !v.is_empty()).map_or_else(|| PathBuf::from("data/demo"), PathBuf::from)
+}
+
+/// One document of the corpus.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Document {
+    /// `doc-0001` … `doc-0060`.
+    pub id: String,
+    /// A short title.
+    pub title: String,
+    /// A few sentences.
+    pub body: String,
+}
+
+impl Document {
+    /// Title and body, as one text to analyse.
+    pub fn text(&self) -> String {
+        format!("{}. {}", self.title, self.body)
+    }
+}
+
+/// The documents, in id order.
+#[derive(Debug)]
+pub struct Corpus {
+    /// The documents.
+    pub documents: Vec<Document>,
+}
+
+impl Corpus {
+    /// Opens the corpus under `data`, creating it first if it does not exist yet.
+    pub fn open(data: &Path) -> anyhow::Result<Self> {
+        let folder = data.join("corpus");
+        if !folder.is_dir() {
+            create(data, &folder)?;
+        }
+        let mut documents = Vec::new();
+        for entry in fs::read_dir(&folder).with_context(|| format!("read the corpus folder {}", folder.display()))? {
+            let path = entry.with_context(|| format!("list {}", folder.display()))?.path();
+            if path.extension().is_some_and(|e| e == "json") {
+                let text = fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
+                documents.push(serde_json::from_str(&text).with_context(|| format!("parse {}", path.display()))?);
+            }
+        }
+        documents.sort_by(|a: &Document, b| a.id.cmp(&b.id));
+        Ok(Self { documents })
+    }
+}
+
+fn create(data: &Path, folder: &Path) -> anyhow::Result<()> {
+    fs::create_dir_all(data).with_context(|| format!("create the data folder {}", data.display()))?;
+    let private = data.join(format!(".corpus-{}", std::process::id()));
+    fs::create_dir_all(&private).with_context(|| format!("create {}", private.display()))?;
+    for document in (1..=CORPUS_SIZE).map(generate) {
+        let path = private.join(format!("{}.json", document.id));
+        let text = serde_json::to_string_pretty(&document).context("encode a document")?;
+        fs::write(&path, text).with_context(|| format!("write {}", path.display()))?;
+    }
+    if let Err(e) = fs::rename(&private, folder) {
+        // Another worker created it first: keep theirs.
+        let _ = fs::remove_dir_all(&private);
+        if !folder.is_dir() {
+            return Err(e).with_context(|| format!("move the new corpus into {}", folder.display()));
+        }
+    }
+    Ok(())
+}
+
+const PEOPLE: [&str; 8] = [
+    "Maria Ortega",
+    "Johann Keller",
+    "Ada Whitmore",
+    "Luc Fontaine",
+    "Giulia Ferri",
+    "Tomas Lindqvist",
+    "Helena Sousa",
+    "Pieter Vos",
+];
+const PLACES: [&str; 7] = ["Lisbon", "Bergen", "Trieste", "Lyon", "Porto Novo", "Antwerp", "Valletta"];
+const ORGS: [&str; 6] = [
+    "Harbour Commission",
+    "Royal Society",
+    "Northern Railway Company",
+    "City Council",
+    "Abbey Chapter",
+    "Merchant Guild",
+];
+const TOPICS: [&str; 8] =
+    ["harbour", "railway", "vineyard", "printing press", "monastery", "observatory", "lighthouse", "granary"];
+const THINGS: [&str; 6] = ["timber", "copper", "lanterns", "ledgers", "bricks", "maps"];
+
+/// Sentence templates per language; `{p}` person, `{l}` place, `{o}` organisation, `{t}` topic, `{x}` thing,
+/// `{y}` year.
+const TEMPLATES: [(&str, [&str; 4]); 5] = [
+    (
+        "en",
+        [
+            "In {y} {p} wrote to the {o} about the {t} near {l}.",
+            "The letter describes how the {t} of {l} was repaired with {x} and why the work took so long.",
+            "{p} kept a careful list of the {x} that arrived at the {t} during the winter.",
+            "It is one of the few documents in the collection that mention the {t} and its {x}.",
+        ],
+    ),
+    (
+        "fr",
+        [
+            "En {y}, {p} a écrit à la {o} au sujet du {t} près de {l}.",
+            "La lettre décrit comment le {t} de {l} a été réparé avec des {x} et pourquoi le travail a duré si longtemps.",
+            "{p} a tenu une liste des {x} qui sont arrivés au {t} pendant l'hiver.",
+            "C'est un des rares documents de la collection qui parlent du {t} et de ses {x}.",
+        ],
+    ),
+    (
+        "de",
+        [
+            "Im Jahr {y} schrieb {p} an die {o} über den {t} bei {l}.",
+            "Der Brief beschreibt, wie der {t} von {l} mit {x} repariert wurde und warum die Arbeit so lange dauerte.",
+            "{p} führte eine Liste der {x}, die im Winter an dem {t} ankamen.",
+            "Es ist eines der wenigen Dokumente der Sammlung, die den {t} und die {x} erwähnen.",
+        ],
+    ),
+    (
+        "es",
+        [
+            "En {y}, {p} escribió a la {o} sobre el {t} cerca de {l}.",
+            "La carta describe cómo el {t} de {l} fue reparado con {x} y por qué el trabajo duró tanto.",
+            "{p} llevó una lista de los {x} que llegaron al {t} durante el invierno.",
+            "Es uno de los pocos documentos de la colección que mencionan el {t} y sus {x}.",
+        ],
+    ),
+    (
+        "it",
+        [
+            "Nel {y} {p} scrisse alla {o} del {t} vicino a {l}.",
+            "La lettera descrive come il {t} di {l} è stato riparato con {x} e perché il lavoro è durato tanto.",
+            "{p} teneva una lista dei {x} che sono arrivati al {t} durante l'inverno.",
+            "È uno dei pochi documenti della collezione che parlano del {t} e dei suoi {x}.",
+        ],
+    ),
+];
+
+/// Document number `n` (1-based): the same text on every machine, every time.
+pub fn generate(n: usize) -> Document {
+    let mut seed = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5EED;
+    let mut pick = |len: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % len as u64) as usize
+    };
+    // Three letters in five are in English; the rest cycle through the other languages.
+    let language = if n % 5 < 3 { 0 } else { 1 + (n / 5) % 4 };
+    let (_, sentences) = TEMPLATES[language];
+    let (p, l, o) = (PEOPLE[pick(PEOPLE.len())], PLACES[pick(PLACES.len())], ORGS[pick(ORGS.len())]);
+    let (t, x, y) = (TOPICS[pick(TOPICS.len())], THINGS[pick(THINGS.len())], 1820 + pick(90));
+    let fill = |s: &str| {
+        s.replace("{p}", p)
+            .replace("{l}", l)
+            .replace("{o}", o)
+            .replace("{t}", t)
+            .replace("{x}", x)
+            .replace("{y}", &y.to_string())
+    };
+    // Every thirteenth letter is a fragment of one sentence, which the quality validator flags.
+    let count = if n.is_multiple_of(13) { 1 } else { 2 + pick(3) };
+    let body: Vec<String> = sentences.iter().take(count).map(|s| fill(s)).collect();
+    let mut title: String = t.to_owned();
+    if let Some(first) = title.get_mut(0..1) {
+        first.make_ascii_uppercase();
+    }
+    Document { id: format!("doc-{n:04}"), title: format!("{title} of {l}, {y}"), body: body.join(" ") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generation_is_deterministic_and_varied() {
+        assert_eq!(generate(7), generate(7));
+        assert_ne!(generate(7).body, generate(8).body);
+        assert_eq!(generate(13).body.matches('.').count(), 1);
+        assert_eq!(generate(60).id, "doc-0060");
+    }
+
+    #[test]
+    fn opening_twice_creates_once() {
+        let dir = tempfile::tempdir().expect("a scratch folder");
+        let first = Corpus::open(dir.path()).expect("create");
+        let second = Corpus::open(dir.path()).expect("reopen");
+        assert_eq!(first.documents.len(), CORPUS_SIZE);
+        assert_eq!(first.documents, second.documents);
+    }
+}

@@ -1,0 +1,88 @@
+//! A worker's stamps: which documents it processed and what it found, one file per worker
+//! (`<data>/stamps/<worker>.json`) so different workers running at once never write the same file. Every save
+//! writes a temporary file and renames it over the old one, so a reader (or a SIGKILL) never sees half a file.
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    path::{Path, PathBuf},
+};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The stamps of one worker.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StampBook {
+    /// The worker's name.
+    pub worker: String,
+    /// The stamp it leaves (`<worker>/v1`).
+    pub stamp: String,
+    /// Document id → what the worker recorded for it.
+    pub documents: BTreeMap<String, Value>,
+    #[serde(skip)]
+    path: PathBuf,
+}
+
+impl StampBook {
+    /// Loads the stamps of `worker` under `data` (none yet if the file does not exist).
+    pub fn load(data: &Path, worker: &str) -> anyhow::Result<Self> {
+        let path = data.join("stamps").join(format!("{worker}.json"));
+        let mut book = match fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text).with_context(|| format!("parse the stamps {}", path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self {
+                worker: worker.to_owned(),
+                stamp: format!("{worker}/v1"),
+                documents: BTreeMap::new(),
+                path: PathBuf::new(),
+            },
+            Err(e) => return Err(e).with_context(|| format!("read the stamps {}", path.display())),
+        };
+        book.path = path;
+        Ok(book)
+    }
+
+    /// Whether `id` carries this worker's stamp.
+    pub fn has(&self, id: &str) -> bool {
+        self.documents.contains_key(id)
+    }
+
+    /// Stamps `id` with what the worker found (kept in memory until [`StampBook::save`]).
+    pub fn stamp(&mut self, id: &str, record: Value) {
+        self.documents.insert(id.to_owned(), record);
+    }
+
+    /// Writes the stamps atomically.
+    pub fn save(&self) -> anyhow::Result<()> {
+        let text = serde_json::to_string_pretty(self).context("encode the stamps")?;
+        write_atomically(&self.path, text.as_bytes())
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same folder and a rename.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let folder = path.parent().context("a file path has a folder")?;
+    fs::create_dir_all(folder).with_context(|| format!("create the folder {}", folder.display()))?;
+    let name = path.file_name().context("a file path has a name")?.to_string_lossy();
+    let temporary = folder.join(format!(".{name}.{}.tmp", std::process::id()));
+    fs::write(&temporary, bytes).with_context(|| format!("write {}", temporary.display()))?;
+    fs::rename(&temporary, path).with_context(|| format!("replace {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_survive_a_reload() {
+        let dir = tempfile::tempdir().expect("a scratch folder");
+        let mut book = StampBook::load(dir.path(), "tag-suggest").expect("empty book");
+        assert!(!book.has("doc-0001"));
+        book.stamp("doc-0001", serde_json::json!({"tags": ["harbour"]}));
+        book.save().expect("save");
+        let again = StampBook::load(dir.path(), "tag-suggest").expect("reload");
+        assert!(again.has("doc-0001"));
+        assert_eq!(again.stamp, "tag-suggest/v1");
+    }
+}
