@@ -23,7 +23,7 @@ entities, too costly to count; the number already judged is shown instead.";
 pub fn count_pending(task: Task, out: &mut Protocol) -> anyhow::Result<i32> {
     let data = corpus::data_dir();
     let corpus = Corpus::open(&data)?;
-    let book = StampBook::load(&data, task.name())?;
+    let book = StampBook::load(&data, task.name(), task.stamp())?;
     if task == Task::ConflictJudge {
         let done = corpus.documents.iter().filter(|d| book.has(&d.id)).count();
         out.object(&json!({ "unmeasurable": UNMEASURABLE, "done": done }))?;
@@ -45,7 +45,7 @@ pub fn run(task: Task, invocation: &Invocation, stop: &Stop, out: &mut Protocol)
 
     let data = corpus::data_dir();
     let corpus = Corpus::open(&data)?;
-    let mut book = StampBook::load(&data, name)?;
+    let mut book = StampBook::load(&data, name, task.stamp())?;
     let mut pending: Vec<_> = corpus.documents.iter().filter(|d| !book.has(&d.id)).collect();
     if limit > 0 {
         pending.truncate(limit);

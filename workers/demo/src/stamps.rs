@@ -17,7 +17,7 @@ use serde_json::Value;
 pub struct StampBook {
     /// The worker's name.
     pub worker: String,
-    /// The stamp it leaves (`<worker>/v1`).
+    /// The stamp it leaves (`tags_v1`).
     pub stamp: String,
     /// Document id → what the worker recorded for it.
     pub documents: BTreeMap<String, Value>,
@@ -26,19 +26,24 @@ pub struct StampBook {
 }
 
 impl StampBook {
-    /// Loads the stamps of `worker` under `data` (none yet if the file does not exist).
-    pub fn load(data: &Path, worker: &str) -> anyhow::Result<Self> {
+    /// Loads the stamps of `worker` under `data`: none yet if the file does not exist, and none either if they
+    /// carry another stamp (a new version of the worker processes every document again).
+    pub fn load(data: &Path, worker: &str, stamp: &str) -> anyhow::Result<Self> {
         let path = data.join("stamps").join(format!("{worker}.json"));
         let mut book = match fs::read_to_string(&path) {
             Ok(text) => serde_json::from_str(&text).with_context(|| format!("parse the stamps {}", path.display()))?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self {
                 worker: worker.to_owned(),
-                stamp: format!("{worker}/v1"),
+                stamp: stamp.to_owned(),
                 documents: BTreeMap::new(),
                 path: PathBuf::new(),
             },
             Err(e) => return Err(e).with_context(|| format!("read the stamps {}", path.display())),
         };
+        if book.stamp != stamp {
+            book.stamp = stamp.to_owned();
+            book.documents.clear();
+        }
         book.path = path;
         Ok(book)
     }
@@ -77,12 +82,13 @@ mod tests {
     #[test]
     fn stamps_survive_a_reload() {
         let dir = tempfile::tempdir().expect("a scratch folder");
-        let mut book = StampBook::load(dir.path(), "tag-suggest").expect("empty book");
+        let mut book = StampBook::load(dir.path(), "tag-suggest", "tags_v1").expect("empty book");
         assert!(!book.has("doc-0001"));
         book.stamp("doc-0001", serde_json::json!({"tags": ["harbour"]}));
         book.save().expect("save");
-        let again = StampBook::load(dir.path(), "tag-suggest").expect("reload");
+        let again = StampBook::load(dir.path(), "tag-suggest", "tags_v1").expect("reload");
         assert!(again.has("doc-0001"));
-        assert_eq!(again.stamp, "tag-suggest/v1");
+        let next_version = StampBook::load(dir.path(), "tag-suggest", "tags_v2").expect("reload");
+        assert!(!next_version.has("doc-0001"));
     }
 }

@@ -100,6 +100,21 @@ impl Task {
         Self::ALL.into_iter().find(|t| t.name() == name)
     }
 
+    /// The stamp it leaves on each document it processed (the catalogue's `stamp`).
+    pub fn stamp(self) -> &'static str {
+        match self {
+            Self::Transfer => "archived_v1",
+            Self::LanguageDetect => "language_v1",
+            Self::EntityExtract => "entities_v1",
+            Self::TagSuggest => "tags_v1",
+            Self::TopicCluster => "topics_v1",
+            Self::Summarize => "summary_v1",
+            Self::Embed => "embedding_v1",
+            Self::ConflictJudge => "conflicts_v1",
+            Self::QualityValidator => "quality_v1",
+        }
+    }
+
     /// The options it accepts: `batch_size`, `delay_ms`, `limit`, and its own.
     pub fn options(self) -> &'static [OptionSpec] {
         match self {
