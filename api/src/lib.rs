@@ -1,1 +1,96 @@
-//! placeholder
+//! The Scrinalia HTTP API: stateless, so any number of processes can serve it. It inserts run requests and
+//! reads the ledger; it never runs a worker and never marks a run interrupted.
+//!
+//! [`app`] builds the router from an [`AppState`] (tests drive it in-process); [`serve`] connects, migrates,
+//! starts the live-event listener and serves until `shutdown` completes.
+
+pub mod auth;
+pub mod error;
+pub mod extract;
+pub mod live;
+pub mod middleware;
+pub mod openapi;
+pub mod panel;
+pub mod routes;
+pub mod state;
+
+use std::{future::Future, net::SocketAddr, time::Duration};
+
+use anyhow::Context;
+use axum::{Router, extract::DefaultBodyLimit};
+use scrinalia_shared::{Database, Settings};
+pub use state::AppState;
+use tokio::net::TcpListener;
+
+/// The whole API as a router. The web panel's static files can be added with one more `.merge(...)` before the
+/// fallback.
+pub fn app(state: AppState) -> Router {
+    let routes = Router::new()
+        .merge(routes::workers::router())
+        .merge(routes::runs::router())
+        .merge(routes::logs::router())
+        .merge(routes::overrides::router())
+        .merge(routes::daemons::router())
+        .merge(routes::health::router())
+        .merge(routes::events::router())
+        .merge(routes::meta::router())
+        .merge(panel::router());
+    let limit = state.settings().api.body_limit_bytes;
+    let router = routes
+        .fallback(routes::meta::not_found)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::timeout))
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn(middleware::json_errors))
+        .layer(tower_http::trace::TraceLayer::new_for_http());
+    let router = match middleware::cors(&state.settings().api.cors_origins) {
+        Some(cors) => router.layer(cors),
+        None => router,
+    };
+    router.with_state(state)
+}
+
+/// Serves the API on `settings.api.listen` until `shutdown` completes, then stops accepting, ends live streams
+/// and waits for requests in progress.
+pub async fn serve(settings: Settings, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    let url = settings.database.redacted_url();
+    let db =
+        Database::connect(&settings.database).await.with_context(|| format!("cannot connect to the database {url}"))?;
+    db.migrate().await.context("cannot apply the database migrations")?;
+    let listen = settings.api.listen;
+    let state = AppState::new(settings, db.clone());
+    let live = live::spawn(state.clone());
+    let listener = TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+    tracing::info!(listen = %listener.local_addr()?, database = %url, version = scrinalia_shared::VERSION, "API listening");
+    let token = state.shutdown_token().clone();
+    axum::serve(listener, app(state).into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            tracing::info!("shutting down: no new connections; live streams end");
+            token.cancel();
+        })
+        .await
+        .context("the HTTP server failed")?;
+    let _ = tokio::time::timeout(Duration::from_secs(2), live).await;
+    db.close().await;
+    tracing::info!("API stopped");
+    Ok(())
+}
+
+/// Completes on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+}

@@ -363,6 +363,15 @@ impl Database {
     pub async fn now(&self) -> Result<chrono::DateTime<chrono::Utc>> {
         on_backend!(self, now())
     }
+
+    /// SQLite has no notifications: a dedicated connection that tells when any other connection (of this or
+    /// another process) has committed. `None` on PostgreSQL, which notifies instead.
+    pub async fn change_watcher(&self) -> Result<Option<ChangeWatcher>> {
+        match self {
+            Self::Postgres(_) => Ok(None),
+            Self::Sqlite(pool) => Ok(Some(ChangeWatcher { conn: sqlite::open_watcher(pool).await? })),
+        }
+    }
 }
 
 
@@ -392,4 +401,18 @@ impl From<OverrideRow> for Override {
 fn is_in_flight_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(d) if d.is_unique_violation()
         && d.constraint().is_none_or(|c| c == "worker_runs_one_in_flight"))
+}
+
+/// A dedicated SQLite connection watching for commits by any other connection (see
+/// [`Database::change_watcher`]).
+#[derive(Debug)]
+pub struct ChangeWatcher {
+    conn: sqlx::SqliteConnection,
+}
+
+impl ChangeWatcher {
+    /// A number that differs from the previous call's whenever another connection committed in between.
+    pub async fn version(&mut self) -> Result<i64> {
+        sqlite::data_version(&mut self.conn).await
+    }
 }

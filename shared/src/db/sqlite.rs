@@ -42,6 +42,15 @@ pub(super) async fn now(pool: &SqlitePool) -> Result<DateTime<Utc>> {
     Ok(sqlx::query_scalar(concat!("select ", now!())).fetch_one(pool).await?)
 }
 
+pub(super) async fn open_watcher(pool: &SqlitePool) -> Result<sqlx::SqliteConnection> {
+    use sqlx::ConnectOptions;
+    Ok(pool.connect_options().connect().await?)
+}
+
+pub(super) async fn data_version(conn: &mut sqlx::SqliteConnection) -> Result<i64> {
+    Ok(sqlx::query_scalar("pragma data_version").fetch_one(conn).await?)
+}
+
 pub(super) async fn insert_run(pool: &SqlitePool, new: &NewRun) -> Result<Run> {
     for _ in 0..3 {
         let inserted = sqlx::query_as::<_, Run>(concat!(

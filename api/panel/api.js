@@ -1,0 +1,149 @@
+// The public HTTP API, as any client (the archive's own SPA too) would call it: JSON over fetch with an optional
+// bearer token, and the live event stream.
+
+const TOKEN_KEY = "scrinalia.token";
+
+/** The token of this tab's session, if one was given. */
+export function token() {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+/** Stores (or, with nothing, forgets) the token of this tab's session. */
+export function setToken(value) {
+  if (value) sessionStorage.setItem(TOKEN_KEY, value);
+  else sessionStorage.removeItem(TOKEN_KEY);
+}
+
+/** An error answered by the API: its status, code and sentence, and the whole body for extra fields. */
+export class ApiError extends Error {
+  constructor(status, body) {
+    super(body?.message ?? `The API answered with status ${status}.`);
+    this.status = status;
+    this.code = body?.code ?? "unknown";
+    this.body = body ?? {};
+  }
+}
+
+function headers(extra) {
+  const out = { Accept: "application/json", ...extra };
+  const t = token();
+  if (t) out.Authorization = `Bearer ${t}`;
+  return out;
+}
+
+/** Calls the API; resolves with the parsed JSON body, rejects with an `ApiError` (status 0: unreachable). */
+export async function api(path, { method = "GET", body, signal } = {}) {
+  let response;
+  try {
+    response = await fetch(path, {
+      method,
+      headers: headers(body === undefined ? {} : { "Content-Type": "application/json" }),
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal,
+      cache: "no-store",
+    });
+  } catch (e) {
+    if (e?.name === "AbortError") throw e;
+    throw new ApiError(0, { code: "unreachable", message: "The API cannot be reached; check the connection and try again." });
+  }
+  const text = await response.text();
+  let data = null;
+  if (text) {
+    try {
+      data = JSON.parse(text);
+    } catch {
+      data = null;
+    }
+  }
+  if (!response.ok) {
+    throw new ApiError(response.status, data ?? { code: `http_${response.status}`, message: `The API answered ${response.status} ${response.statusText}.` });
+  }
+  return data;
+}
+
+/**
+ * Streams a text resource (a run's log), calling `onText` with each decoded chunk as it arrives.
+ * Resolves when the response ends; rejects with an `ApiError` on an error status.
+ */
+export async function streamText(path, onText, signal) {
+  let response;
+  try {
+    response = await fetch(path, { headers: headers({ Accept: "text/plain" }), signal, cache: "no-store" });
+  } catch (e) {
+    if (e?.name === "AbortError") throw e;
+    throw new ApiError(0, { code: "unreachable", message: "The API cannot be reached; check the connection and try again." });
+  }
+  if (!response.ok) {
+    let body = null;
+    try {
+      body = await response.json();
+    } catch {
+      body = null;
+    }
+    throw new ApiError(response.status, body);
+  }
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    if (value) onText(value);
+  }
+}
+
+const EVENT_NAMES = ["message", "run", "queue", "daemon", "resync", "override", "worker", "change"];
+
+/**
+ * The live event stream (`/api/events`, Server-Sent Events). Without a token it is a plain `EventSource`; with a
+ * token it is read through fetch, because an `EventSource` cannot send an Authorization header. Either way it
+ * reconnects by itself, and `onOpen` is called at every (re)connection so that the caller can refetch what it may
+ * have missed. Returns a function that closes it.
+ */
+export function connectEvents({ onEvent, onOpen, onDown }) {
+  const deliver = (data) => {
+    if (!data) return;
+    try {
+      onEvent(JSON.parse(data));
+    } catch {
+      // A comment or a keep-alive that is not JSON: nothing to do.
+    }
+  };
+  if (!token()) {
+    const source = new EventSource("/api/events");
+    for (const name of EVENT_NAMES) source.addEventListener(name, (e) => deliver(e.data));
+    source.addEventListener("open", () => onOpen());
+    source.addEventListener("error", () => onDown());
+    return () => source.close();
+  }
+  const controller = new AbortController();
+  (async () => {
+    let delay = 1000;
+    while (!controller.signal.aborted) {
+      try {
+        const response = await fetch("/api/events", { headers: headers({ Accept: "text/event-stream" }), signal: controller.signal, cache: "no-store" });
+        if (!response.ok) throw new Error(`status ${response.status}`);
+        onOpen();
+        delay = 1000;
+        const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buffer = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += value.replaceAll("\r\n", "\n");
+          let end;
+          while ((end = buffer.indexOf("\n\n")) >= 0) {
+            const block = buffer.slice(0, end);
+            buffer = buffer.slice(end + 2);
+            const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, "")).join("\n");
+            deliver(data);
+          }
+        }
+      } catch (e) {
+        if (controller.signal.aborted) return;
+      }
+      onDown();
+      await new Promise((resolve) => setTimeout(resolve, delay));
+      delay = Math.min(delay * 2, 15000);
+    }
+  })();
+  return () => controller.abort();
+}

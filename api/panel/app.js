@@ -1,0 +1,193 @@
+// The panel's shell: the session (token and role), hash routing between the views, the health strip, the daemon
+// list that every view may need, and the one live event stream whose events are handed to the current view.
+
+import { ApiError, api, connectEvents, setToken, token } from "./api.js";
+import { debouncer, h, replace } from "./dom.js";
+import { startHealth } from "./health.js";
+import * as overrides from "./overrides.js";
+import * as run from "./run.js";
+import * as runs from "./runs.js";
+import * as workers from "./workers.js";
+
+const ROLES = { viewer: 1, operator: 2, admin: 3 };
+
+const ROUTES = [
+  { pattern: /^#\/workers\/?$/, view: workers, nav: "workers" },
+  { pattern: /^#\/runs\/?(?:\?(.*))?$/, view: runs, nav: "runs" },
+  { pattern: /^#\/runs\/([0-9A-Fa-f-]{36})\/?$/, view: run, nav: "runs" },
+  { pattern: /^#\/overrides(?:\/([A-Za-z0-9_-]+))?\/?$/, view: overrides, nav: "overrides" },
+];
+
+const listeners = { daemons: new Set() };
+
+/** What every view shares. */
+const ctx = {
+  session: null,
+  sessionError: null,
+  daemons: null,
+  serverOffsetMs: 0,
+  /** Whether the caller has at least `role`. */
+  can(role) {
+    // An API without /api/me cannot say the role: show the controls and let the API refuse what is not allowed.
+    if (this.session?.unknownRole) return true;
+    return (ROLES[this.session?.role] ?? 0) >= ROLES[role];
+  },
+  /** The database clock, estimated from the last answer that carried it. */
+  serverNow() {
+    return Date.now() + this.serverOffsetMs;
+  },
+  /** Records the database clock of an answer. */
+  sawServerTime(iso) {
+    const t = Date.parse(iso);
+    if (!Number.isNaN(t)) this.serverOffsetMs = t - Date.now();
+  },
+  /** Calls `fn` whenever the daemon list changes; returns a function that stops it. */
+  onDaemons(fn) {
+    listeners.daemons.add(fn);
+    return () => listeners.daemons.delete(fn);
+  },
+  /** The daemons alive that take `worker` (active, not draining or gone). */
+  daemonsFor(worker) {
+    if (!Array.isArray(this.daemons)) return null;
+    return this.daemons.filter((d) => d.state === "active" && (!d.workers?.length || d.workers.includes(worker)));
+  },
+  /** Goes to another view. */
+  navigate(hash) {
+    if (location.hash === hash) route();
+    else location.hash = hash;
+  },
+};
+
+let current = null; // { view, instance }
+let health = null;
+
+async function loadDaemons() {
+  try {
+    const data = await api("/api/daemons");
+    ctx.daemons = Array.isArray(data) ? data : data?.daemons ?? [];
+  } catch (e) {
+    if (!(e instanceof ApiError)) throw e;
+    ctx.daemons = null;
+  }
+  for (const fn of listeners.daemons) fn(ctx.daemons);
+}
+
+async function loadSession() {
+  try {
+    ctx.session = await api("/api/me");
+    ctx.sessionError = null;
+  } catch (e) {
+    if (!(e instanceof ApiError)) throw e;
+    if (e.status === 404) {
+      ctx.session = { name: token() ? "token holder" : "anonymous", role: "unknown", unknownRole: true };
+      ctx.sessionError = null;
+    } else {
+      ctx.session = null;
+      ctx.sessionError = e.message;
+    }
+  }
+  renderSession();
+}
+
+function renderSession() {
+  const el = document.getElementById("session");
+  const s = ctx.session;
+  const form = h("form", { class: "signin", hidden: !!s, "aria-label": "Sign in with a token", onsubmit: signIn },
+    h("label", { for: "token-input" }, "Token"),
+    h("input", { id: "token-input", name: "token", type: "password", autocomplete: "off", required: true, placeholder: "scr_…" }),
+    h("button", { type: "submit" }, "Sign in"),
+  );
+  const who = s
+    ? h("span", { class: "who", id: "who", dataset: { role: s.role } }, "Signed in as ", h("strong", null, s.name), ` (${s.role})`)
+    : h("span", { class: "who", id: "who", dataset: { role: "none" } }, "Not signed in");
+  const buttons = [];
+  if (token()) buttons.push(h("button", { type: "button", class: "link", onclick: signOut }, "Sign out"));
+  else if (s) buttons.push(h("button", { type: "button", class: "link", "aria-controls": "signin-form", onclick: () => { form.hidden = !form.hidden; if (!form.hidden) form.querySelector("input").focus(); } }, "Use a token"));
+  form.id = "signin-form";
+  replace(el, who, buttons, form, ctx.sessionError && !s ? h("p", { class: "error", role: "alert" }, ctx.sessionError) : null);
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  const value = new FormData(event.target).get("token")?.toString().trim();
+  if (!value) return;
+  setToken(value);
+  await restart();
+  if (!ctx.session) setToken(null);
+}
+
+async function signOut() {
+  setToken(null);
+  await restart();
+}
+
+let closeEvents = null;
+const eventDebounce = debouncer(300);
+
+function startEvents() {
+  closeEvents?.();
+  let wasDown = false;
+  closeEvents = connectEvents({
+    onEvent(ev) {
+      if (ev?.kind === "resync") {
+        // The API says changes may have been missed: read everything on screen again.
+        eventDebounce("resync", () => { loadDaemons(); health?.refresh(); current?.instance?.refresh?.(); });
+        return;
+      }
+      if (ev?.kind === "daemon") eventDebounce("daemons", () => { loadDaemons(); health?.refresh(); });
+      current?.instance?.onEvent?.(ev);
+    },
+    onOpen() {
+      document.body.dataset.live = "on";
+      if (wasDown) {
+        // Events may have been missed while disconnected: refetch what is on screen, once.
+        wasDown = false;
+        loadDaemons();
+        health?.refresh();
+        current?.instance?.refresh?.();
+      }
+    },
+    onDown() {
+      document.body.dataset.live = "off";
+      wasDown = true;
+    },
+  });
+}
+
+function route() {
+  const hash = location.hash || "#/workers";
+  const found = ROUTES.map((r) => ({ r, m: hash.match(r.pattern) })).find((x) => x.m);
+  current?.instance?.unmount?.();
+  current = null;
+  for (const a of document.querySelectorAll("nav.views a")) {
+    if (found && a.dataset.nav === found.r.nav) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  const main = document.getElementById("view");
+  if (!found) {
+    replace(main, h("h1", null, "Not found"), h("p", null, "There is no such view. ", h("a", { href: "#/workers" }, "Go to the workers.")));
+    return;
+  }
+  replace(main);
+  const instance = found.r.view.mount(main, found.m.slice(1), ctx);
+  current = { view: found.r.view, instance };
+}
+
+async function restart() {
+  await loadSession();
+  await loadDaemons();
+  health?.refresh();
+  startEvents();
+  route();
+}
+
+async function main() {
+  health = startHealth(document.getElementById("health"), ctx);
+  window.addEventListener("hashchange", route);
+  if (!location.hash) history.replaceState(null, "", "#/workers");
+  // Relative times ("3 min ago") and run progress are redrawn locally each second; nothing is fetched.
+  setInterval(() => current?.instance?.tick?.(), 1000);
+  await restart();
+}
+
+main();

@@ -1,0 +1,57 @@
+// Small DOM helpers. Text always goes in as text nodes: nothing the API returns is ever parsed as HTML.
+
+/**
+ * Creates an element. `props`: `class`, `dataset`, `on<event>` listeners, `value`/`checked` (set as properties),
+ * booleans (present when true) and anything else as an attribute. Children: nodes, strings, numbers, arrays;
+ * null, undefined and false are skipped.
+ */
+export function h(tag, props, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(props ?? {})) {
+    if (value == null || value === false) continue;
+    if (key === "class") el.className = Array.isArray(value) ? value.filter(Boolean).join(" ") : value;
+    else if (key === "dataset") Object.assign(el.dataset, value);
+    else if (key.startsWith("on") && typeof value === "function") el.addEventListener(key.slice(2), value);
+    else if (key === "value" || key === "checked") el[key] = value;
+    else el.setAttribute(key, value === true ? "" : String(value));
+  }
+  append(el, children);
+  return el;
+}
+
+/** Appends children (see `h`). */
+export function append(el, children) {
+  for (const child of children.flat(Infinity)) {
+    if (child == null || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+/** Replaces every child of `el`. */
+export function replace(el, ...children) {
+  el.replaceChildren();
+  return append(el, children);
+}
+
+/** An id that is safe in attributes, derived from a name. */
+export function idFor(prefix, name) {
+  return `${prefix}-${String(name).replace(/[^A-Za-z0-9_-]/g, "_")}`;
+}
+
+/** Calls `fn` once, `ms` after the last of a burst of calls with the same key. */
+export function debouncer(ms) {
+  const timers = new Map();
+  const debounced = (key, fn) => {
+    clearTimeout(timers.get(key));
+    timers.set(key, setTimeout(() => {
+      timers.delete(key);
+      fn();
+    }, ms));
+  };
+  debounced.cancel = () => {
+    for (const t of timers.values()) clearTimeout(t);
+    timers.clear();
+  };
+  return debounced;
+}

@@ -1,0 +1,178 @@
+// The runs view: the ledger, newest first, with filters (worker, state, dates) and keyset pagination. Filters
+// and the page live in the hash (#/runs?worker=…&state=…&from=…&to=…&after=…), so a view can be linked. An event
+// refetches only the run it concerns: a row on screen is replaced, a new run matching the filters is put on top
+// of the first page.
+
+import { ApiError, api } from "./api.js";
+import { debouncer, h, replace } from "./dom.js";
+import { STATES, duration, resultSummary, shortId, stateBadge, timeEl } from "./format.js";
+
+const PAGE_SIZES = [25, 50, 100, 200];
+
+function parseQuery(text) {
+  const q = new URLSearchParams(text ?? "");
+  return {
+    worker: q.get("worker") ?? "",
+    state: q.get("state") ?? "",
+    from: q.get("from") ?? "",
+    to: q.get("to") ?? "",
+    limit: PAGE_SIZES.includes(Number(q.get("limit"))) ? Number(q.get("limit")) : 50,
+    after: q.get("after") ?? "",
+  };
+}
+
+function toHash(f) {
+  const q = new URLSearchParams();
+  for (const key of ["worker", "state", "from", "to", "after"]) if (f[key]) q.set(key, f[key]);
+  if (f.limit !== 50) q.set("limit", f.limit);
+  const s = q.toString();
+  return s ? `#/runs?${s}` : "#/runs";
+}
+
+/** A local calendar day as an RFC 3339 instant: its start, or (for `to`, which is inclusive here) the next day's. */
+function dayBound(day, next) {
+  const [y, m, d] = day.split("-").map(Number);
+  if (!y || !m || !d) return null;
+  return new Date(y, m - 1, d + (next ? 1 : 0)).toISOString();
+}
+
+// The cursors of the pages before the current one, so that "Newer" can go back; kept across re-mounts.
+const history = [];
+
+export function mount(root, [queryText], ctx) {
+  const filter = parseQuery(queryText);
+  const debounce = debouncer(250);
+  const rows = new Map(); // id → tr
+  let closed = false;
+  let next = null;
+
+  const workerSelect = h("select", { id: "filter-worker", name: "worker" }, h("option", { value: "" }, "all workers"));
+  if (filter.worker) workerSelect.append(h("option", { value: filter.worker, selected: true }, filter.worker));
+  const stateSelect = h("select", { id: "filter-state", name: "state" }, h("option", { value: "" }, "all states"),
+    STATES.map((s) => h("option", { value: s, selected: s === filter.state }, s)));
+  const fromInput = h("input", { id: "filter-from", name: "from", type: "date", value: filter.from });
+  const toInput = h("input", { id: "filter-to", name: "to", type: "date", value: filter.to });
+  const limitSelect = h("select", { id: "filter-limit", name: "limit" }, PAGE_SIZES.map((n) => h("option", { value: n, selected: n === filter.limit }, n)));
+  const form = h("form", { class: "filters", "aria-label": "Filter the runs", onsubmit: (e) => {
+    e.preventDefault();
+    history.length = 0;
+    ctx.navigate(toHash({ worker: workerSelect.value, state: stateSelect.value, from: fromInput.value, to: toInput.value, limit: Number(limitSelect.value), after: "" }));
+  } },
+  h("div", { class: "field" }, h("label", { for: "filter-worker" }, "Worker"), workerSelect),
+  h("div", { class: "field" }, h("label", { for: "filter-state" }, "State"), stateSelect),
+  h("div", { class: "field" }, h("label", { for: "filter-from" }, "From (day)"), fromInput),
+  h("div", { class: "field" }, h("label", { for: "filter-to" }, "To (day, included)"), toInput),
+  h("div", { class: "field" }, h("label", { for: "filter-limit" }, "Per page"), limitSelect),
+  h("div", { class: "field buttons" }, h("button", { type: "submit", class: "primary" }, "Apply"),
+    h("a", { href: "#/runs", class: "button", onclick: () => { history.length = 0; } }, "Reset")));
+
+  const tbody = h("tbody");
+  const table = h("table", { class: "ledger", id: "ledger", "aria-busy": "true" },
+    h("caption", { class: "visually-hidden" }, "Runs, newest first"),
+    h("thead", null, h("tr", null, ["Requested", "Worker", "State", "By", "Duration", "Outcome", "Run"].map((c) => h("th", { scope: "col" }, c)))),
+    tbody);
+  const notice = h("div", { class: "notice", role: "status" });
+  const newer = h("button", { type: "button", onclick: () => ctx.navigate(toHash({ ...filter, after: history.pop() ?? "" })) }, "← Newer");
+  const newest = h("button", { type: "button", onclick: () => { history.length = 0; ctx.navigate(toHash({ ...filter, after: "" })); } }, "Newest");
+  const older = h("button", { type: "button", onclick: () => { history.push(filter.after); ctx.navigate(toHash({ ...filter, after: next })); } }, "Older →");
+  const pager = h("nav", { class: "pager", "aria-label": "Pages of runs" }, newest, newer, older);
+  replace(root, h("div", { class: "view-head" }, h("h1", null, "Runs")), form, notice, h("div", { class: "table-wrap" }, table), pager);
+
+  api("/api/workers").then((data) => {
+    if (closed) return;
+    for (const w of data?.workers ?? []) if (w.name !== filter.worker) workerSelect.append(h("option", { value: w.name }, w.name));
+  }).catch((e) => { if (!(e instanceof ApiError)) throw e; });
+
+  function query(after) {
+    const q = new URLSearchParams();
+    if (filter.worker) q.set("worker", filter.worker);
+    if (filter.state) q.set("state", filter.state);
+    const from = filter.from && dayBound(filter.from, false);
+    const to = filter.to && dayBound(filter.to, true);
+    if (from) q.set("from", from);
+    if (to) q.set("to", to);
+    q.set("limit", filter.limit);
+    if (after) q.set("after", after);
+    return `/api/runs?${q}`;
+  }
+
+  function matches(run) {
+    if (filter.worker && run.worker !== filter.worker) return false;
+    if (filter.state && run.state !== filter.state) return false;
+    const t = Date.parse(run.requested_at);
+    const from = filter.from && dayBound(filter.from, false);
+    const to = filter.to && dayBound(filter.to, true);
+    if (from && t < Date.parse(from)) return false;
+    if (to && t >= Date.parse(to)) return false;
+    return true;
+  }
+
+  function row(r) {
+    return h("tr", { dataset: { run: r.id, state: r.state, worker: r.worker } },
+      h("td", null, timeEl(r.requested_at)),
+      h("td", null, h("a", { href: `#/runs?worker=${encodeURIComponent(r.worker)}` }, r.worker)),
+      h("td", { class: "state-cell" }, stateBadge(r.state), r.cancel_requested_at && !["cancelled"].includes(r.state) ? h("small", { class: "muted" }, " cancel requested") : null),
+      h("td", null, r.requested_by),
+      h("td", { class: "num" }, r.duration_ms != null ? duration(r.duration_ms) : r.state === "running" ? "running" : "—"),
+      h("td", { class: "outcome" }, r.error ? h("span", { class: "error-text" }, r.error.length > 120 ? `${r.error.slice(0, 120)}…` : r.error) : resultSummary(r.result)),
+      h("td", null, h("a", { href: `#/runs/${r.id}`, "aria-label": `Run ${r.id}` }, shortId(r.id))));
+  }
+
+  async function load() {
+    table.setAttribute("aria-busy", "true");
+    try {
+      const page = await api(query(filter.after));
+      if (closed) return;
+      rows.clear();
+      const trs = (page?.runs ?? []).map((r) => {
+        const tr = row(r);
+        rows.set(r.id, tr);
+        return tr;
+      });
+      replace(tbody, trs.length ? trs : h("tr", { class: "empty" }, h("td", { colspan: 7 }, "No runs match.")));
+      next = page?.next ?? null;
+      older.disabled = !next;
+      newer.disabled = !filter.after;
+      newest.disabled = !filter.after;
+      replace(notice);
+    } catch (e) {
+      if (!(e instanceof ApiError)) throw e;
+      replace(notice, h("p", { class: "error" }, e.message));
+    } finally {
+      table.setAttribute("aria-busy", "false");
+    }
+  }
+
+  async function loadRun(id) {
+    try {
+      const r = await api(`/api/runs/${id}`);
+      if (closed) return;
+      const old = rows.get(id);
+      if (old) {
+        const tr = row(r);
+        old.replaceWith(tr);
+        rows.set(id, tr);
+      } else if (!filter.after && matches(r)) {
+        const tr = row(r);
+        tbody.querySelector("tr.empty")?.remove();
+        tbody.prepend(tr);
+        rows.set(id, tr);
+      }
+    } catch (e) {
+      if (!(e instanceof ApiError)) throw e;
+    }
+  }
+
+  load();
+
+  return {
+    onEvent(ev) {
+      if (ev?.kind === "run" && ev.run) debounce(ev.run, () => loadRun(ev.run));
+    },
+    refresh: load,
+    unmount() {
+      closed = true;
+      debounce.cancel();
+    },
+  };
+}

@@ -1,0 +1,174 @@
+//! The one error type of the API. Every error answers with a JSON body `{"code": "...", "message": "..."}` (plus
+//! fields that help a program act on it); the message is a sentence a person can read. Server-side failures
+//! answer with an opaque message and a reference, and are logged in full under that reference.
+
+use axum::{
+    Json,
+    http::{HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use scrinalia_shared::{DbError, auth::Role};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+/// The body of every error response.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// A stable, machine-readable code such as `run_in_flight`.
+    pub code: String,
+    /// A sentence a person can read.
+    pub message: String,
+    /// Extra fields that depend on the code (for `run_in_flight`: `run_id`, `state`, `daemon_id`).
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub details: Map<String, Value>,
+}
+
+/// An error answered to a client.
+#[derive(Debug)]
+pub enum ApiError {
+    /// A client error: a 4xx status, a code, a sentence and optional extra fields.
+    Client { status: StatusCode, code: &'static str, message: String, details: Map<String, Value> },
+    /// No or an unknown bearer token.
+    Unauthorized(String),
+    /// The database cannot be reached; a 503 that the client may retry.
+    Unavailable(String),
+    /// Anything else: logged in full, answered with an opaque 500.
+    Internal(anyhow::Error),
+}
+
+/// The result type of handlers.
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    /// A client error without extra fields.
+    pub fn client(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self::Client { status, code, message: message.into(), details: Map::new() }
+    }
+
+    /// Adds an extra field to a client error (ignored for other kinds).
+    pub fn with(mut self, key: &str, value: impl Serialize) -> Self {
+        if let Self::Client { details, .. } = &mut self {
+            details.insert(key.to_owned(), serde_json::to_value(value).unwrap_or(Value::Null));
+        }
+        self
+    }
+
+    /// 400 with `code`.
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::client(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    /// 404 with `code`.
+    pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
+        Self::client(StatusCode::NOT_FOUND, code, message)
+    }
+
+    /// 409 with `code`.
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        Self::client(StatusCode::CONFLICT, code, message)
+    }
+
+    /// 403: the caller's role is below `needed`.
+    pub fn forbidden(needed: Role, name: &str, has: Role) -> Self {
+        Self::client(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("This needs the {needed} role; {name} has the {has} role."),
+        )
+        .with("required_role", needed)
+    }
+
+    /// 404 for a worker that is not in the catalogue. The name is quoted (and shortened), never interpreted.
+    pub fn unknown_worker(name: &str) -> Self {
+        Self::not_found(
+            "unknown_worker",
+            format!("There is no worker {}; GET /api/workers lists the workers.", quote(name)),
+        )
+    }
+
+    /// 404 for a run id that is well formed but unknown.
+    pub fn unknown_run(id: Uuid) -> Self {
+        Self::not_found("unknown_run", format!("There is no run {id}."))
+    }
+
+    /// 400 for a path segment that should be a UUID.
+    pub fn invalid_id(what: &str, given: &str) -> Self {
+        Self::bad_request("invalid_id", format!("{} is not a valid {what} id; ids are UUIDs.", quote(given)))
+    }
+
+    /// 404 for a route that does not exist.
+    pub fn no_route(path: &str) -> Self {
+        Self::not_found(
+            "not_found",
+            format!("There is nothing at {}; GET /api/openapi.json lists the endpoints.", quote(path)),
+        )
+    }
+
+    fn status(&self) -> StatusCode {
+        match self {
+            Self::Client { status, .. } => *status,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl From<DbError> for ApiError {
+    fn from(e: DbError) -> Self {
+        if e.is_unavailable() {
+            tracing::warn!(error = %e, "database unavailable");
+            return Self::Unavailable("The database cannot be reached right now; try again shortly.".to_owned());
+        }
+        Self::Internal(e.into())
+    }
+}
+
+impl From<anyhow::Error> for ApiError {
+    fn from(e: anyhow::Error) -> Self {
+        Self::Internal(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let (code, message, details) = match self {
+            Self::Client { code, message, details, .. } => (code, message, details),
+            Self::Unauthorized(message) => ("unauthorized", message, Map::new()),
+            Self::Unavailable(message) => ("unavailable", message, Map::new()),
+            Self::Internal(e) => {
+                let reference = Uuid::new_v4();
+                tracing::error!(error.reference = %reference, error.message = %e, error.cause_chain = ?e, "request failed");
+                let message =
+                    format!("Something went wrong on the server; it has been logged under reference {reference}.");
+                ("internal", message, Map::new())
+            }
+        };
+        let mut response = (status, Json(ErrorBody { code: code.to_owned(), message, details })).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// Quotes user input for a message: Rust's debug quoting escapes control characters, and long input is cut.
+pub fn quote(s: &str) -> String {
+    const MAX: usize = 64;
+    if s.chars().count() <= MAX {
+        return format!("{s:?}");
+    }
+    let cut: String = s.chars().take(MAX).collect();
+    format!("{cut:?}…")
+}
+
+/// Turns a message from a parser into the end of a sentence.
+pub fn sentence(s: impl std::fmt::Display) -> String {
+    let s = s.to_string();
+    let s = s.trim_end();
+    if s.ends_with('.') { s.to_owned() } else { format!("{s}.") }
+}

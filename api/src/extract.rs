@@ -1,0 +1,142 @@
+//! Extractors whose rejections are [`ApiError`]s: a JSON body (an empty body means "all defaults"), a query
+//! string, and the W3C trace context of a request.
+
+use axum::{
+    body::Bytes,
+    extract::{FromRequest, FromRequestParts, Query, Request},
+    http::{StatusCode, header, request::Parts},
+};
+use serde::de::DeserializeOwned;
+
+use crate::{
+    error::{ApiError, sentence},
+    state::AppState,
+};
+
+/// A JSON body. An empty body deserialises as `T::default()`, so `POST …/runs` needs no body at all.
+#[derive(Debug)]
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned + Default> FromRequest<AppState> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::client(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body_too_large",
+                    format!(
+                        "The request body is larger than the limit of {} bytes.",
+                        state.settings().api.body_limit_bytes
+                    ),
+                )
+            } else {
+                ApiError::bad_request("unreadable_body", "The request body could not be read.")
+            }
+        })?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self(T::default()));
+        }
+        if let Some(ct) = content_type.filter(|ct| !is_json(ct)) {
+            return Err(ApiError::client(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                format!("The request body must be JSON (Content-Type: application/json), not {ct:?}."),
+            ));
+        }
+        serde_json::from_slice(&bytes).map(Self).map_err(|e| match e.classify() {
+            serde_json::error::Category::Data => ApiError::client(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_body",
+                format!("The request body does not have the expected fields: {}", sentence(&e)),
+            ),
+            _ => {
+                ApiError::bad_request("malformed_json", format!("The request body is not valid JSON: {}", sentence(&e)))
+            }
+        })
+    }
+}
+
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    essence == "application/json" || essence.ends_with("+json")
+}
+
+/// A query string. Handlers keep their query fields as text and parse them, so that each bad value gets its own
+/// sentence; this only rejects a query string that cannot be decoded at all.
+#[derive(Debug)]
+pub struct QueryArgs<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for QueryArgs<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::from_request_parts(parts, state).await.map(|Query(q)| Self(q)).map_err(|e| {
+            ApiError::bad_request(
+                "invalid_query",
+                format!("The query string cannot be read: {}", sentence(e.body_text())),
+            )
+        })
+    }
+}
+
+/// The W3C trace context of a request: the caller's `traceparent` when it is valid, otherwise a new trace.
+#[derive(Debug, Clone)]
+pub struct TraceParent(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for TraceParent {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let given = parts.headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::trim);
+        Ok(Self(match given.filter(|v| is_valid_traceparent(v)) {
+            Some(v) => v.to_ascii_lowercase(),
+            None => new_traceparent(),
+        }))
+    }
+}
+
+/// Whether `v` is a valid W3C `traceparent` (`00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`).
+pub fn is_valid_traceparent(v: &str) -> bool {
+    let parts: Vec<&str> = v.split('-').collect();
+    let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let nonzero = |s: &str| s.bytes().any(|b| b != b'0');
+    match parts.as_slice() {
+        [version, trace, parent, flags, rest @ ..] => {
+            hex(version, 2)
+                && !version.eq_ignore_ascii_case("ff")
+                && (rest.is_empty() || *version != "00")
+                && hex(trace, 32)
+                && nonzero(trace)
+                && hex(parent, 16)
+                && nonzero(parent)
+                && hex(flags, 2)
+        }
+        _ => false,
+    }
+}
+
+/// A fresh, sampled trace context.
+pub fn new_traceparent() -> String {
+    let trace = uuid::Uuid::new_v4().simple().to_string();
+    let span = uuid::Uuid::new_v4().simple().to_string();
+    format!("00-{trace}-{}-01", &span[..16])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traceparents_are_checked_as_the_w3c_spec_says() {
+        assert!(is_valid_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
+        assert!(!is_valid_traceparent("00-00000000000000000000000000000000-00f067aa0ba902b7-01"));
+        assert!(!is_valid_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"));
+        assert!(!is_valid_traceparent("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
+        assert!(!is_valid_traceparent("00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01"));
+        assert!(!is_valid_traceparent("garbage"));
+        assert!(is_valid_traceparent(&new_traceparent()));
+    }
+}

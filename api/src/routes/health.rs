@@ -1,0 +1,228 @@
+//! Health of everything a run depends on: the database, each Ollama model server (reachable, and every preset's
+//! model present), the run-log store (a probe key written, read and deleted) and the daemons (alive by
+//! heartbeat). The checks run at once, each bounded in time; the answer is always 200 with the status in the
+//! body, so that a panel can show what is down even when most things are.
+
+use std::{
+    future::Future,
+    time::{Duration, Instant},
+};
+
+use axum::{Json, Router, extract::State, routing::get};
+use object_store::PutPayload;
+use scrinalia_shared::{Engine, db::DaemonState};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use utoipa::ToSchema;
+
+use crate::{auth::Viewer, routes::daemons::daemon_views, state::AppState};
+
+/// The longest any one check may take.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// The routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/api/health", get(health))
+}
+
+/// How healthy something is; the overall status is the worst of the checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Works.
+    Ok,
+    /// Works in part.
+    Degraded,
+    /// Does not work.
+    Down,
+}
+
+/// One check.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Check {
+    /// What was checked, e.g. `database` or `model_server:local`.
+    pub name: String,
+    /// Its status.
+    pub status: Status,
+    /// How long the check took.
+    pub latency_ms: f64,
+    /// What is wrong, as a sentence; absent when ok.
+    pub error: Option<String>,
+    /// Facts found by the check (models present, daemons alive, ...).
+    #[schema(value_type = Object)]
+    pub details: Value,
+}
+
+/// The health of the system.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HealthView {
+    /// The worst status of the checks.
+    pub status: Status,
+    /// Every check.
+    pub checks: Vec<Check>,
+    /// The API's version.
+    pub version: String,
+}
+
+#[utoipa::path(get, path = "/api/health", tag = "health",
+    responses((status = 200, body = HealthView, description = "Always 200; the status is in the body")),
+    security(("bearer" = [])))]
+pub(crate) async fn health(_: Viewer, State(state): State<AppState>) -> Json<HealthView> {
+    Json(check_all(&state).await)
+}
+
+/// Runs every check at once.
+pub async fn check_all(state: &AppState) -> HealthView {
+    let mut checks: Vec<std::pin::Pin<Box<dyn Future<Output = Check> + Send + '_>>> = vec![
+        Box::pin(timed("database".to_owned(), database(state))),
+        Box::pin(timed("object_store".to_owned(), object_store(state))),
+        Box::pin(timed("daemons".to_owned(), daemons(state))),
+    ];
+    for (name, engine) in state.catalogue().engines.iter().filter(|(_, e)| e.kind == "ollama") {
+        checks.push(Box::pin(timed(format!("model_server:{name}"), model_server(state, name, engine))));
+    }
+    let checks = futures::future::join_all(checks).await;
+    let status = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);
+    HealthView { status, checks, version: scrinalia_shared::VERSION.to_owned() }
+}
+
+type Outcome = (Status, Option<String>, Value);
+
+async fn timed(name: String, check: impl Future<Output = Outcome>) -> Check {
+    let start = Instant::now();
+    let (status, error, details) = match tokio::time::timeout(CHECK_TIMEOUT, check).await {
+        Ok(outcome) => outcome,
+        Err(_) => (
+            Status::Down,
+            Some(format!("The check did not finish within {} seconds.", CHECK_TIMEOUT.as_secs())),
+            Value::Null,
+        ),
+    };
+    if let Some(e) = &error {
+        tracing::debug!(check = %name, status = ?status, error = %e, "health check failed");
+    }
+    let latency_ms = (start.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
+    Check { name, status, latency_ms, error, details }
+}
+
+async fn database(state: &AppState) -> Outcome {
+    match state.db().ping().await {
+        Ok(()) => (Status::Ok, None, Value::Null),
+        Err(e) => (Status::Down, Some(format!("The database cannot be reached: {e}.")), Value::Null),
+    }
+}
+
+async fn object_store(state: &AppState) -> Outcome {
+    let store = match state.logs() {
+        Ok(store) => store,
+        Err(e) => return (Status::Down, Some(format!("The run-log store cannot be opened: {e}.")), Value::Null),
+    };
+    let key = store.probe_key();
+    let payload = b"scrinalia health probe".to_vec();
+    let probe = async {
+        store
+            .store()
+            .put(&key, PutPayload::from(payload.clone()))
+            .await
+            .map_err(|e| format!("cannot be written: {e}"))?;
+        let read = store.store().get(&key).await.map_err(|e| format!("cannot be read: {e}"))?;
+        let bytes = read.bytes().await.map_err(|e| format!("cannot be read: {e}"))?;
+        if bytes.as_ref() != payload.as_slice() {
+            return Err("returned something else than what was written".to_owned());
+        }
+        store.store().delete(&key).await.map_err(|e| format!("cannot delete what it wrote: {e}"))
+    };
+    match probe.await {
+        Ok(()) => (Status::Ok, None, Value::Null),
+        Err(e) => (Status::Down, Some(format!("The run-log store {e}.")), Value::Null),
+    }
+}
+
+async fn daemons(state: &AppState) -> Outcome {
+    let views = match daemon_views(state).await {
+        Ok(views) => views,
+        Err(_) => return (Status::Down, Some("The daemon registry cannot be read.".to_owned()), Value::Null),
+    };
+    let alive = views.iter().filter(|d| d.state != DaemonState::Gone).count();
+    let active = views.iter().filter(|d| d.state == DaemonState::Active).count();
+    let details = json!({ "alive": alive, "active": active, "draining": alive - active });
+    if alive == 0 {
+        let e = "No daemon is alive: requested runs wait in the queue until one starts.";
+        (Status::Down, Some(e.to_owned()), details)
+    } else if active == 0 {
+        (Status::Degraded, Some("Every live daemon is draining: no new run will start.".to_owned()), details)
+    } else {
+        (Status::Ok, None, details)
+    }
+}
+
+/// Ollama's answer to `GET /api/tags`.
+#[derive(Debug, Deserialize)]
+struct Tags {
+    models: Vec<TagModel>,
+}
+
+#[derive(Debug, Deserialize)]
+struct TagModel {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    model: String,
+}
+
+/// Ollama names a model without a tag `<name>:latest`.
+fn canonical(model: &str) -> String {
+    if model.contains(':') { model.to_owned() } else { format!("{model}:latest") }
+}
+
+async fn model_server(state: &AppState, name: &str, engine: &Engine) -> Outcome {
+    let Some(base) = engine.url.as_deref().map(|u| u.trim_end_matches('/')) else {
+        return (Status::Down, Some(format!("Engine {name} has no url to check.")), Value::Null);
+    };
+    let server = format!("The model server of engine {name} at {base}");
+    let response = match state.http().get(format!("{base}/api/tags")).send().await {
+        Ok(response) => response,
+        Err(e) if e.is_timeout() => {
+            return (Status::Down, Some(format!("{server} did not answer in time.")), Value::Null);
+        }
+        Err(e) => return (Status::Down, Some(format!("{server} cannot be reached: {}.", root_cause(&e))), Value::Null),
+    };
+    if !response.status().is_success() {
+        let e = format!("{server} answered {} to GET /api/tags.", response.status());
+        return (Status::Down, Some(e), Value::Null);
+    }
+    let tags: Tags = match response.json().await {
+        Ok(tags) => tags,
+        Err(e) => {
+            let e = format!("{server} did not answer with Ollama's model list: {}.", root_cause(&e));
+            return (Status::Down, Some(e), Value::Null);
+        }
+    };
+    let present: Vec<String> = tags.models.iter().flat_map(|m| [canonical(&m.name), canonical(&m.model)]).collect();
+    let missing: Vec<(&String, &String)> =
+        engine.presets.iter().filter(|(_, model)| !present.contains(&canonical(model))).collect();
+    let details = json!({
+        "models": tags.models.iter().map(|m| if m.name.is_empty() { &m.model } else { &m.name }).collect::<Vec<_>>(),
+        "missing": missing.iter().map(|(_, m)| m).collect::<Vec<_>>(),
+    });
+    if missing.is_empty() {
+        return (Status::Ok, None, details);
+    }
+    let list: Vec<String> = missing.iter().map(|(preset, model)| format!("{model} (preset {preset})")).collect();
+    let e = format!(
+        "{server} does not have {}: {}; pull {} with `ollama pull`.",
+        if missing.len() == 1 { "this model" } else { "these models" },
+        list.join(", "),
+        if missing.len() == 1 { "it" } else { "them" },
+    );
+    (Status::Degraded, Some(e), details)
+}
+
+/// The innermost cause of an error, which is the readable part of a network error ("Connection refused").
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = e;
+    while let Some(source) = cause.source() {
+        cause = source;
+    }
+    cause.to_string()
+}

@@ -1,0 +1,62 @@
+//! Liveness (`/healthz`), readiness (`/readyz`: the database answers), the OpenAPI document, and the JSON
+//! answers for unknown routes.
+
+use std::time::Duration;
+
+use axum::{
+    Json, Router,
+    extract::State,
+    http::{StatusCode, Uri},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use serde::Serialize;
+use utoipa::{OpenApi, ToSchema};
+
+use crate::{
+    error::{ApiError, ErrorBody},
+    openapi::ApiDoc,
+    state::AppState,
+};
+
+/// How long readiness waits for the database.
+const READY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).route("/api/openapi.json", get(openapi))
+}
+
+/// A short status answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StatusBody {
+    /// `alive` or `ready`.
+    pub status: &'static str,
+}
+
+#[utoipa::path(get, path = "/healthz", tag = "meta", responses((status = 200, body = StatusBody, description = "The process is alive")))]
+pub(crate) async fn healthz() -> Json<StatusBody> {
+    Json(StatusBody { status: "alive" })
+}
+
+#[utoipa::path(get, path = "/readyz", tag = "meta",
+    responses((status = 200, body = StatusBody, description = "The database answers"),
+        (status = 503, body = ErrorBody, description = "The database does not answer")))]
+pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
+    let failure = match tokio::time::timeout(READY_TIMEOUT, state.db().ping()).await {
+        Ok(Ok(())) => return Json(StatusBody { status: "ready" }).into_response(),
+        Ok(Err(e)) => format!("The database does not answer: {e}."),
+        Err(_) => format!("The database did not answer within {} seconds.", READY_TIMEOUT.as_secs()),
+    };
+    ApiError::client(StatusCode::SERVICE_UNAVAILABLE, "not_ready", failure).into_response()
+}
+
+#[utoipa::path(get, path = "/api/openapi.json", tag = "meta", responses((status = 200, description = "This document (OpenAPI 3.1)")))]
+pub(crate) async fn openapi() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}
+
+/// The answer for a route that does not exist.
+pub(crate) async fn not_found(uri: Uri) -> ApiError {
+    ApiError::no_route(uri.path())
+}

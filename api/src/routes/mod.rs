@@ -1,0 +1,10 @@
+//! The endpoints, one module per resource; each module exposes `router()`.
+
+pub mod daemons;
+pub mod events;
+pub mod health;
+pub mod logs;
+pub mod meta;
+pub mod overrides;
+pub mod runs;
+pub mod workers;

@@ -1,0 +1,246 @@
+//! Runs: trigger one (resolve the configuration, insert the request; the database allows one in flight per
+//! worker), page through the ledger, read one with its progress history, and cancel one.
+
+use axum::{
+    Json, Router,
+    extract::{Path, State},
+    http::{StatusCode, header},
+    response::IntoResponse,
+    routing::{get, post},
+};
+use chrono::{DateTime, Utc};
+use scrinalia_shared::{
+    DbError, ExplicitArgs,
+    db::{CancelOutcome, Cursor, NewRun, ProgressEntry, Run, RunFilter, RunPage, RunState},
+    resolve,
+};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use crate::{
+    auth::{Operator, Viewer},
+    error::{ApiError, ApiResult, ErrorBody, quote, sentence},
+    extract::{JsonBody, QueryArgs, TraceParent},
+    routes::workers::find_worker,
+    state::AppState,
+};
+
+/// The routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/workers/{name}/runs", post(trigger_run))
+        .route("/api/runs", get(list_runs))
+        .route("/api/runs/{id}", get(get_run))
+        .route("/api/runs/{id}/cancel", post(cancel_run))
+}
+
+/// Parses a run id from a path, or answers 400.
+pub fn parse_run_id(id: &str) -> ApiResult<Uuid> {
+    Uuid::parse_str(id).map_err(|_| ApiError::invalid_id("run", id))
+}
+
+#[utoipa::path(post, path = "/api/workers/{name}/runs", tag = "runs",
+    params(("name" = String, Path, description = "The worker's name"),
+        ("traceparent" = Option<String>, Header, description = "W3C trace context to continue")),
+    request_body(content = Option<ExplicitArgs>, description = "Arguments for this run; every field is optional"),
+    responses(
+        (status = 201, body = Run, description = "The run request, queued", headers(("Location" = String))),
+        (status = 400, body = ErrorBody, description = "Unknown option, wrong type, unknown engine or preset"),
+        (status = 404, body = ErrorBody, description = "Unknown worker"),
+        (status = 409, body = ErrorBody, description = "`run_in_flight`: the worker already has a run queued or running"),
+        (status = 422, body = ErrorBody, description = "The body does not have the expected fields")),
+    security(("bearer" = [])))]
+pub(crate) async fn trigger_run(
+    Operator(caller): Operator,
+    State(state): State<AppState>,
+    TraceParent(trace_context): TraceParent,
+    Path(name): Path<String>,
+    JsonBody(arguments): JsonBody<ExplicitArgs>,
+) -> ApiResult<impl IntoResponse> {
+    let spec = find_worker(&state, &name)?;
+    let catalogue = state.catalogue();
+    let stored = state.db().get_override(&name).await?;
+    let config = resolve(catalogue, spec, &arguments, stored.as_ref().map(|o| &o.values)).map_err(|e| {
+        if stored.is_some() && resolve(catalogue, spec, &arguments, None).is_ok() {
+            ApiError::conflict(
+                "invalid_override",
+                format!("The stored override of worker {name:?} no longer fits the catalogue: {e} Change or clear it."),
+            )
+        } else {
+            ApiError::bad_request("invalid_arguments", e.to_string())
+        }
+    })?;
+    let new = NewRun {
+        id: Uuid::now_v7(),
+        worker: name.clone(),
+        requested_by: caller.name.clone(),
+        arguments,
+        config,
+        trace_context: Some(trace_context),
+    };
+    let run = state.db().insert_run(&new).await.map_err(|e| match e {
+        DbError::Conflict { worker, run_id, state, daemon_id } => {
+            let where_ = match daemon_id {
+                Some(d) if state == RunState::Running => format!("running on daemon {d}"),
+                _ => state.to_string(),
+            };
+            ApiError::conflict(
+                "run_in_flight",
+                format!(
+                    "Worker {worker} already has a run in flight (run {run_id}, {where_}); \
+                     wait for it to finish or cancel it."
+                ),
+            )
+            .with("run_id", run_id)
+            .with("state", state)
+            .with("daemon_id", daemon_id)
+        }
+        other => other.into(),
+    })?;
+    tracing::info!(run.id = %run.id, worker = %run.worker, actor = %caller.name, "run requested");
+    Ok((StatusCode::CREATED, [(header::LOCATION, format!("/api/runs/{}", run.id))], Json(run)))
+}
+
+/// Filters of the ledger, as text so that each bad value gets its own sentence.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RunsQuery {
+    /// Only this worker.
+    worker: Option<String>,
+    /// Only this state (queued, running, succeeded, failed, cancelled, interrupted).
+    state: Option<String>,
+    /// Requested at or after this time (RFC 3339).
+    from: Option<String>,
+    /// Requested before this time (RFC 3339).
+    to: Option<String>,
+    /// Page size, 1 to 500 (default 50).
+    limit: Option<String>,
+    /// The `next` of the previous page.
+    after: Option<String>,
+}
+
+impl RunsQuery {
+    fn filter(self) -> ApiResult<RunFilter> {
+        let bad = |message: String| ApiError::bad_request("invalid_query", message);
+        let time = |key: &str, v: Option<String>| -> ApiResult<Option<DateTime<Utc>>> {
+            v.map(|v| {
+                DateTime::parse_from_rfc3339(&v).map(|t| t.with_timezone(&Utc)).map_err(|_| {
+                    bad(format!("`{key}` must be an RFC 3339 time such as 2026-01-31T12:00:00Z, not {}.", quote(&v)))
+                })
+            })
+            .transpose()
+        };
+        let worker = self.worker.filter(|w| !w.is_empty());
+        if let Some(w) = worker.as_deref().filter(|w| !scrinalia_shared::catalogue::is_identifier(w)) {
+            return Err(bad(format!("`worker` must be a worker name, not {}.", quote(w))));
+        }
+        let state = self.state.filter(|s| !s.is_empty()).map(|s| s.parse::<RunState>()).transpose();
+        let limit = match self.limit {
+            None => 50,
+            Some(l) => l
+                .parse::<u32>()
+                .ok()
+                .filter(|l| (1..=500).contains(l))
+                .ok_or_else(|| bad(format!("`limit` must be a whole number from 1 to 500, not {}.", quote(&l))))?,
+        };
+        let after = self
+            .after
+            .filter(|a| !a.is_empty())
+            .map(|a| {
+                Cursor::decode(&a)
+                    .ok_or_else(|| bad(format!("`after` must be the `next` of a previous page, not {}.", quote(&a))))
+            })
+            .transpose()?;
+        Ok(RunFilter {
+            worker,
+            state: state.map_err(|e| bad(format!("`state`: {}", sentence(e))))?,
+            from: time("from", self.from)?,
+            to: time("to", self.to)?,
+            after,
+            limit,
+        })
+    }
+}
+
+#[utoipa::path(get, path = "/api/runs", tag = "runs", params(RunsQuery),
+    responses((status = 200, body = RunPage), (status = 400, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(crate) async fn list_runs(
+    _: Viewer,
+    State(state): State<AppState>,
+    QueryArgs(query): QueryArgs<RunsQuery>,
+) -> ApiResult<Json<RunPage>> {
+    let filter = query.filter()?;
+    Ok(Json(state.db().list_runs(&filter).await?))
+}
+
+/// A run with its progress history.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunDetail {
+    /// The run.
+    #[serde(flatten)]
+    pub run: Run,
+    /// Every progress report, oldest first.
+    pub progress_history: Vec<ProgressEntry>,
+}
+
+#[utoipa::path(get, path = "/api/runs/{id}", tag = "runs", params(("id" = String, Path, description = "The run's id")),
+    responses((status = 200, body = RunDetail), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(crate) async fn get_run(
+    _: Viewer,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<RunDetail>> {
+    let id = parse_run_id(&id)?;
+    let (run, progress_history) = tokio::try_join!(state.db().get_run(id), state.db().run_progress(id))?;
+    let run = run.ok_or_else(|| ApiError::unknown_run(id))?;
+    Ok(Json(RunDetail { run, progress_history }))
+}
+
+/// What a cancellation did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CancelView {
+    /// `cancelled`: the run was queued and is cancelled; `requested`: it is running and its daemon will stop it.
+    pub outcome: CancelKind,
+    /// The run after the request.
+    pub run: Run,
+}
+
+/// The two outcomes of an accepted cancellation.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CancelKind {
+    /// Cancelled at once.
+    Cancelled,
+    /// Requested from the daemon running it.
+    Requested,
+}
+
+#[utoipa::path(post, path = "/api/runs/{id}/cancel", tag = "runs", params(("id" = String, Path, description = "The run's id")),
+    responses((status = 202, body = CancelView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "`run_finished`: the run already ended")),
+    security(("bearer" = [])))]
+pub(crate) async fn cancel_run(
+    Operator(caller): Operator,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<impl IntoResponse> {
+    let id = parse_run_id(&id)?;
+    let (outcome, run) = match state.db().request_cancel(id, &caller.name).await? {
+        None => return Err(ApiError::unknown_run(id)),
+        Some(CancelOutcome::AlreadyFinished(run)) => {
+            return Err(ApiError::conflict(
+                "run_finished",
+                format!("Run {id} already ended ({}); there is nothing to cancel.", run.state),
+            )
+            .with("run_id", id)
+            .with("state", run.state));
+        }
+        Some(CancelOutcome::Cancelled(run)) => (CancelKind::Cancelled, run),
+        Some(CancelOutcome::Requested(run)) => (CancelKind::Requested, run),
+    };
+    tracing::info!(run.id = %id, worker = %run.worker, actor = %caller.name, outcome = ?outcome, "run cancellation");
+    Ok((StatusCode::ACCEPTED, Json(CancelView { outcome, run })))
+}
