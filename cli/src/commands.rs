@@ -1,0 +1,188 @@
+//! One function per subcommand: call the API, then print a table (or the API's JSON with `--json`).
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use scrinalia_shared::{ExplicitArgs, db::Run};
+use uuid::Uuid;
+
+use crate::{
+    args::{Cli, Command, RunCommand, RunsArgs, TokenCommand, TriggerArgs},
+    client::Client,
+    exit::{Exit, Verdict},
+    follow,
+    output::{Out, note},
+    token, view,
+    wire::{CancelView, DaemonView, DaemonsView, HealthView, RunDetail, RunPage, WorkersView},
+};
+
+/// Runs the command of `cli`.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    let out = Out::new(cli.json);
+    if let Command::Token { command: TokenCommand::Hash { new } } = cli.command {
+        return token::hash(out, new);
+    }
+    let token = std::env::var("SCRINALIA_TOKEN").ok();
+    let client = Client::new(&cli.api, token.as_deref())
+        .map_err(|e| Verdict { exit: Exit::Usage, message: format!("{e:#}") })?;
+    match cli.command {
+        Command::Workers => workers(&client, out).await,
+        Command::Runs(args) if args.follow => follow::runs(&client, out, &runs_query(&args)).await,
+        Command::Runs(args) => runs(&client, out, &args).await,
+        Command::Run { command: RunCommand::Show { id } } => show(&client, out, id).await,
+        Command::Trigger(args) => trigger(&client, out, args).await,
+        Command::Cancel { id } => cancel(&client, out, id).await,
+        Command::Logs { id, follow: true } => follow::run_to_end(&client, out, id).await,
+        Command::Logs { id, follow: false } => logs(&client, out, id).await,
+        Command::Daemons => daemons(&client, out).await,
+        Command::Drain { id } => drain(&client, out, id).await,
+        Command::Health => health(&client, out).await,
+        Command::Token { .. } => Ok(()),
+    }
+}
+
+async fn workers(client: &Client, out: Out) -> anyhow::Result<()> {
+    let body = client.get(&["workers"], &[]).await.context("listing the workers")?;
+    if out.json {
+        return out.body(&body);
+    }
+    let view: WorkersView = body.parse()?;
+    out.text(&view::workers_table(&view).render(out.colour))
+}
+
+/// The query string of `scrinalia runs`.
+pub fn runs_query(args: &RunsArgs) -> Vec<(&'static str, String)> {
+    let mut query = Vec::new();
+    if let Some(w) = &args.worker {
+        query.push(("worker", w.clone()));
+    }
+    if let Some(s) = args.state {
+        query.push(("state", s.as_str().to_owned()));
+    }
+    if let Some(l) = args.limit {
+        query.push(("limit", l.to_string()));
+    }
+    query
+}
+
+async fn runs(client: &Client, out: Out, args: &RunsArgs) -> anyhow::Result<()> {
+    let body = client.get(&["runs"], &runs_query(args)).await.context("listing the runs")?;
+    if out.json {
+        return out.body(&body);
+    }
+    let page: RunPage = body.parse()?;
+    if page.runs.is_empty() {
+        note("No runs match.");
+        return Ok(());
+    }
+    out.text(&view::runs_table(&page.runs).render(out.colour))?;
+    if page.next.is_some() {
+        note(&format!("Showing the newest {}; use --limit (up to 500) for more.", page.runs.len()));
+    }
+    Ok(())
+}
+
+async fn show(client: &Client, out: Out, id: Uuid) -> anyhow::Result<()> {
+    let body = client.get(&["runs", &id.to_string()], &[]).await.with_context(|| format!("reading run {id}"))?;
+    if out.json {
+        return out.body(&body);
+    }
+    let detail: RunDetail = body.parse()?;
+    out.text(&view::run_detail(&detail, out.colour))
+}
+
+async fn trigger(client: &Client, out: Out, args: TriggerArgs) -> anyhow::Result<()> {
+    let mut options = BTreeMap::new();
+    for (name, value) in args.options {
+        if options.insert(name.clone(), value).is_some() {
+            let message = format!("--option {name} is given twice; give each option once.");
+            return Err(Verdict { exit: Exit::Usage, message }.into());
+        }
+    }
+    let arguments = ExplicitArgs { engine: args.engine, preset: args.preset, options };
+    let body = client
+        .post(&["workers", &args.worker, "runs"], Some(&arguments))
+        .await
+        .with_context(|| format!("requesting a run of {}", args.worker))?;
+    let run: Run = body.parse()?;
+    let queued = format!("Queued run {} of worker {}.", run.id, run.worker);
+    if args.follow {
+        note(&format!("{queued} Following its output; Ctrl-C stops following, not the run."));
+        return follow::run_to_end(client, out, run.id).await;
+    }
+    if out.json {
+        return out.body(&body);
+    }
+    out.text(&format!("{queued}\nFollow it with: scrinalia logs {} --follow", run.id))
+}
+
+async fn cancel(client: &Client, out: Out, id: Uuid) -> anyhow::Result<()> {
+    let body = client
+        .post::<()>(&["runs", &id.to_string(), "cancel"], None)
+        .await
+        .with_context(|| format!("cancelling run {id}"))?;
+    if out.json {
+        return out.body(&body);
+    }
+    let view: CancelView = body.parse()?;
+    let text = match view.outcome.as_str() {
+        "cancelled" => format!("Run {id} of worker {} was queued and is now cancelled.", view.run.worker),
+        _ => format!(
+            "Cancellation of run {id} of worker {} requested; its daemon is stopping the worker (see: scrinalia run show {id}).",
+            view.run.worker
+        ),
+    };
+    out.text(&text)
+}
+
+async fn logs(client: &Client, out: Out, id: Uuid) -> anyhow::Result<()> {
+    let body = client
+        .get(&["runs", &id.to_string(), "log"], &[])
+        .await
+        .with_context(|| format!("reading the log of run {id}"))?;
+    out.bytes(body.text.as_bytes())
+}
+
+async fn daemons(client: &Client, out: Out) -> anyhow::Result<()> {
+    let body = client.get(&["daemons"], &[]).await.context("listing the daemons")?;
+    if out.json {
+        return out.body(&body);
+    }
+    let view: DaemonsView = body.parse()?;
+    if view.daemons.is_empty() {
+        note("No daemon has run in the last day: requested runs wait until one starts.");
+        return Ok(());
+    }
+    out.text(&view::daemons_table(&view).render(out.colour))
+}
+
+async fn drain(client: &Client, out: Out, id: Uuid) -> anyhow::Result<()> {
+    let body = client
+        .post::<()>(&["daemons", &id.to_string(), "drain"], None)
+        .await
+        .with_context(|| format!("draining daemon {id}"))?;
+    if out.json {
+        return out.body(&body);
+    }
+    let d: DaemonView = body.parse()?;
+    out.text(&format!(
+        "Daemon {id} on {} (pid {}) is draining: it claims nothing new, finishes its {} run(s), then stops.",
+        d.host, d.pid, d.runs_in_flight
+    ))
+}
+
+async fn health(client: &Client, out: Out) -> anyhow::Result<()> {
+    let body = client.get(&["health"], &[]).await.context("checking health")?;
+    let view: HealthView = body.parse()?;
+    if out.json {
+        out.body(&body)?;
+    } else {
+        out.text(&view::health_text(&view, out.colour))?;
+    }
+    if view.status == "ok" {
+        return Ok(());
+    }
+    let failing: Vec<&str> = view.checks.iter().filter(|c| c.status != "ok").map(|c| c.name.as_str()).collect();
+    let message = format!("health is {}: {}", view.status, failing.join(", "));
+    Err(Verdict { exit: Exit::Error, message }.into())
+}

@@ -1,0 +1,157 @@
+//! The API's JSON as the CLI reads it. Runs are the shared row type the API serialises; the views the API builds
+//! for itself (workers, daemons, health) are read leniently here: a field the CLI does not show may be added or
+//! removed without breaking it.
+
+use chrono::{DateTime, Utc};
+use scrinalia_shared::{ResolvedConfig, db::Run};
+use serde::Deserialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+/// `GET /api/runs`.
+#[derive(Debug, Deserialize)]
+pub struct RunPage {
+    /// Newest first.
+    pub runs: Vec<Run>,
+    /// The cursor of the next page, if any.
+    #[serde(default)]
+    pub next: Option<String>,
+}
+
+/// `GET /api/runs/{id}`: the run and its progress history.
+#[derive(Debug, Deserialize)]
+pub struct RunDetail {
+    /// The run.
+    #[serde(flatten)]
+    pub run: Run,
+    /// Every progress report, oldest first.
+    #[serde(default)]
+    pub progress_history: Vec<Value>,
+}
+
+/// `POST /api/runs/{id}/cancel`.
+#[derive(Debug, Deserialize)]
+pub struct CancelView {
+    /// `cancelled` (it was queued) or `requested` (its daemon stops it).
+    pub outcome: String,
+    /// The run after the request.
+    pub run: Run,
+}
+
+/// `GET /api/workers`.
+#[derive(Debug, Deserialize)]
+pub struct WorkersView {
+    /// In catalogue order.
+    pub workers: Vec<WorkerView>,
+    /// The database clock when read.
+    pub now: Option<DateTime<Utc>>,
+}
+
+/// One worker of `GET /api/workers`.
+#[derive(Debug, Deserialize)]
+pub struct WorkerView {
+    /// Its name.
+    pub name: String,
+    /// The configuration a run without arguments would use.
+    #[serde(default)]
+    pub effective: Option<ResolvedConfig>,
+    /// Why that configuration cannot be resolved.
+    #[serde(default)]
+    pub effective_error: Option<String>,
+    /// The last queue measurement.
+    #[serde(default)]
+    pub queue: Option<QueueView>,
+    /// The run queued or running.
+    #[serde(default)]
+    pub in_flight: Option<Run>,
+    /// The last finished run.
+    #[serde(default)]
+    pub last_finished: Option<Run>,
+}
+
+/// A worker's last queue measurement.
+#[derive(Debug, Deserialize)]
+pub struct QueueView {
+    /// Units waiting.
+    #[serde(default)]
+    pub pending: Option<i64>,
+    /// Why it cannot be measured.
+    #[serde(default)]
+    pub unmeasurable: Option<String>,
+    /// Units done.
+    #[serde(default)]
+    pub done: Option<i64>,
+    /// Why the measurement failed.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Seconds since the measurement.
+    #[serde(default)]
+    pub age_seconds: Option<f64>,
+}
+
+/// `GET /api/daemons`.
+#[derive(Debug, Deserialize)]
+pub struct DaemonsView {
+    /// Newest first.
+    pub daemons: Vec<DaemonView>,
+}
+
+/// One daemon.
+#[derive(Debug, Deserialize)]
+pub struct DaemonView {
+    /// Its id.
+    pub id: Uuid,
+    /// Its host.
+    #[serde(default)]
+    pub host: String,
+    /// Its process id.
+    #[serde(default)]
+    pub pid: i64,
+    /// Its version.
+    #[serde(default)]
+    pub version: String,
+    /// Runs at once.
+    #[serde(default)]
+    pub capacity: i64,
+    /// Workers it takes; empty means all.
+    #[serde(default)]
+    pub workers: Vec<String>,
+    /// When it started.
+    pub started_at: Option<DateTime<Utc>>,
+    /// Seconds since its heartbeat.
+    #[serde(default)]
+    pub heartbeat_age_seconds: Option<f64>,
+    /// Runs it holds.
+    #[serde(default)]
+    pub runs_in_flight: i64,
+    /// `active`, `draining` or `gone`.
+    pub state: String,
+}
+
+/// `GET /api/health`.
+#[derive(Debug, Deserialize)]
+pub struct HealthView {
+    /// `ok`, `degraded` or `down`: the worst of the checks.
+    pub status: String,
+    /// Every check.
+    #[serde(default)]
+    pub checks: Vec<CheckView>,
+    /// The API's version.
+    #[serde(default)]
+    pub version: Option<String>,
+}
+
+/// One health check.
+#[derive(Debug, Deserialize)]
+pub struct CheckView {
+    /// What was checked.
+    pub name: String,
+    /// `ok`, `degraded` or `down`.
+    pub status: String,
+    /// How long it took.
+    #[serde(default)]
+    pub latency_ms: Option<f64>,
+    /// What is wrong.
+    #[serde(default)]
+    pub error: Option<String>,
+}
