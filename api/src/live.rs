@@ -90,6 +90,7 @@ async fn listen_postgres(state: &AppState, pool: &sqlx::PgPool) {
             continue;
         }
         tracing::info!(channel = CHANNEL, "live events: listening");
+        state.live_ready().send_replace(true);
         if !first {
             publish(state, LiveEvent::resync("the API reconnected to the database"));
         }
@@ -142,6 +143,10 @@ async fn poll_sqlite(state: &AppState) {
                     for event in previous.changes_to(&next, state).await {
                         publish(state, event);
                     }
+                }
+                if snapshot.is_none() {
+                    tracing::info!(poll_ms = state.settings().api.events_poll_ms, "live events: polling SQLite");
+                    state.live_ready().send_replace(true);
                 }
                 snapshot = Some(next);
             }

@@ -4,7 +4,7 @@
 use std::{sync::Arc, time::Duration};
 
 use scrinalia_shared::{Catalogue, Database, Settings, logstore::LogStore};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::live::LiveEvent;
@@ -19,6 +19,7 @@ struct Inner {
     logs: Result<LogStore, String>,
     http: reqwest::Client,
     events: broadcast::Sender<LiveEvent>,
+    live_ready: watch::Sender<bool>,
     shutdown: CancellationToken,
 }
 
@@ -36,7 +37,8 @@ impl AppState {
             .build()
             .unwrap_or_default();
         let (events, _) = broadcast::channel(1024);
-        Self(Arc::new(Inner { settings, db, logs, http, events, shutdown: CancellationToken::new() }))
+        let (live_ready, _) = watch::channel(false);
+        Self(Arc::new(Inner { settings, db, logs, http, events, live_ready, shutdown: CancellationToken::new() }))
     }
 
     /// The configuration.
@@ -67,6 +69,20 @@ impl AppState {
     /// The sender of live events (one listener per process feeds it).
     pub fn events(&self) -> &broadcast::Sender<LiveEvent> {
         &self.0.events
+    }
+
+    /// Whether this process's live-event listener is listening (set by the listener).
+    pub fn live_ready(&self) -> &watch::Sender<bool> {
+        &self.0.live_ready
+    }
+
+    /// Waits until the live-event listener hears every change (or the process shuts down).
+    pub async fn wait_live_ready(&self) {
+        let mut ready = self.0.live_ready.subscribe();
+        tokio::select! {
+            _ = ready.wait_for(|r| *r) => {}
+            () = self.0.shutdown.cancelled() => {}
+        }
     }
 
     /// Cancelled when the process shuts down; live streams end on it.

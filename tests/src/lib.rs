@@ -4,6 +4,7 @@
 //! PostgreSQL comes from `SCRINALIA_TEST_PG` (default `postgres://postgres@127.0.0.1:5432/postgres`, the CI
 //! server). A test that cannot reach it fails with a sentence saying so; it is never skipped silently.
 
+pub mod api_harness;
 pub mod fixtures;
 pub mod process;
 

@@ -36,6 +36,8 @@ pub(crate) async fn events(_: Viewer, State(state): State<AppState>) -> Response
     let mut receiver = state.events().subscribe();
     let token = state.shutdown_token().clone();
     let stream = async_stream::stream! {
+        // `ready` means this process's listener hears every change from now on.
+        state.wait_live_ready().await;
         yield Ok::<Event, Infallible>(Event::default().event("ready").data("{\"kind\":\"ready\"}"));
         loop {
             let event = tokio::select! {
