@@ -1,1 +1,108 @@
-//! placeholder
+//! The Scrinalia scheduler daemon: claims run requests from the database, runs each worker under a per-run
+//! supervisor that fences it by its lease, writes the ledger, recovers expired runs and measures the queues.
+//! `main.rs` only parses the command line; everything else starts from [`run`] and [`supervisor::supervise`].
+
+pub mod claimer;
+pub mod clock;
+pub mod counts;
+pub mod frame;
+pub mod invocation;
+pub mod lease;
+pub mod outcome;
+pub mod progress;
+pub mod registry;
+pub mod rescuer;
+pub mod runlog;
+pub mod runner;
+pub mod shutdown;
+pub mod supervisor;
+pub mod systemd;
+pub mod wakeup;
+
+use std::{path::PathBuf, sync::Arc, time::Duration};
+
+use anyhow::Context as _;
+use scrinalia_shared::{Database, Settings, logstore::LogStore};
+use tokio::{sync::Notify, task::JoinSet};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use uuid::Uuid;
+
+use crate::{claimer::Claimer, shutdown::Shutdown, systemd::Notifier};
+
+/// What every part of a running daemon shares.
+#[derive(Debug)]
+pub struct Context {
+    /// The database.
+    pub db: Database,
+    /// The configuration.
+    pub settings: Settings,
+    /// This instance's id, fresh at every start.
+    pub daemon_id: Uuid,
+    /// Where run logs go.
+    pub logs: LogStore,
+    /// The daemon's own executable, re-executed as each run's supervisor.
+    pub own_exe: PathBuf,
+    /// Its folder, where bare worker commands are looked up first.
+    pub exe_dir: PathBuf,
+}
+
+/// Runs the daemon until it is stopped by a signal or drained through the database.
+pub async fn run(settings: Settings) -> anyhow::Result<()> {
+    let shutdown = Shutdown::listen()?;
+    let systemd = Notifier::from_env();
+    let Some(db) = connect(&settings, &shutdown).await? else { return Ok(()) };
+    db.migrate().await.context("apply the database migrations")?;
+    let logs = LogStore::open(&settings.object_store).context("open the run-log store")?;
+    let own_exe = std::env::current_exe().context("find the daemon's own executable")?;
+    let exe_dir = own_exe.parent().map(PathBuf::from).unwrap_or_default();
+    let ctx = Arc::new(Context { db, settings, daemon_id: Uuid::now_v7(), logs, own_exe, exe_dir });
+    let span = tracing::info_span!("daemon", daemon_id = %ctx.daemon_id);
+    serve(ctx, shutdown, systemd).instrument(span).await
+}
+
+/// Connects, retrying while the database is unreachable (a daemon started before its database waits for it).
+async fn connect(settings: &Settings, shutdown: &Shutdown) -> anyhow::Result<Option<Database>> {
+    let mut wait = Duration::from_millis(500);
+    loop {
+        match Database::connect(&settings.database).await {
+            Ok(db) => return Ok(Some(db)),
+            Err(e) if e.is_unavailable() => {
+                tracing::warn!(url = %settings.database.redacted_url(), error = %e, "the database is unreachable; retrying");
+            }
+            Err(e) => return Err(e).context(format!("connect to {}", settings.database.redacted_url())),
+        }
+        tokio::select! {
+            () = shutdown.graceful.cancelled() => return Ok(None),
+            () = tokio::time::sleep(wait) => {}
+        }
+        wait = (wait * 2).min(Duration::from_secs(10));
+    }
+}
+
+async fn serve(ctx: Arc<Context>, shutdown: Shutdown, systemd: Notifier) -> anyhow::Result<()> {
+    let registered = registry::register(&ctx).await.context("register the daemon")?;
+    let daemon = &ctx.settings.daemon;
+    tracing::info!(host = %registered.host, pid = registered.pid, version = %registered.version, capacity = daemon.capacity,
+        workers = ?daemon.workers, lease_s = daemon.lease_seconds, backend = ?ctx.db.backend(), "daemon started");
+    let background = CancellationToken::new();
+    let mut tasks = JoinSet::new();
+    let (drain, heartbeat_now) = (CancellationToken::new(), Arc::new(Notify::new()));
+    tasks.spawn(registry::heartbeats(ctx.clone(), background.clone(), drain.clone(), heartbeat_now.clone()).in_current_span());
+    tasks.spawn(rescuer::run(ctx.clone(), background.clone()).in_current_span());
+    tasks.spawn(counts::run(ctx.clone(), background.clone()).in_current_span());
+    let wakeups = wakeup::start(&ctx.db, background.clone(), &mut tasks).context("start the wake-up source")?;
+    systemd.ready("started");
+    let inputs = claimer::Inputs { wakeups, shutdown, drain, heartbeat_now };
+    Claimer::new(ctx.clone(), systemd).run(inputs).await;
+    background.cancel();
+    if tokio::time::timeout(Duration::from_secs(10), async { while tasks.join_next().await.is_some() {} }).await.is_err() {
+        tracing::warn!("some background tasks did not stop in time");
+    }
+    if let Err(e) = ctx.db.mark_daemon_stopped(ctx.daemon_id).await {
+        tracing::warn!(error = %e, "could not mark the daemon stopped; it will be marked gone when its heartbeat ages");
+    }
+    ctx.db.close().await;
+    tracing::info!("daemon stopped");
+    Ok(())
+}

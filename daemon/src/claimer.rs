@@ -1,0 +1,294 @@
+//! The daemon's main loop: claims requests when woken (never more than its free slots), starts a run task per
+//! claim, passes cancellations on, and drives shutdown and draining until the last run has ended.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
+
+use scrinalia_shared::db::{Backend, Run};
+use tokio::{
+    sync::{Notify, mpsc},
+    task::{self, JoinSet},
+    time::{Instant, Interval, MissedTickBehavior, interval, sleep_until},
+};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use uuid::Uuid;
+
+use crate::{
+    Context, clock,
+    runlog::far,
+    runner::{self, RunCommand},
+    shutdown::Shutdown,
+    systemd::Notifier,
+    wakeup::{Wake, Wakeups},
+};
+
+/// After a SQLite file change, the first look waits this long (the writer may still be syncing its commit)…
+const SETTLE: Duration = Duration::from_millis(5);
+/// …and a second look follows, in case the first came too early.
+const SECOND_LOOK: Duration = Duration::from_millis(60);
+/// How often a SQLite daemon with runs in flight looks for cancellation requests.
+const SQLITE_CANCEL_POLL: Duration = Duration::from_secs(2);
+
+/// Where the daemon is in its life.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    /// Claiming requests.
+    Claiming,
+    /// Claiming nothing; runs finish. With a deadline, the runs still going then are stopped.
+    Draining { stop_at: Option<Instant> },
+    /// Runs were told to stop.
+    Stopping,
+}
+
+/// A run in flight.
+struct InFlight {
+    worker: String,
+    commands: mpsc::Sender<RunCommand>,
+    cancel_sent: bool,
+}
+
+/// What the main loop waits on besides its own timers.
+pub struct Inputs {
+    /// Wake-ups from the database.
+    pub wakeups: Wakeups,
+    /// Operator signals.
+    pub shutdown: Shutdown,
+    /// Cancelled when the registry row asks for a drain.
+    pub drain: CancellationToken,
+    /// Asks the heartbeat task for an immediate heartbeat.
+    pub heartbeat_now: Arc<Notify>,
+}
+
+/// The main loop's state.
+pub struct Claimer {
+    ctx: Arc<Context>,
+    systemd: Notifier,
+    mode: Mode,
+    tasks: JoinSet<Uuid>,
+    task_runs: HashMap<task::Id, Uuid>,
+    runs: HashMap<Uuid, InFlight>,
+    status: String,
+    look_at: Instant,
+    second_look_at: Instant,
+    graceful_seen: bool,
+}
+
+impl Claimer {
+    /// A loop that has claimed nothing yet.
+    pub fn new(ctx: Arc<Context>, systemd: Notifier) -> Self {
+        Self {
+            ctx,
+            systemd,
+            mode: Mode::Claiming,
+            tasks: JoinSet::new(),
+            task_runs: HashMap::new(),
+            runs: HashMap::new(),
+            status: String::new(),
+            look_at: far(),
+            second_look_at: far(),
+            graceful_seen: false,
+        }
+    }
+
+    /// Runs until shutdown or drain is complete: no claim is possible any more and no run is in flight.
+    pub async fn run(mut self, mut inputs: Inputs) {
+        let daemon = &self.ctx.settings.daemon;
+        let sqlite = self.ctx.db.backend() == Backend::Sqlite;
+        let mut poll = ticker(Duration::from_secs(daemon.poll_seconds));
+        let mut cancel_poll = ticker(if sqlite { SQLITE_CANCEL_POLL } else { Duration::from_secs(daemon.poll_seconds) });
+        let mut watchdog = self.systemd.watchdog_every().map(ticker);
+        let (shutdown, drain) = (inputs.shutdown.clone(), inputs.drain.clone());
+        loop {
+            self.report_status(&inputs.wakeups);
+            if self.mode != Mode::Claiming && self.runs.is_empty() {
+                return;
+            }
+            let stop_at = match self.mode {
+                Mode::Draining { stop_at: Some(at) } => at,
+                _ => far(),
+            };
+            tokio::select! {
+                () = shutdown.graceful.cancelled(), if !self.graceful_seen => self.begin_graceful(),
+                () = shutdown.immediate.cancelled(), if self.mode != Mode::Stopping => self.stop_all("second signal"),
+                () = drain.cancelled(), if self.mode == Mode::Claiming => self.begin_drain(None),
+                () = sleep_until(stop_at) => self.stop_all("the drain time is over"),
+                Some(wake) = inputs.wakeups.rx.recv() => self.on_wakes(wake, &mut inputs).await,
+                Some(done) = self.tasks.join_next_with_id() => {
+                    self.ended(done);
+                    self.claim().await;
+                }
+                _ = poll.tick() => {
+                    self.claim().await;
+                    if !sqlite {
+                        self.check_cancels().await;
+                    }
+                }
+                _ = cancel_poll.tick(), if sqlite && !self.runs.is_empty() => self.check_cancels().await,
+                () = sleep_until(self.look_at) => {
+                    self.look_at = far();
+                    self.second_look_at = Instant::now() + SECOND_LOOK;
+                    self.look().await;
+                }
+                () = sleep_until(self.second_look_at) => {
+                    self.second_look_at = far();
+                    self.look().await;
+                }
+                _ = tick(&mut watchdog), if watchdog.is_some() => self.systemd.watchdog(),
+            }
+        }
+    }
+
+    fn begin_graceful(&mut self) {
+        self.graceful_seen = true;
+        let drain = Duration::from_secs(self.ctx.settings.daemon.drain_seconds);
+        tracing::info!(runs_in_flight = self.runs.len(), drain_s = drain.as_secs(), "shutting down: claiming stopped, runs in flight may finish");
+        if self.mode != Mode::Stopping {
+            self.begin_drain(Some(Instant::now() + drain));
+        }
+    }
+
+    fn begin_drain(&mut self, stop_at: Option<Instant>) {
+        self.mode = Mode::Draining { stop_at };
+        self.systemd.stopping(&format!("draining: {} runs in flight", self.runs.len()));
+    }
+
+    /// Tells every run to stop (SIGTERM, grace, SIGKILL); they end `interrupted` with "daemon shutdown".
+    fn stop_all(&mut self, why: &str) {
+        tracing::info!(runs_in_flight = self.runs.len(), reason = why, "stopping the runs in flight");
+        if self.mode == Mode::Claiming {
+            self.systemd.stopping("stopping");
+        }
+        self.mode = Mode::Stopping;
+        for run in self.runs.values() {
+            let _ = run.commands.try_send(RunCommand::Terminate);
+        }
+    }
+
+    async fn on_wakes(&mut self, first: Wake, inputs: &mut Inputs) {
+        let mut wakes = vec![first];
+        while let Ok(more) = inputs.wakeups.rx.try_recv() {
+            wakes.push(more);
+        }
+        let mut claim = false;
+        for wake in wakes {
+            match wake {
+                Wake::Requested => claim = true,
+                Wake::Reconnected => {
+                    claim = true;
+                    self.check_cancels().await;
+                }
+                Wake::Changed => self.look_at = self.look_at.min(Instant::now() + SETTLE),
+                Wake::Cancel(run) => self.cancel(run),
+                Wake::Daemon(id) if id == self.ctx.daemon_id => inputs.heartbeat_now.notify_one(),
+                Wake::Daemon(_) => {}
+            }
+        }
+        if claim {
+            self.claim().await;
+        }
+    }
+
+    /// SQLite: something was written; see whether it is a request or a cancellation.
+    async fn look(&mut self) {
+        self.claim().await;
+        self.check_cancels().await;
+    }
+
+    /// Claims up to the number of free slots.
+    async fn claim(&mut self) {
+        let daemon = &self.ctx.settings.daemon;
+        let free = daemon.capacity.saturating_sub(u32::try_from(self.runs.len()).unwrap_or(u32::MAX));
+        if self.mode != Mode::Claiming || free == 0 {
+            return;
+        }
+        let workers = (!daemon.workers.is_empty()).then_some(daemon.workers.as_slice());
+        let sent = clock::monotonic_ns();
+        match self.ctx.db.claim_runs(self.ctx.daemon_id, daemon.lease(), free, workers).await {
+            Ok(claimed) => {
+                let deadline = clock::lease_deadline(sent, daemon.lease());
+                for run in claimed {
+                    self.start(run, deadline);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not claim; the next wake-up or poll tries again"),
+        }
+    }
+
+    fn start(&mut self, run: Run, deadline_ns: u64) {
+        let (tx, rx) = mpsc::channel(4);
+        let (id, worker) = (run.id, run.worker.clone());
+        let waited_ms = run.claimed_at.map(|c| (c - run.requested_at).num_milliseconds());
+        tracing::info!(run_id = %id, worker = %worker, queued_ms = waited_ms, "claimed");
+        let task = runner::execute(self.ctx.clone(), run, deadline_ns, rx);
+        let handle = self.tasks.spawn(async move { task.await; id }.in_current_span());
+        self.task_runs.insert(handle.id(), id);
+        self.runs.insert(id, InFlight { worker, commands: tx, cancel_sent: false });
+    }
+
+    fn ended(&mut self, done: Result<(task::Id, Uuid), task::JoinError>) {
+        let (task_id, outcome) = match done {
+            Ok((task_id, _)) => (task_id, None),
+            Err(e) => (e.id(), Some(e)),
+        };
+        let Some(run) = self.task_runs.remove(&task_id) else { return };
+        let worker = self.runs.remove(&run).map(|r| r.worker).unwrap_or_default();
+        if let Some(e) = outcome {
+            tracing::error!(run_id = %run, worker = %worker, error = %e, "a run task failed; recovery will settle the run when its lease expires");
+        }
+    }
+
+    fn cancel(&mut self, run: Uuid) {
+        if let Some(in_flight) = self.runs.get_mut(&run).filter(|r| !r.cancel_sent) {
+            in_flight.cancel_sent = true;
+            tracing::info!(run_id = %run, worker = %in_flight.worker, "cancellation requested");
+            let _ = in_flight.commands.try_send(RunCommand::Cancel);
+        }
+    }
+
+    /// Looks up cancellation requests of this daemon's runs (a cheap indexed query, only with runs in flight).
+    async fn check_cancels(&mut self) {
+        if self.runs.values().all(|r| r.cancel_sent) {
+            return;
+        }
+        match self.ctx.db.cancel_requests(self.ctx.daemon_id).await {
+            Ok(ids) => ids.into_iter().for_each(|id| self.cancel(id)),
+            Err(e) => tracing::warn!(error = %e, "could not look for cancellation requests"),
+        }
+    }
+
+    fn report_status(&mut self, wakeups: &Wakeups) {
+        let (n, capacity) = (self.runs.len(), self.ctx.settings.daemon.capacity);
+        let status = match self.mode {
+            Mode::Claiming if wakeups.live.load(Ordering::Relaxed) => match self.ctx.db.backend() {
+                Backend::Postgres => format!("{n}/{capacity} runs in flight, listening"),
+                Backend::Sqlite => format!("{n}/{capacity} runs in flight, watching the database files"),
+            },
+            Mode::Claiming => format!("{n}/{capacity} runs in flight, polling (notifications are reconnecting)"),
+            Mode::Draining { .. } => format!("draining: {n} runs in flight"),
+            Mode::Stopping => format!("stopping: {n} runs in flight"),
+        };
+        if status != self.status {
+            self.systemd.status(&status);
+            self.status = status;
+        }
+    }
+}
+
+fn ticker(period: Duration) -> Interval {
+    let mut ticker = interval(period);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    ticker
+}
+
+async fn tick(ticker: &mut Option<Interval>) {
+    match ticker {
+        Some(t) => {
+            t.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,195 @@
+//! The pipe protocol between the daemon and a run's supervisor, one line per message, so that both sides
+//! stay simple and a person can read a captured exchange.
+//!
+//! Supervisor → daemon (its stdout): `P <pid>` once the worker started (its pid is also its process group),
+//! `O <line>` / `E <line>` for each line the worker wrote on stdout / stderr, and a last `X <json>` with the
+//! [`ExitReport`]. Daemon → supervisor (its stdin): `deadline <ns>` (an absolute `CLOCK_MONOTONIC` time before
+//! which the lease was renewed), `cancel`, `terminate` and `kill`. End of file on the supervisor's stdin means
+//! the daemon is gone.
+
+use std::io;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+
+/// The longest worker line relayed whole; the rest of a longer line is dropped.
+pub const MAX_WORKER_LINE: usize = 64 * 1024;
+
+/// Why the supervisor stopped the worker (first cause wins, except that fencing overrides everything).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopCause {
+    /// A person cancelled the run.
+    Cancel,
+    /// The daemon is shutting down.
+    Terminate,
+    /// The run took longer than its timeout.
+    Timeout,
+    /// The daemon lost the lease and asked for an immediate kill.
+    Kill,
+    /// The lease deadline passed without a renewal.
+    Deadline,
+    /// The daemon's pipe closed.
+    DaemonGone,
+}
+
+impl StopCause {
+    /// Whether this cause kills at once, without a grace period (the run is no longer ours).
+    pub fn fences(self) -> bool {
+        matches!(self, Self::Kill | Self::Deadline)
+    }
+}
+
+/// How the worker ended, as the supervisor saw it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitReport {
+    /// The exit status, when the worker exited.
+    pub code: Option<i32>,
+    /// The signal that killed it, e.g. `SIGKILL`.
+    pub signal: Option<String>,
+    /// Why the supervisor stopped it, if it did.
+    pub stopped_by: Option<StopCause>,
+    /// Set when the worker could not be started.
+    pub spawn_error: Option<String>,
+    /// From the worker's start to its end.
+    pub elapsed_ms: u64,
+}
+
+/// A message from the supervisor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    /// The worker started with this pid.
+    Started(i32),
+    /// A line of the worker's stdout.
+    Stdout(String),
+    /// A line of the worker's stderr.
+    Stderr(String),
+    /// The worker is gone; nothing follows.
+    Exit(ExitReport),
+}
+
+impl Frame {
+    /// The line that carries this frame (without the newline).
+    pub fn encode(&self) -> String {
+        match self {
+            Self::Started(pid) => format!("P {pid}"),
+            Self::Stdout(line) => format!("O {line}"),
+            Self::Stderr(line) => format!("E {line}"),
+            Self::Exit(report) => format!("X {}", serde_json::to_string(report).unwrap_or_else(|_| "{}".to_owned())),
+        }
+    }
+
+    /// Parses a line written by [`Frame::encode`].
+    pub fn decode(line: &str) -> Option<Self> {
+        let (tag, rest) = line.split_at_checked(1)?;
+        let rest = rest.strip_prefix(' ').unwrap_or(rest);
+        match tag {
+            "P" => rest.parse().ok().map(Self::Started),
+            "O" => Some(Self::Stdout(rest.to_owned())),
+            "E" => Some(Self::Stderr(rest.to_owned())),
+            "X" => serde_json::from_str(rest).ok().map(Self::Exit),
+            _ => None,
+        }
+    }
+}
+
+/// A message from the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// The lease was renewed: the worker may run until this `CLOCK_MONOTONIC` time (ns).
+    Deadline(u64),
+    /// Stop the worker gently (SIGTERM, grace, SIGKILL): a person cancelled it.
+    Cancel,
+    /// Stop the worker gently: the daemon shuts down.
+    Terminate,
+    /// Kill the worker's group now: the lease is lost.
+    Kill,
+}
+
+impl Control {
+    /// The line that carries this message (without the newline).
+    pub fn encode(self) -> String {
+        match self {
+            Self::Deadline(ns) => format!("deadline {ns}"),
+            Self::Cancel => "cancel".to_owned(),
+            Self::Terminate => "terminate".to_owned(),
+            Self::Kill => "kill".to_owned(),
+        }
+    }
+
+    /// Parses a line written by [`Control::encode`].
+    pub fn decode(line: &str) -> Option<Self> {
+        match line.trim().split_once(' ') {
+            Some(("deadline", ns)) => ns.parse().ok().map(Self::Deadline),
+            None => match line.trim() {
+                "cancel" => Some(Self::Cancel),
+                "terminate" => Some(Self::Terminate),
+                "kill" => Some(Self::Kill),
+                _ => None,
+            },
+            Some(_) => None,
+        }
+    }
+}
+
+/// Reads one line, appending it to `buf` (without its end of line) and keeping at most `max` bytes of it while
+/// consuming the rest, so that a worker printing without newlines cannot exhaust memory. Returns `false` at the
+/// end of input with nothing read. Cancel-safe: a line cut short by cancellation stays in `buf` and the next
+/// call completes it, so the caller clears `buf` only after using a line.
+pub async fn read_line<R: AsyncBufRead + Unpin>(reader: &mut R, buf: &mut Vec<u8>, max: usize) -> io::Result<bool> {
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(!buf.is_empty());
+        }
+        let (chunk, complete) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (&available[..i], Some(i + 1)),
+            None => (available, None),
+        };
+        let room = max.saturating_sub(buf.len());
+        buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let used = complete.unwrap_or(available.len());
+        reader.consume(used);
+        if complete.is_some() {
+            if buf.last() == Some(&b'\r') {
+                buf.pop();
+            }
+            return Ok(true);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip() {
+        let report = ExitReport { code: Some(3), stopped_by: Some(StopCause::Cancel), ..ExitReport::default() };
+        for frame in [
+            Frame::Started(42),
+            Frame::Stdout("{\"progress\": {}}".into()),
+            Frame::Stderr(String::new()),
+            Frame::Exit(report),
+        ] {
+            assert_eq!(Frame::decode(&frame.encode()), Some(frame));
+        }
+        for control in [Control::Deadline(123_456_789), Control::Cancel, Control::Terminate, Control::Kill] {
+            assert_eq!(Control::decode(&control.encode()), Some(control));
+        }
+        assert_eq!(Control::decode("deadline soon"), None);
+    }
+
+    #[tokio::test]
+    async fn long_lines_are_cut_not_buffered() {
+        let input = format!("{}\nshort\r\nlast", "x".repeat(100));
+        let mut reader = tokio::io::BufReader::with_capacity(8, input.as_bytes());
+        let mut buf = Vec::new();
+        for expected in [&b"xxxxxxxxxx"[..], b"short", b"last"] {
+            assert!(read_line(&mut reader, &mut buf, 10).await.expect("read"));
+            assert_eq!(buf, expected);
+            buf.clear();
+        }
+        assert!(!read_line(&mut reader, &mut buf, 10).await.expect("read"));
+    }
+}

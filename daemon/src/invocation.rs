@@ -1,0 +1,177 @@
+//! How a worker is invoked, exactly as `docs/worker-protocol.md` says: the catalogue's command, a verb, the
+//! resolved configuration as flags and as environment, never through a shell.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
+
+use scrinalia_shared::{ResolvedConfig, WorkerSpec};
+use serde_json::Value;
+use uuid::Uuid;
+
+/// Variables of the daemon's own environment that a worker must not inherit: systemd's notification and
+/// socket-activation hand-over (the worker would speak for the daemon) and the daemon's configuration, which
+/// may carry the database password.
+const WITHHELD: [&str; 7] =
+    ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "SCRINALIA_CONFIG"];
+
+/// A program, its arguments and the environment to set on top of a cleaned copy of the daemon's.
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    /// The executable (resolved beside the daemon when the catalogue names a bare program found there).
+    pub program: PathBuf,
+    /// Fixed arguments, the verb and the configuration flags.
+    pub args: Vec<String>,
+    /// Variables to set, in order (later ones win).
+    pub env: Vec<(String, String)>,
+}
+
+impl Invocation {
+    /// `<command> run --run-id <id> <flags>` with the run's environment, including `TRACEPARENT`.
+    pub fn run(spec: &WorkerSpec, exe_dir: &Path, extra_env: &BTreeMap<String, String>, run: Uuid, config: &ResolvedConfig, traceparent: &str) -> Self {
+        let mut invocation = Self::base(spec, exe_dir, extra_env, &["run", "--run-id", &run.to_string()], config);
+        invocation.env.push(("SCRINALIA_RUN_ID".to_owned(), run.to_string()));
+        invocation.env.push(("TRACEPARENT".to_owned(), traceparent.to_owned()));
+        invocation
+    }
+
+    /// `<command> count-pending <flags>`.
+    pub fn count_pending(spec: &WorkerSpec, exe_dir: &Path, extra_env: &BTreeMap<String, String>, config: &ResolvedConfig) -> Self {
+        Self::base(spec, exe_dir, extra_env, &["count-pending"], config)
+    }
+
+    fn base(spec: &WorkerSpec, exe_dir: &Path, extra_env: &BTreeMap<String, String>, verb: &[&str], config: &ResolvedConfig) -> Self {
+        let (program, fixed) = spec.command.split_first().map_or(("", &[][..]), |(p, rest)| (p.as_str(), rest));
+        let mut args: Vec<String> = fixed.to_vec();
+        args.extend(verb.iter().map(|s| (*s).to_owned()));
+        args.extend(config_flags(config));
+        let mut env: Vec<(String, String)> = extra_env.iter().chain(&spec.env).map(|(k, v)| (k.clone(), v.clone())).collect();
+        env.extend(config_env(&spec.name, config));
+        Self { program: locate(program, exe_dir), args, env }
+    }
+
+    /// Applies the environment to a command: withheld variables removed, then ours set.
+    pub fn apply_env(&self, cmd: &mut tokio::process::Command) {
+        for name in WITHHELD {
+            cmd.env_remove(name);
+        }
+        for (name, _) in std::env::vars_os().filter(|(k, _)| k.to_str().is_some_and(|k| k.starts_with("SCRINALIA__"))) {
+            cmd.env_remove(name);
+        }
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+    }
+}
+
+/// A bare program name is looked up beside the daemon's executable first, then in `PATH` (by the OS).
+fn locate(program: &str, exe_dir: &Path) -> PathBuf {
+    if !program.contains('/') {
+        let beside = exe_dir.join(program);
+        if beside.is_file() {
+            return beside;
+        }
+    }
+    PathBuf::from(program)
+}
+
+/// `--engine E --preset P --model M --endpoint URL --<option> <value>...`, for the values that are resolved.
+pub fn config_flags(config: &ResolvedConfig) -> Vec<String> {
+    let mut flags = Vec::new();
+    let named = [
+        ("engine", config.engine.as_ref().map(|r| r.value.clone())),
+        ("preset", config.preset.as_ref().map(|r| r.value.clone())),
+        ("model", config.model.clone()),
+        ("endpoint", config.endpoint.clone()),
+    ];
+    for (name, value) in named {
+        if let Some(value) = value {
+            flags.extend([format!("--{name}"), value]);
+        }
+    }
+    for (name, resolved) in &config.options {
+        flags.extend([format!("--{name}"), render(&resolved.value)]);
+    }
+    flags
+}
+
+fn config_env(worker: &str, config: &ResolvedConfig) -> Vec<(String, String)> {
+    let mut env = vec![("SCRINALIA_WORKER".to_owned(), worker.to_owned())];
+    let named = [
+        ("SCRINALIA_ENGINE", config.engine.as_ref().map(|r| r.value.clone())),
+        ("SCRINALIA_PRESET", config.preset.as_ref().map(|r| r.value.clone())),
+        ("SCRINALIA_MODEL", config.model.clone()),
+        ("SCRINALIA_ENDPOINT", config.endpoint.clone()),
+    ];
+    env.extend(named.into_iter().filter_map(|(k, v)| Some((k.to_owned(), v?))));
+    let options: serde_json::Map<String, Value> =
+        config.options.iter().map(|(k, r)| (k.clone(), r.value.clone())).collect();
+    env.push(("SCRINALIA_OPTIONS".to_owned(), Value::Object(options).to_string()));
+    env
+}
+
+/// Strings as they are, numbers in decimal, booleans as `true` / `false`.
+fn render(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The run's W3C trace context when it is a valid `traceparent`; otherwise a fresh one, so the worker's spans
+/// always have a trace to join.
+pub fn traceparent(stored: Option<&str>) -> String {
+    match stored.map(str::trim) {
+        Some(tp) if is_traceparent(tp) => tp.to_owned(),
+        _ => {
+            let trace = Uuid::new_v4().simple().to_string();
+            let span = &Uuid::new_v4().simple().to_string()[..16];
+            format!("00-{trace}-{span}-01")
+        }
+    }
+}
+
+fn is_traceparent(tp: &str) -> bool {
+    let parts: Vec<&str> = tp.split('-').collect();
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let nonzero = |s: &str| s.bytes().any(|b| b != b'0');
+    matches!(parts.as_slice(), [v, t, p, f]
+        if hex(v, 2) && *v != "ff" && hex(t, 32) && nonzero(t) && hex(p, 16) && nonzero(p) && hex(f, 2))
+}
+
+#[cfg(test)]
+mod tests {
+    use scrinalia_shared::{Resolved, Source};
+
+    use super::*;
+
+    #[test]
+    fn flags_render_values_as_text() {
+        let mut options = BTreeMap::new();
+        options.insert("batch".to_owned(), Resolved { value: Value::from(20), source: Source::Default });
+        options.insert("dry_run".to_owned(), Resolved { value: Value::from(true), source: Source::Explicit });
+        options.insert("label".to_owned(), Resolved { value: Value::from("a b"), source: Source::Override });
+        let config = ResolvedConfig {
+            engine: Some(Resolved { value: "ollama".into(), source: Source::Default }),
+            preset: None,
+            model: Some("m:7b".into()),
+            endpoint: None,
+            engine_configurable: true,
+            options,
+            timeout_seconds: 60,
+        };
+        assert_eq!(
+            config_flags(&config),
+            ["--engine", "ollama", "--model", "m:7b", "--batch", "20", "--dry_run", "true", "--label", "a b"]
+        );
+    }
+
+    #[test]
+    fn traceparents_are_kept_or_made() {
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert_eq!(traceparent(Some(tp)), tp);
+        for bad in [None, Some("garbage"), Some("00-00000000000000000000000000000000-00f067aa0ba902b7-01")] {
+            assert!(is_traceparent(&traceparent(bad)));
+            assert_ne!(traceparent(bad), tp);
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! How a run ends in the ledger: the supervisor's exit report, what the daemon asked for and what it knows
+//! about the lease, turned into one [`Finish`] with a sentence a person can read.
+
+use std::collections::VecDeque;
+
+use scrinalia_shared::db::{Finish, RunState};
+use serde_json::Value;
+
+use crate::frame::{ExitReport, StopCause};
+
+/// How many stderr lines a failure keeps.
+const TAIL_LINES: usize = 20;
+/// Longer stderr lines are cut in the error.
+const TAIL_LINE_CHARS: usize = 400;
+
+/// The last lines a worker wrote on stderr.
+#[derive(Debug, Default)]
+pub struct StderrTail(VecDeque<String>);
+
+impl StderrTail {
+    /// Keeps `line`, dropping the oldest beyond the limit.
+    pub fn push(&mut self, line: &str) {
+        if self.0.len() == TAIL_LINES {
+            self.0.pop_front();
+        }
+        self.0.push_back(line.chars().take(TAIL_LINE_CHARS).collect());
+    }
+
+    fn appended_to(&self, sentence: String) -> String {
+        if self.0.is_empty() {
+            sentence
+        } else {
+            let lines: Vec<&str> = self.0.iter().map(String::as_str).collect();
+            format!("{sentence}; last lines of stderr:\n{}", lines.join("\n"))
+        }
+    }
+}
+
+/// Everything the ledger entry is made of.
+#[derive(Debug)]
+pub struct Ending<'a> {
+    /// The supervisor's report (or one made up when the supervisor itself failed).
+    pub report: &'a ExitReport,
+    /// Why the daemon lost the lease, if it did.
+    pub lease_lost: Option<&'a str>,
+    /// The run's timeout.
+    pub timeout_seconds: u64,
+    /// Who asked to cancel the run.
+    pub cancelled_by: Option<&'a str>,
+    /// The worker's last stderr lines.
+    pub tail: &'a StderrTail,
+    /// The worker's `{"result": …}`.
+    pub result: Option<Value>,
+}
+
+impl Ending<'_> {
+    /// The ledger entry.
+    pub fn finish(self) -> Finish {
+        let report = self.report;
+        let (state, error) = match (self.lease_lost, report.stopped_by) {
+            (Some(reason), _) => (RunState::Interrupted, Some(format!("lease lost: {reason}"))),
+            (None, Some(StopCause::Deadline | StopCause::Kill)) => (
+                RunState::Interrupted,
+                Some("lease lost: the lease was not renewed in time, so the supervisor killed the worker".to_owned()),
+            ),
+            (None, Some(StopCause::Cancel)) => {
+                (RunState::Cancelled, Some(format!("cancelled by {}", self.cancelled_by.unwrap_or("an unknown actor"))))
+            }
+            (None, Some(StopCause::Terminate | StopCause::DaemonGone)) => {
+                (RunState::Interrupted, Some("daemon shutdown".to_owned()))
+            }
+            (None, Some(StopCause::Timeout)) => {
+                (RunState::Failed, Some(format!("timed out after {} s", self.timeout_seconds)))
+            }
+            (None, None) => self.natural_end(),
+        };
+        Finish { state, exit_code: report.code, error, result: self.result }
+    }
+
+    fn natural_end(&self) -> (RunState, Option<String>) {
+        let report = self.report;
+        if let Some(e) = &report.spawn_error {
+            return (RunState::Failed, Some(self.tail.appended_to(format!("could not run the worker: {e}"))));
+        }
+        match (report.code, &report.signal) {
+            (Some(0), _) => (RunState::Succeeded, None),
+            (Some(code), _) => (RunState::Failed, Some(self.tail.appended_to(format!("exited with status {code}")))),
+            (None, Some(signal)) => (RunState::Failed, Some(self.tail.appended_to(format!("killed by signal {signal}")))),
+            (None, None) => (RunState::Failed, Some(self.tail.appended_to("ended without an exit status".to_owned()))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ending(report: &ExitReport, tail: &StderrTail) -> Finish {
+        Ending { report, lease_lost: None, timeout_seconds: 9, cancelled_by: Some("ada"), tail, result: None }.finish()
+    }
+
+    #[test]
+    fn sentences_name_the_cause() {
+        let mut tail = StderrTail::default();
+        for i in 0..25 {
+            tail.push(&format!("line {i}"));
+        }
+        let failed = ending(&ExitReport { code: Some(3), ..ExitReport::default() }, &tail);
+        assert_eq!(failed.state, RunState::Failed);
+        let error = failed.error.expect("an error");
+        assert!(error.starts_with("exited with status 3; last lines of stderr:\nline 5\n"), "{error}");
+        assert!(error.ends_with("line 24"));
+        let empty = StderrTail::default();
+        let killed = ending(&ExitReport { signal: Some("SIGSEGV".into()), ..ExitReport::default() }, &empty);
+        assert_eq!(killed.error.as_deref(), Some("killed by signal SIGSEGV"));
+        let cancelled = ending(&ExitReport { stopped_by: Some(StopCause::Cancel), ..ExitReport::default() }, &empty);
+        assert_eq!((cancelled.state, cancelled.error.as_deref()), (RunState::Cancelled, Some("cancelled by ada")));
+        let timed_out = ending(&ExitReport { stopped_by: Some(StopCause::Timeout), ..ExitReport::default() }, &empty);
+        assert_eq!(timed_out.error.as_deref(), Some("timed out after 9 s"));
+        let ok = ending(&ExitReport { code: Some(0), ..ExitReport::default() }, &empty);
+        assert_eq!((ok.state, ok.error), (RunState::Succeeded, None));
+    }
+}

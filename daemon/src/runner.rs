@@ -1,0 +1,288 @@
+//! One claimed run on the daemon's side: start its supervisor, follow its frames (progress to the database,
+//! text to the logs), pass on cancellation and shutdown, and write the ledger entry once, fenced by ownership.
+
+use std::{process::Stdio, sync::Arc, time::Duration};
+
+use nix::{
+    sys::signal::{Signal, killpg},
+    unistd::Pid,
+};
+use scrinalia_shared::{
+    DbError,
+    db::{Finish, Run},
+};
+use serde_json::Value;
+use tokio::{
+    io::{AsyncWriteExt, BufReader},
+    process::{Child, ChildStdout, Command},
+    sync::mpsc,
+    time::sleep_until,
+};
+use uuid::Uuid;
+
+use crate::{
+    Context,
+    frame::{self, Control, ExitReport, Frame, StopCause},
+    invocation::{self, Invocation},
+    lease::Lease,
+    outcome::{Ending, StderrTail},
+    progress::{Progress, StdoutLine},
+    runlog::RunLog,
+};
+
+/// What the daemon's main loop can ask of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunCommand {
+    /// A person asked to cancel it.
+    Cancel,
+    /// The daemon is shutting down.
+    Terminate,
+}
+
+/// Runs `run` to its end. `deadline_ns` is the lease deadline given by the claim.
+pub async fn execute(ctx: Arc<Context>, run: Run, deadline_ns: u64, mut commands: mpsc::Receiver<RunCommand>) {
+    let Some(spec) = ctx.settings.catalogue.worker(&run.worker) else {
+        let error = format!("worker {:?} is not in the catalogue of daemon {}", run.worker, ctx.daemon_id);
+        return write_ledger(&ctx, &run, &failed(error)).await;
+    };
+    let traceparent = invocation::traceparent(run.trace_context.as_deref());
+    let invocation = Invocation::run(spec, &ctx.exe_dir, &ctx.settings.daemon.worker_env, run.id, &run.config, &traceparent);
+    let (child, mut frames, controls) = match spawn_supervisor(&ctx, &run, &invocation, deadline_ns) {
+        Ok(spawned) => spawned,
+        Err(e) => return write_ledger(&ctx, &run, &failed(format!("could not start the run's supervisor: {e}"))).await,
+    };
+    tracing::info!(run_id = %run.id, worker = %run.worker, program = %invocation.program.display(), %traceparent, "run claimed; starting the worker");
+    let mut lease = Lease::spawn(ctx.clone(), run.id, controls.clone(), deadline_ns);
+    let mut session = Session::new(&ctx, &run, controls);
+    let report = session.follow(&mut frames, &mut commands, &mut lease).await;
+    reap(child).await;
+    session.conclude(&run, report).await;
+    lease.stop().await;
+}
+
+fn failed(error: String) -> Finish {
+    Finish { state: scrinalia_shared::db::RunState::Failed, exit_code: None, error: Some(error), result: None }
+}
+
+type Spawned = (Child, FrameReader, mpsc::Sender<Control>);
+
+/// Starts `scrinalia-daemon supervise … -- <worker command>` in its own process group, with the worker's
+/// environment; its stderr is the daemon's.
+fn spawn_supervisor(ctx: &Context, run: &Run, invocation: &Invocation, deadline_ns: u64) -> std::io::Result<Spawned> {
+    let mut cmd = Command::new(&ctx.own_exe);
+    cmd.arg("supervise")
+        .args(["--run-id", &run.id.to_string(), "--deadline-ns", &deadline_ns.to_string()])
+        .args(["--grace-ms", &(ctx.settings.daemon.cancel_grace_seconds * 1000).to_string()])
+        .args(["--timeout-ms", &run.config.timeout_seconds.saturating_mul(1000).to_string()])
+        .arg("--")
+        .arg(&invocation.program)
+        .args(&invocation.args);
+    invocation.apply_env(&mut cmd);
+    // The supervisor must outlive a dropped handle: killing it would leave the worker unfenced.
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).process_group(0).kill_on_drop(false);
+    let mut child = cmd.spawn()?;
+    let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err(std::io::Error::other("the supervisor's pipes are missing"));
+    };
+    let (tx, mut rx) = mpsc::channel::<Control>(16);
+    tokio::spawn(async move {
+        while let Some(control) = rx.recv().await {
+            if stdin.write_all(format!("{}\n", control.encode()).as_bytes()).await.is_err() {
+                break;
+            }
+        }
+    });
+    Ok((child, FrameReader { reader: BufReader::new(stdout), buf: Vec::new() }, tx))
+}
+
+/// Waits briefly for the supervisor to exit, so that it does not linger as a zombie.
+async fn reap(mut child: Child) {
+    let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+}
+
+/// The supervisor's frames.
+struct FrameReader {
+    reader: BufReader<ChildStdout>,
+    buf: Vec<u8>,
+}
+
+impl FrameReader {
+    /// The next frame; `None` when the supervisor's stdout closed. Cancel-safe.
+    async fn next(&mut self) -> Option<Frame> {
+        loop {
+            if !frame::read_line(&mut self.reader, &mut self.buf, 2 * frame::MAX_WORKER_LINE).await.ok()? {
+                return None;
+            }
+            let parsed = Frame::decode(&String::from_utf8_lossy(&self.buf));
+            self.buf.clear();
+            if parsed.is_some() {
+                return parsed;
+            }
+        }
+    }
+}
+
+/// What a run accumulates while it goes on.
+struct Session {
+    ctx: Arc<Context>,
+    run: Uuid,
+    worker: String,
+    controls: mpsc::Sender<Control>,
+    progress: Progress,
+    log: RunLog,
+    tail: StderrTail,
+    result: Option<Value>,
+    lease_lost: Option<String>,
+    pid: Option<i32>,
+}
+
+impl Session {
+    fn new(ctx: &Arc<Context>, run: &Run, controls: mpsc::Sender<Control>) -> Self {
+        Self {
+            ctx: ctx.clone(),
+            run: run.id,
+            worker: run.worker.clone(),
+            controls,
+            progress: Progress::new(run.id, ctx.daemon_id),
+            log: RunLog::new(ctx.logs.clone(), &run.worker, run.id),
+            tail: StderrTail::default(),
+            result: None,
+            lease_lost: None,
+            pid: None,
+        }
+    }
+
+    /// Follows the run until the supervisor's exit report.
+    async fn follow(&mut self, frames: &mut FrameReader, commands: &mut mpsc::Receiver<RunCommand>, lease: &mut Lease) -> ExitReport {
+        let mut lease_open = true;
+        loop {
+            tokio::select! {
+                frame = frames.next() => match frame {
+                    Some(Frame::Started(pid)) => self.started(pid).await,
+                    Some(Frame::Stdout(line)) => self.stdout(line).await,
+                    Some(Frame::Stderr(line)) => self.text("stderr", &line).await,
+                    Some(Frame::Exit(report)) => return report,
+                    None => return self.supervisor_lost(),
+                },
+                Some(command) = commands.recv() => {
+                    tracing::info!(run_id = %self.run, worker = %self.worker, ?command, "stopping the worker");
+                    self.control(if command == RunCommand::Cancel { Control::Cancel } else { Control::Terminate }).await;
+                }
+                lost = &mut lease.lost, if lease_open => {
+                    lease_open = false;
+                    if let Ok(reason) = lost {
+                        tracing::error!(run_id = %self.run, worker = %self.worker, %reason, "lease lost; the worker is killed");
+                        self.lease_lost = Some(reason);
+                    }
+                }
+                () = sleep_until(self.progress.next_write) => self.write_progress().await,
+                () = sleep_until(self.log.next_flush) => self.log.flush().await,
+            }
+        }
+    }
+
+    async fn control(&self, control: Control) {
+        let _ = self.controls.send(control).await;
+    }
+
+    async fn started(&mut self, pid: i32) {
+        self.pid = Some(pid);
+        tracing::info!(run_id = %self.run, worker = %self.worker, pid, "worker started");
+        let log_key = self.log.prefix();
+        let marked = self.ctx.db.mark_started(self.run, self.ctx.daemon_id, &log_key);
+        match tokio::time::timeout(Duration::from_secs(5), marked).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(DbError::LeaseLost { .. })) => self.lose("the run was no longer this daemon's when its worker started").await,
+            Ok(Err(e)) => tracing::warn!(run_id = %self.run, error = %e, "could not record the worker's start"),
+            Err(_) => tracing::warn!(run_id = %self.run, "recording the worker's start timed out"),
+        }
+    }
+
+    async fn lose(&mut self, reason: &str) {
+        tracing::error!(run_id = %self.run, worker = %self.worker, %reason, "lease lost; the worker is killed");
+        self.lease_lost.get_or_insert_with(|| reason.to_owned());
+        self.control(Control::Kill).await;
+    }
+
+    async fn stdout(&mut self, line: String) {
+        match StdoutLine::parse(&line) {
+            StdoutLine::Progress(value) => self.progress.offer(value),
+            StdoutLine::Result(value) => self.result = Some(value),
+            StdoutLine::Text => self.text("stdout", &line).await,
+        }
+    }
+
+    async fn text(&mut self, stream: &'static str, line: &str) {
+        tracing::info!(run_id = %self.run, worker = %self.worker, stream, "{line}");
+        if stream == "stderr" {
+            self.tail.push(line);
+        }
+        if self.log.push(stream, line) {
+            self.log.flush().await;
+        }
+    }
+
+    async fn write_progress(&mut self) {
+        if self.progress.write(&self.ctx.db).await.is_err() {
+            self.lose("the database refused a progress report: another daemon recovered the run").await;
+        }
+    }
+
+    /// The supervisor ended without a report (it was killed): its worker must not run on unsupervised.
+    fn supervisor_lost(&self) -> ExitReport {
+        if let Some(pid) = self.pid.filter(|&p| p > 1) {
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        tracing::error!(run_id = %self.run, worker = %self.worker, "the run's supervisor ended without a report; its worker was killed");
+        ExitReport { spawn_error: Some("the run's supervisor ended without a report".to_owned()), ..ExitReport::default() }
+    }
+
+    /// Flushes the log and the last progress, then writes the ledger entry.
+    async fn conclude(mut self, run: &Run, report: ExitReport) {
+        self.log.flush().await;
+        self.write_progress().await;
+        let cancelled_by = match report.stopped_by {
+            Some(StopCause::Cancel) => self.ctx.db.get_run(self.run).await.ok().flatten().and_then(|r| r.cancel_requested_by),
+            _ => None,
+        };
+        let finish = Ending {
+            report: &report,
+            lease_lost: self.lease_lost.as_deref(),
+            timeout_seconds: run.config.timeout_seconds,
+            cancelled_by: cancelled_by.as_deref(),
+            tail: &self.tail,
+            result: self.result.take(),
+        }
+        .finish();
+        write_ledger(&self.ctx, run, &finish).await;
+    }
+}
+
+/// Writes the terminal state, fenced by ownership: a run another daemon recovered is left as it is. Retries
+/// while the database is unreachable (the lease is still being renewed meanwhile), up to twice the lease.
+async fn write_ledger(ctx: &Context, run: &Run, finish: &Finish) {
+    let give_up = tokio::time::Instant::now() + (ctx.settings.daemon.lease() * 2).max(Duration::from_secs(10));
+    loop {
+        match ctx.db.finish_run(run.id, ctx.daemon_id, finish).await {
+            Ok(done) => {
+                let state = done.state.as_str();
+                let (duration_ms, exit_code, error) = (done.duration_ms, done.exit_code, done.error.as_deref().unwrap_or(""));
+                tracing::info!(run_id = %run.id, worker = %run.worker, state, duration_ms, exit_code, error, "run finished");
+                return;
+            }
+            Err(DbError::LeaseLost { .. }) => {
+                let state = finish.state.as_str();
+                tracing::warn!(run_id = %run.id, worker = %run.worker, would_be = state, "the run is no longer this daemon's (another daemon recovered it); its ledger entry is left as it is");
+                return;
+            }
+            Err(e) if tokio::time::Instant::now() < give_up => {
+                tracing::warn!(run_id = %run.id, worker = %run.worker, error = %e, "could not write the run's end; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => {
+                tracing::error!(run_id = %run.id, worker = %run.worker, error = %e, "gave up writing the run's end; recovery will mark it interrupted");
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! Operator signals: the first SIGTERM or SIGINT asks for a graceful stop (stop claiming, let runs finish within
+//! `daemon.drain_seconds`), the second for an immediate one (stop the runs now). The tokens are passed
+//! explicitly to whoever needs them; nothing is global.
+
+use anyhow::Context as _;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+
+/// The two stages of shutdown.
+#[derive(Debug, Clone, Default)]
+pub struct Shutdown {
+    /// Cancelled by the first signal.
+    pub graceful: CancellationToken,
+    /// Cancelled by the second signal.
+    pub immediate: CancellationToken,
+}
+
+impl Shutdown {
+    /// Starts listening for SIGTERM and SIGINT; the listener ends after the second signal.
+    pub fn listen() -> anyhow::Result<Self> {
+        let mut term = signal(SignalKind::terminate()).context("listen for SIGTERM")?;
+        let mut int = signal(SignalKind::interrupt()).context("listen for SIGINT")?;
+        let shutdown = Self::default();
+        let tokens = shutdown.clone();
+        tokio::spawn(async move {
+            for stage in [&tokens.graceful, &tokens.immediate] {
+                let name = tokio::select! {
+                    _ = term.recv() => "SIGTERM",
+                    _ = int.recv() => "SIGINT",
+                };
+                tracing::info!(signal = name, "signal received");
+                stage.cancel();
+            }
+        });
+        Ok(shutdown)
+    }
+}

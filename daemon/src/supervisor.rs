@@ -1,0 +1,311 @@
+//! The per-run supervisor (`scrinalia-daemon supervise`, the pattern of containerd's shim): a small process
+//! between the daemon and one worker that does not stall or die with the daemon, so that a worker never
+//! outlives its lease. It starts the worker in its own process group, relays its output to the daemon as
+//! [`Frame`]s, and kills the group when the lease deadline passes without a renewal, when the daemon asks, or
+//! (after SIGTERM and a grace period) when the daemon's pipe closes.
+
+use std::{
+    ffi::OsString,
+    os::{fd::AsFd, unix::process::ExitStatusExt},
+    process::{ExitStatus, Stdio},
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use nix::{
+    sys::signal::{Signal, killpg},
+    unistd::Pid,
+};
+use tokio::{
+    io::{AsyncRead, AsyncWriteExt, BufReader},
+    net::unix::pipe,
+    process::{Child, Command},
+    signal::unix::{SignalKind, signal},
+    sync::mpsc,
+    task::JoinSet,
+    time::{Instant, sleep_until},
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    clock,
+    frame::{self, Control, ExitReport, Frame, MAX_WORKER_LINE, StopCause},
+};
+
+/// The arguments the daemon passes (the worker's environment is the supervisor's own).
+#[derive(Debug, Clone, clap::Args)]
+pub struct SuperviseArgs {
+    /// The run, for messages.
+    #[arg(long)]
+    pub run_id: uuid::Uuid,
+    /// The first lease deadline (`CLOCK_MONOTONIC` ns).
+    #[arg(long)]
+    pub deadline_ns: u64,
+    /// Between SIGTERM and SIGKILL.
+    #[arg(long)]
+    pub grace_ms: u64,
+    /// The run's timeout.
+    #[arg(long)]
+    pub timeout_ms: u64,
+    /// The worker's program and arguments.
+    #[arg(last = true, required = true)]
+    pub command: Vec<OsString>,
+}
+
+/// Runs one worker to its end. Errors only when the supervisor's own pipes are unusable.
+pub async fn supervise(args: SuperviseArgs) -> anyhow::Result<()> {
+    let (out, writer) = spawn_writer().context("the supervisor's stdout must be a pipe from the daemon")?;
+    let mut controls = spawn_control_reader().context("the supervisor's stdin must be a pipe from the daemon")?;
+    let started = Instant::now();
+    let mut child = match spawn_worker(&args.command) {
+        Ok(child) => child,
+        Err(e) => {
+            let report = ExitReport { spawn_error: Some(format!("{:?}: {e}", args.command[0])), ..ExitReport::default() };
+            return finish(out, writer, report).await;
+        }
+    };
+    let group = Pid::from_raw(child.id().and_then(|id| i32::try_from(id).ok()).unwrap_or(0));
+    send(&out, Frame::Started(group.as_raw())).await;
+    let relays = Relays::start(child.stdout.take(), child.stderr.take(), &out);
+    let mut watch = Watch::new(group, &args);
+    let status = watch.until_exit(&mut child, &mut controls).await;
+    // Nothing of the run may outlive its leader: children left in the group are killed too.
+    signal_group(group, Signal::SIGKILL);
+    relays.finish(Duration::from_secs(2)).await;
+    let mut report = exit_report(status);
+    report.stopped_by = watch.cause;
+    report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    finish(out, writer, report).await
+}
+
+async fn finish(out: mpsc::Sender<String>, writer: tokio::task::JoinHandle<()>, report: ExitReport) -> anyhow::Result<()> {
+    send(&out, Frame::Exit(report)).await;
+    drop(out);
+    let _ = writer.await;
+    Ok(())
+}
+
+async fn send(out: &mpsc::Sender<String>, frame: Frame) {
+    let _ = out.send(frame.encode()).await;
+}
+
+fn spawn_worker(command: &[OsString]) -> std::io::Result<Child> {
+    let (program, args) = command.split_first().ok_or_else(|| std::io::Error::other("empty command"))?;
+    Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(false)
+        .spawn()
+}
+
+fn exit_report(status: std::io::Result<ExitStatus>) -> ExitReport {
+    match status {
+        Ok(status) => ExitReport {
+            code: status.code(),
+            signal: status.signal().map(|n| Signal::try_from(n).map_or_else(|_| format!("signal {n}"), |s| s.as_str().to_owned())),
+            ..ExitReport::default()
+        },
+        Err(e) => ExitReport { spawn_error: Some(format!("could not wait for the worker: {e}")), ..ExitReport::default() },
+    }
+}
+
+fn signal_group(group: Pid, signal: Signal) {
+    if group.as_raw() > 1 {
+        let _ = killpg(group, signal);
+    }
+}
+
+/// Writes frames to the daemon. The pipe is non-blocking, so a frozen daemon only stalls this task, never the
+/// deadline watch; once the daemon is gone, frames are dropped.
+fn spawn_writer() -> std::io::Result<(mpsc::Sender<String>, tokio::task::JoinHandle<()>)> {
+    let mut pipe = pipe::Sender::from_owned_fd(std::io::stdout().as_fd().try_clone_to_owned()?)?;
+    let (tx, mut rx) = mpsc::channel::<String>(1024);
+    let task = tokio::spawn(async move {
+        let mut broken = false;
+        let mut batch = String::new();
+        while let Some(line) = rx.recv().await {
+            batch.clear();
+            batch.push_str(&line);
+            batch.push('\n');
+            while batch.len() < 64 * 1024 {
+                let Ok(more) = rx.try_recv() else { break };
+                batch.push_str(&more);
+                batch.push('\n');
+            }
+            if !broken && pipe.write_all(batch.as_bytes()).await.is_err() {
+                broken = true;
+            }
+        }
+    });
+    Ok((tx, task))
+}
+
+/// Reads the daemon's messages; the channel closes when the daemon's pipe does. SIGTERM, SIGINT and SIGHUP sent
+/// to the supervisor itself count as `terminate`, so the worker is still stopped gently.
+fn spawn_control_reader() -> std::io::Result<mpsc::Receiver<Control>> {
+    let pipe = pipe::Receiver::from_owned_fd(std::io::stdin().as_fd().try_clone_to_owned()?)?;
+    let (tx, rx) = mpsc::channel(64);
+    let signals = tx.clone();
+    let mut terms = [SignalKind::terminate(), SignalKind::interrupt(), SignalKind::hangup()].map(signal);
+    tokio::spawn(async move {
+        let mut reader = BufReader::new(pipe);
+        let mut buf = Vec::new();
+        while let Ok(true) = frame::read_line(&mut reader, &mut buf, 4096).await {
+            let control = Control::decode(&String::from_utf8_lossy(&buf));
+            buf.clear();
+            if let Some(control) = control
+                && tx.send(control).await.is_err()
+            {
+                return;
+            }
+        }
+    });
+    tokio::spawn(async move {
+        let [Ok(a), Ok(b), Ok(c)] = &mut terms else { return };
+        loop {
+            tokio::select! {
+                _ = a.recv() => {}
+                _ = b.recv() => {}
+                _ = c.recv() => {}
+            }
+            if signals.send(Control::Terminate).await.is_err() {
+                return;
+            }
+        }
+    });
+    Ok(rx)
+}
+
+/// The fence: when to signal the worker's group, and why.
+struct Watch {
+    group: Pid,
+    deadline: Instant,
+    timeout_at: Instant,
+    grace: Duration,
+    kill_at: Option<Instant>,
+    killed: bool,
+    cause: Option<StopCause>,
+    daemon_open: bool,
+}
+
+impl Watch {
+    fn new(group: Pid, args: &SuperviseArgs) -> Self {
+        Self {
+            group,
+            deadline: clock::instant_at(args.deadline_ns),
+            timeout_at: Instant::now() + Duration::from_millis(args.timeout_ms),
+            grace: Duration::from_millis(args.grace_ms),
+            kill_at: None,
+            killed: false,
+            cause: None,
+            daemon_open: true,
+        }
+    }
+
+    async fn until_exit(&mut self, child: &mut Child, controls: &mut mpsc::Receiver<Control>) -> std::io::Result<ExitStatus> {
+        loop {
+            let kill_at = self.kill_at.unwrap_or(self.deadline);
+            tokio::select! {
+                status = child.wait() => return status,
+                control = controls.recv(), if self.daemon_open => self.on_control(control),
+                () = sleep_until(self.deadline), if !self.killed => self.kill(StopCause::Deadline),
+                () = sleep_until(self.timeout_at), if self.cause.is_none() => self.terminate(StopCause::Timeout),
+                () = sleep_until(kill_at), if self.kill_at.is_some() && !self.killed => {
+                    signal_group(self.group, Signal::SIGKILL);
+                    self.killed = true;
+                }
+            }
+        }
+    }
+
+    fn on_control(&mut self, control: Option<Control>) {
+        match control {
+            None => {
+                self.daemon_open = false;
+                self.terminate(StopCause::DaemonGone);
+            }
+            Some(Control::Deadline(ns)) => self.deadline = self.deadline.max(clock::instant_at(ns)),
+            Some(Control::Cancel) => self.terminate(StopCause::Cancel),
+            Some(Control::Terminate) => self.terminate(StopCause::Terminate),
+            Some(Control::Kill) => self.kill(StopCause::Kill),
+        }
+    }
+
+    /// SIGTERM now, SIGKILL after the grace period (or at the deadline, whichever comes first).
+    fn terminate(&mut self, cause: StopCause) {
+        if self.cause.is_some() || self.killed {
+            return;
+        }
+        self.cause = Some(cause);
+        signal_group(self.group, Signal::SIGTERM);
+        self.kill_at = Some(Instant::now() + self.grace);
+    }
+
+    /// SIGKILL now: the run is no longer ours, so no grace.
+    fn kill(&mut self, cause: StopCause) {
+        if !self.cause.is_some_and(StopCause::fences) {
+            self.cause = Some(cause);
+        }
+        signal_group(self.group, Signal::SIGKILL);
+        self.killed = true;
+    }
+}
+
+/// The two tasks that turn the worker's output into frames.
+struct Relays {
+    tasks: JoinSet<()>,
+    stop: CancellationToken,
+}
+
+impl Relays {
+    fn start(
+        stdout: Option<impl AsyncRead + Unpin + Send + 'static>,
+        stderr: Option<impl AsyncRead + Unpin + Send + 'static>,
+        out: &mpsc::Sender<String>,
+    ) -> Self {
+        let stop = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        if let Some(stdout) = stdout {
+            tasks.spawn(relay(stdout, Frame::Stdout, out.clone(), stop.clone()));
+        }
+        if let Some(stderr) = stderr {
+            tasks.spawn(relay(stderr, Frame::Stderr, out.clone(), stop.clone()));
+        }
+        Self { tasks, stop }
+    }
+
+    /// Waits for the worker's pipes to close; a descendant that escaped the group and holds them open is given
+    /// up on after `wait`, but lines already read are still delivered.
+    async fn finish(mut self, wait: Duration) {
+        let drained = tokio::time::timeout(wait, async { while self.tasks.join_next().await.is_some() {} }).await;
+        if drained.is_err() {
+            self.stop.cancel();
+            while self.tasks.join_next().await.is_some() {}
+        }
+    }
+}
+
+async fn relay(
+    reader: impl AsyncRead + Unpin,
+    frame: fn(String) -> Frame,
+    out: mpsc::Sender<String>,
+    stop: CancellationToken,
+) {
+    let mut reader = BufReader::new(reader);
+    let mut buf = Vec::new();
+    loop {
+        let more = tokio::select! {
+            read = frame::read_line(&mut reader, &mut buf, MAX_WORKER_LINE) => matches!(read, Ok(true)),
+            () = stop.cancelled() => false,
+        };
+        if !more {
+            return;
+        }
+        let line = frame(String::from_utf8_lossy(&buf).into_owned()).encode();
+        buf.clear();
+        let _ = out.send(line).await;
+    }
+}
