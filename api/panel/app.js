@@ -104,7 +104,7 @@ function renderSession() {
   if (token()) buttons.push(h("button", { type: "button", class: "link", onclick: signOut }, "Sign out"));
   else if (s) buttons.push(h("button", { type: "button", class: "link", "aria-controls": "signin-form", onclick: () => { form.hidden = !form.hidden; if (!form.hidden) form.querySelector("input").focus(); } }, "Use a token"));
   form.id = "signin-form";
-  replace(el, who, buttons, form, ctx.sessionError && !s ? h("p", { class: "error", role: "alert" }, ctx.sessionError) : null);
+  replace(el, who, buttons, form, ctx.sessionError && !s && token() ? h("p", { class: "error", role: "alert" }, ctx.sessionError) : null);
 }
 
 async function signIn(event) {
@@ -113,7 +113,13 @@ async function signIn(event) {
   if (!value) return;
   setToken(value);
   await restart();
-  if (!ctx.session) setToken(null);
+  if (!ctx.session) {
+    // A token the API refuses is not kept; the sentence saying why stays on screen.
+    setToken(null);
+    renderSession();
+    const error = ctx.sessionError;
+    document.getElementById("session").append(h("p", { class: "error", role: "alert", id: "signin-error" }, error ?? "The token was refused."));
+  }
 }
 
 async function signOut() {
@@ -156,6 +162,17 @@ function startEvents() {
 
 function route() {
   const hash = location.hash || "#/workers";
+  if (!ctx.session) {
+    // Signed out: nothing is read until a token is given, so the API is not asked for what it would refuse.
+    current?.instance?.unmount?.();
+    current = null;
+    const main = document.getElementById("view");
+    replace(main, h("h1", null, "Sign in"),
+      h("p", null, "This API needs a token to show the workers and the runs. Enter yours in the Token field at the top; it is kept only in this tab (session storage) and sent as a bearer token."),
+      ctx.sessionError ? h("p", { class: "muted" }, `The API said: ${ctx.sessionError}`) : null);
+    document.getElementById("token-input")?.focus();
+    return;
+  }
   const found = ROUTES.map((r) => ({ r, m: hash.match(r.pattern) })).find((x) => x.m);
   current?.instance?.unmount?.();
   current = null;
@@ -175,9 +192,15 @@ function route() {
 
 async function restart() {
   await loadSession();
-  await loadDaemons();
-  health?.refresh();
-  startEvents();
+  if (ctx.session) {
+    await loadDaemons();
+    health?.refresh();
+    startEvents();
+  } else {
+    closeEvents?.();
+    closeEvents = null;
+    health?.clear();
+  }
   route();
 }
 

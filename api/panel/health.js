@@ -29,6 +29,7 @@ export function startHealth(el, ctx) {
         h("strong", null, label(c.name)),
         h("span", { class: "visually-hidden" }, `: ${status}`),
         c.error ? [" ", h("span", { class: "sentence" }, c.error)] : null,
+        !c.error && c.name === "daemons" && c.details?.alive != null ? [" ", h("span", { class: "sentence muted" }, `${c.details.alive} alive`)] : null,
       );
     })));
     el.dataset.status = data?.status ?? "";
@@ -49,9 +50,15 @@ export function startHealth(el, ctx) {
     })();
     return inFlight;
   };
-  setInterval(refresh, 30000);
+  const clear = () => {
+    replace(el);
+    el.dataset.status = "";
+  };
+  setInterval(() => {
+    if (el.dataset.status) refresh();
+  }, 30000);
   document.addEventListener("visibilitychange", () => {
-    if (document.visibilityState === "visible") refresh();
+    if (document.visibilityState === "visible" && el.dataset.status) refresh();
   });
-  return { refresh };
+  return { refresh, clear };
 }

@@ -210,7 +210,9 @@ export function mount(root, _params, ctx) {
     renderStatus(card.status, w, entry);
     // Controls: operators only; disabled with the reason when a run is in flight or no daemon takes the worker.
     const operator = ctx.can("operator");
-    card.controls.hidden = !operator;
+    // A viewer gets no Run control at all, not a disabled one.
+    if (operator && !card.controls.parentNode) card.reason.before(card.controls);
+    if (!operator && card.controls.parentNode) card.controls.remove();
     let reason = "";
     if (!operator) reason = ctx.session ? "Running and cancelling need the operator role." : "";
     else if (w.in_flight) reason = `A run is already ${w.in_flight.state === "queued" ? "queued" : "running"}; wait for it to end or cancel it.`;
