@@ -144,7 +144,7 @@ export function mount(root, [name], ctx) {
     const status = h("p", { class: "ok", role: "status", id: "override-status" });
     const save = h("button", { type: "submit", class: "primary" }, "Save the override");
     const remove = h("button", { type: "button", class: "danger", disabled: !w.override, onclick: () => submit("DELETE") }, "Remove the whole override");
-    const form = h("form", { class: "override-form", id: "override-form", "aria-label": `Override of ${name}`, onsubmit: (e) => { e.preventDefault(); submit("PUT"); } },
+    const form = h("form", { class: "override-form", id: "override-form", novalidate: true, "aria-label": `Override of ${name}`, onsubmit: (e) => { e.preventDefault(); submit("PUT"); } },
       fields.length ? fields : h("p", { class: "muted" }, "This worker has nothing to override."),
       h("div", { class: "field" }, h("label", { for: "ov-reason" }, "Reason (required)"), reason),
       h("div", { class: "buttons" }, save, remove), alert, status);

@@ -181,7 +181,7 @@ export function mount(root, _params, ctx) {
         o.description ? h("small", { class: "muted" }, o.description) : null));
     }
     const submit = h("button", { type: "submit", class: "primary" }, "Run with these arguments");
-    const form = h("form", { class: "run-form", "aria-label": `Arguments for a run of ${w.name}`, novalidate: false, onsubmit: (event) => {
+    const form = h("form", { class: "run-form", "aria-label": `Arguments for a run of ${w.name}`, onsubmit: (event) => {
       event.preventDefault();
       const args = {};
       if (engineSelect?.value) args.engine = engineSelect.value;

@@ -1,0 +1,402 @@
+//! End-to-end tests of the web panel in a real headless Chromium (Debian's `chromium` and `chromium-driver`),
+//! against the real `scrinalia-api` and `scrinalia-daemon` binaries running the demo worker's probes on a fresh
+//! database. Every wait polls the page for a condition, with generous timeouts; nothing sleeps to assert.
+//! Screenshots of each view go to `artifacts/screenshots/`; with `SCRINALIA_UPDATE_DOCS_SCREENSHOT=1` the first
+//! test also refreshes `docs/screenshot-workers.png`.
+
+use reqwest::StatusCode;
+use scrinalia_shared::auth::hash_token;
+use scrinalia_tests::{
+    Kind, TestDb, bin_path,
+    browser::{Browser, PATIENCE, free_port, workspace_root},
+    eventually,
+    process::Process,
+};
+use serde_json::{Value, json};
+
+const VIEWER_TOKEN: &str = "scr_e2e_viewer_0123456789abcdef";
+const ADMIN_TOKEN: &str = "scr_e2e_admin_0123456789abcdef";
+
+/// How the API lets callers in.
+enum Access {
+    /// Anonymous admin from loopback, as the demo configuration does.
+    AnonymousAdmin,
+    /// Tokens only: `e2e-viewer` and `e2e-admin`.
+    Tokens,
+}
+
+/// The API, a daemon and their configuration on a fresh database.
+struct Stack {
+    db: TestDb,
+    base: String,
+    http: reqwest::Client,
+    token: Option<&'static str>,
+    api: Process,
+    daemon: Process,
+}
+
+impl Stack {
+    async fn start(kind: Kind, access: Access) -> Self {
+        let db = TestDb::new(kind).await;
+        let dir = db.dir.path().to_path_buf();
+        let port = free_port();
+        let worker = bin_path("scrinalia-demo-worker");
+        let auth = match access {
+            Access::AnonymousAdmin => "anonymous_role = \"admin\"\nanonymous_loopback_only = true\n".to_owned(),
+            Access::Tokens => format!(
+                "tokens = [{{ name = \"e2e-viewer\", role = \"viewer\", hash = \"{}\" }}, \
+                 {{ name = \"e2e-admin\", role = \"admin\", hash = \"{}\" }}]\n",
+                hash_token(VIEWER_TOKEN),
+                hash_token(ADMIN_TOKEN)
+            ),
+        };
+        let config = format!(
+            r#"
+[database]
+url = "{url}"
+
+[api]
+listen = "127.0.0.1:{port}"
+events_poll_ms = 100
+
+[auth]
+{auth}
+[daemon]
+capacity = 3
+lease_seconds = 10
+poll_seconds = 1
+heartbeat_seconds = 1
+gone_after_seconds = 5
+cancel_grace_seconds = 2
+queue_count_interval_seconds = 2
+queue_count_timeout_seconds = 10
+
+[object_store]
+kind = "local"
+path = "{logs}"
+
+[engines.local]
+kind = "none"
+presets = {{ fast = "tiny-model", thorough = "big-model" }}
+
+[[workers]]
+name = "probe-1"
+title = "Probe 1"
+axis = "testing"
+governance = "none (test probe)"
+stamp = "none"
+description = "A steerable probe: a long run with many progress steps."
+command = ["{worker}", "probe-1"]
+engine = "local"
+preset = "fast"
+timeout_seconds = 120
+options = [
+  {{ name = "duration_ms", type = "integer", default = 9000, description = "How long the run takes." }},
+  {{ name = "progress_steps", type = "integer", default = 18 }},
+  {{ name = "output_lines", type = "integer", default = 3 }},
+  {{ name = "exit_code", type = "integer", default = 0 }},
+  {{ name = "crash", type = "boolean", default = false }},
+  {{ name = "note", type = "string" }},
+]
+
+[[workers]]
+name = "probe-2"
+title = "Quality probe"
+axis = "quality"
+governance = "cleaning rules"
+stamp = "none"
+command = ["{worker}", "probe-2"]
+engine = "local"
+preset = "thorough"
+engine_source = "Its engine comes from the active LLM_CHECK cleaning rule; change it in the cleaning rules screen."
+engine_source_url = "/rules#llm-check"
+timeout_seconds = 120
+options = [{{ name = "duration_ms", type = "integer", default = 300 }}]
+
+[[workers]]
+name = "probe-3"
+title = "Probe 3"
+axis = "testing"
+governance = "none (test probe)"
+stamp = "none"
+command = ["{worker}", "probe-3"]
+timeout_seconds = 120
+options = [
+  {{ name = "duration_ms", type = "integer", default = 200 }},
+  {{ name = "progress_steps", type = "integer", default = 6 }},
+  {{ name = "output_lines", type = "integer", default = 2 }},
+]
+"#,
+            url = db.url,
+            logs = dir.join("run-logs").display(),
+            worker = worker.display(),
+        );
+        let path = dir.join("config.toml");
+        std::fs::write(&path, config).expect("write the configuration");
+        let config_path = path.to_str().expect("a UTF-8 path");
+        let env = [("SCRINALIA_CONFIG", config_path), ("RUST_LOG", "info")];
+        let api = Process::start("scrinalia-api", "api", &dir, &["--config", config_path], &env);
+        let daemon = Process::start("scrinalia-daemon", "daemon", &dir, &["--config", config_path], &env);
+        let token = match access {
+            Access::AnonymousAdmin => None,
+            Access::Tokens => Some(ADMIN_TOKEN),
+        };
+        let stack = Self { db, base: format!("http://127.0.0.1:{port}"), http: reqwest::Client::new(), token, api, daemon };
+        eventually(PATIENCE, "the API to be ready", || async {
+            let r = stack.http.get(format!("{}/readyz", stack.base)).send().await.ok()?;
+            r.status().is_success().then_some(())
+        })
+        .await;
+        eventually(PATIENCE, "an active daemon", || async {
+            let daemons = stack.get("/api/daemons").await?;
+            daemons["daemons"].as_array()?.iter().any(|d| d["state"] == "active").then_some(())
+        })
+        .await;
+        stack
+    }
+
+    async fn get(&self, path: &str) -> Option<Value> {
+        let mut request = self.http.get(format!("{}{path}", self.base));
+        if let Some(token) = self.token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        response.json().await.ok()
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        let mut request = self.http.post(format!("{}{path}", self.base)).json(&body);
+        if let Some(token) = self.token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.expect("POST to the API");
+        let status = response.status();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Logs of both processes, for a failure message.
+    fn logs(&self) -> String {
+        format!("--- api ---\n{}\n--- daemon ---\n{}", tail(&self.api.output()), tail(&self.daemon.output()))
+    }
+
+    async fn stop(self) {
+        drop(self.api);
+        drop(self.daemon);
+        self.db.cleanup().await;
+    }
+}
+
+fn tail(s: &str) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// The value of the `<progress>` bar of `worker`'s run in flight, if it shows one with a known total.
+async fn progress_of(browser: &Browser, worker: &str) -> Option<f64> {
+    let bar = browser.find(&format!("article[data-worker={worker:?}] .in-flight[data-state=\"running\"] progress")).await?;
+    bar.attr("max").await.ok()??;
+    bar.prop("value").await.ok()??.parse().ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_curator_runs_a_worker_and_watches_it_to_the_end_without_a_reload() {
+    let stack = Stack::start(Kind::Postgres, Access::AnonymousAdmin).await;
+    let browser = Browser::start("curator", stack.db.dir.path(), 1280, 1000).await;
+    browser.goto(&format!("{}/#/workers", stack.base)).await;
+
+    // Workers in catalogue order, each value marked with where it comes from.
+    browser.wait_for("#who[data-role=\"admin\"]").await;
+    browser.wait_for("article[data-worker=\"probe-3\"]").await;
+    let mut order = Vec::new();
+    for article in browser.find_all("article.worker").await {
+        order.push(article.attr("data-worker").await.expect("attr").unwrap_or_default());
+    }
+    assert_eq!(order, ["probe-1", "probe-2", "probe-3"], "catalogue order");
+    let engine = browser.text("article[data-worker=\"probe-1\"] dd[data-field=\"engine\"]").await.unwrap_or_default();
+    assert!(engine.contains("local") && engine.contains("default"), "engine with its source: {engine:?}");
+    let model = browser.text("article[data-worker=\"probe-1\"] dd[data-field=\"model\"]").await.unwrap_or_default();
+    assert!(model.contains("tiny-model"), "model: {model:?}");
+    browser.wait_for_text("article[data-worker=\"probe-2\"] dd[data-field=\"engine\"]", "external").await;
+    browser.wait_for_text("article[data-worker=\"probe-2\"] .engine-source", "LLM_CHECK cleaning rule").await;
+    let tags = browser.text("article[data-worker=\"probe-2\"] .tags").await.unwrap_or_default();
+    assert!(tags.contains("quality") && tags.contains("cleaning rules"), "axis and governance: {tags:?}");
+
+    // The health strip and the queue snapshot the daemon measured (with its age).
+    browser.wait_for("#health li[data-check=\"database\"][data-status=\"ok\"]").await;
+    browser.wait_for_text("article[data-worker=\"probe-1\"] .queue", "pending").await;
+    browser.wait_for_text("article[data-worker=\"probe-1\"] .queue", "measured").await;
+
+    // Run is enabled once the panel knows a daemon is alive.
+    let run_button = "article[data-worker=\"probe-1\"] button.run";
+    browser
+        .wait("the Run button of probe-1 to be enabled", || async {
+            browser.find(run_button).await?.is_enabled().await.ok()?.then_some(())
+        })
+        .await;
+    browser.screenshot("workers").await;
+    browser.js("window.__e2eNoReload = 'still the same page'; return true;", vec![]).await;
+
+    // Press Run: the run appears in flight and its progress bar moves.
+    browser.click(run_button).await;
+    let first = browser.wait("probe-1's progress bar to show progress", || async {
+        progress_of(&browser, "probe-1").await.filter(|v| *v > 0.0)
+    })
+    .await;
+    browser.wait("probe-1's progress bar to move", || async {
+        progress_of(&browser, "probe-1").await.filter(|v| *v > first)
+    })
+    .await;
+    let text = browser.text("article[data-worker=\"probe-1\"] .progress-text").await.unwrap_or_default();
+    assert!(text.contains("/ 18") && text.contains("per s"), "done / total and rate: {text:?}");
+
+    // While it runs, Run is disabled with the reason; a stale panel that presses it anyway (as two curators at
+    // once would) gets the API's 409 sentence next to the worker, in an alert.
+    assert!(!browser.find(run_button).await.expect("Run").is_enabled().await.expect("enabled"), "Run is disabled");
+    browser.wait_for_text("article[data-worker=\"probe-1\"] .reason", "already running").await;
+    browser
+        .js(
+            "const b = document.querySelector(arguments[0]); b.disabled = false; b.click(); return true;",
+            vec![json!(run_button)],
+        )
+        .await;
+    let alert = browser.wait_for_text("#worker-probe-1-alert", "already has a run in flight").await;
+    assert!(alert.contains("probe-1"), "the 409 sentence names the worker: {alert:?}");
+    let role = browser.find("#worker-probe-1-alert").await.expect("alert").attr("role").await.expect("attr");
+    assert_eq!(role.as_deref(), Some("alert"));
+    assert!(browser.find("article[data-worker=\"probe-1\"] .in-flight button.cancel").await.is_some(), "Cancel");
+    let shot = browser.screenshot("workers-running").await;
+    if std::env::var_os("SCRINALIA_UPDATE_DOCS_SCREENSHOT").is_some() {
+        std::fs::copy(&shot, workspace_root().join("docs/screenshot-workers.png")).expect("update the docs screenshot");
+    }
+
+    // The runs view, reached by the navigation (no reload), shows it running, then succeeded: live.
+    browser.click("nav.views a[data-nav=\"runs\"]").await;
+    let row = "#ledger tr[data-worker=\"probe-1\"]";
+    let seen = browser.wait("probe-1's run in the ledger", || async { browser.find(row).await?.attr("data-state").await.ok()? }).await;
+    assert_eq!(seen, "running", "the run is seen in flight first\n{}", stack.logs());
+    browser.wait_for(&format!("{row}[data-state=\"succeeded\"]")).await;
+    let cells = browser.text(row).await.unwrap_or_default();
+    assert!(cells.contains("processed 18") && cells.contains(" s"), "outcome and duration: {cells:?}");
+    let marker = browser.js("return window.__e2eNoReload ?? null;", vec![]).await;
+    assert_eq!(marker, json!("still the same page"), "the page was not reloaded");
+    browser.screenshot("runs").await;
+
+    // Its detail: resolved configuration with sources, result counts, daemon, and the whole log.
+    browser.click(&format!("{row} td:last-child a")).await;
+    browser.wait_for(".view-head[data-state=\"succeeded\"]").await;
+    browser.wait_for_text("#run-log", "probe-1: stdout line 3 of 3").await;
+    browser.wait_for_text("#log-state", "complete").await;
+    let config = browser.text("tr[data-field=\"duration_ms\"]").await.unwrap_or_default();
+    assert!(config.contains("9000") && config.contains("default"), "resolved option with its source: {config:?}");
+    let counts = browser.text("table.counts").await.unwrap_or_default();
+    assert!(counts.contains("processed") && counts.contains("18"), "result counts: {counts:?}");
+    let facts = browser.text("dl.facts").await.unwrap_or_default();
+    assert!(facts.contains("Daemon") && facts.contains(" on "), "the daemon and its host: {facts:?}");
+    browser.screenshot("run-detail").await;
+
+    // Run with explicit arguments from the form, then follow that run's log live from its detail view.
+    browser.click("nav.views a[data-nav=\"workers\"]").await;
+    browser.click("article[data-worker=\"probe-3\"] details.run-options summary").await;
+    browser.type_into("#worker-probe-3-opt-duration_ms", "3000").await;
+    browser.type_into("#worker-probe-3-opt-output_lines", "4").await;
+    browser.click("article[data-worker=\"probe-3\"] .run-form button[type=\"submit\"]").await;
+    browser.click("article[data-worker=\"probe-3\"] .in-flight a").await;
+    browser.wait_for("#run-log[data-following=\"true\"]").await;
+    browser.wait_for_text("#run-log", "probe-3: stdout line 4 of 4").await;
+    browser.wait_for(".view-head[data-state=\"succeeded\"]").await;
+    browser.wait_for_text("#log-state", "complete").await;
+    let explicit = browser.text("tr[data-field=\"duration_ms\"]").await.unwrap_or_default();
+    assert!(explicit.contains("3000") && explicit.contains("explicit"), "an explicit argument: {explicit:?}");
+
+    // The ledger's filters: only probe-3's run.
+    browser.goto(&format!("{}/#/runs?worker=probe-3", stack.base)).await;
+    browser.wait_for("#ledger tr[data-worker=\"probe-3\"][data-state=\"succeeded\"]").await;
+    assert!(browser.find("#ledger tr[data-worker=\"probe-1\"]").await.is_none(), "the worker filter applies");
+
+    let allowed = browser.assert_no_console_errors(&[409]).await;
+    assert_eq!(allowed.len(), 1, "exactly the provoked 409 was logged: {allowed:#?}");
+    browser.close().await;
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_sees_no_controls_and_an_admin_override_is_audited_and_effective() {
+    let stack = Stack::start(Kind::Sqlite, Access::Tokens).await;
+    let browser = Browser::start("tokens", stack.db.dir.path(), 1280, 1000).await;
+    browser.goto(&format!("{}/#/workers", stack.base)).await;
+
+    // Signed out: the panel asks for a token and reads nothing else.
+    browser.wait_for("#who[data-role=\"none\"]").await;
+    sign_in(&browser, VIEWER_TOKEN, "viewer").await;
+    browser.wait_for("article[data-worker=\"probe-1\"] .queue").await;
+    browser.wait_for("#health li[data-check=\"database\"][data-status=\"ok\"]").await;
+
+    // A run in flight (started by someone else): the viewer sees it live, but no Run and no Cancel.
+    let (status, run) = stack.post("/api/workers/probe-1/runs", json!({})).await;
+    assert_eq!(status, StatusCode::CREATED, "{run}");
+    browser.wait_for("article[data-worker=\"probe-1\"] .in-flight").await;
+    assert!(browser.find_all("button.run").await.is_empty(), "a viewer sees no Run button");
+    assert!(browser.find_all("button.cancel").await.is_empty(), "a viewer sees no Cancel button");
+    assert!(browser.find_all(".run-options").await.is_empty(), "a viewer sees no run form");
+    browser.screenshot("viewer-workers").await;
+    let (status, _) = stack.post(&format!("/api/runs/{}/cancel", run["id"].as_str().expect("id")), json!({})).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    browser.wait_for("article[data-worker=\"probe-1\"] .last[data-state=\"cancelled\"]").await;
+
+    browser.goto(&format!("{}/#/overrides/probe-1", stack.base)).await;
+    browser.wait_for_text("main", "needs the admin role").await;
+    assert!(browser.find("#override-form").await.is_none(), "a viewer sees no override form");
+
+    // An admin sets a partial override with a reason: it shows in the audit trail and the effective config.
+    browser.click("#session button.link").await;
+    browser.wait_for("#who[data-role=\"none\"]").await;
+    sign_in(&browser, ADMIN_TOKEN, "admin").await;
+    browser.goto(&format!("{}/#/overrides/probe-1", stack.base)).await;
+    browser.wait_for("#override-form").await;
+    browser.wait_for_text("#audit-title", "Audit trail").await;
+    browser.type_into("#ov-opt-duration_ms", "1234").await;
+    browser.click("#override-form button[type=\"submit\"]").await;
+    browser.wait_for_text("#override-alert", "Give a reason").await;
+    browser.type_into("#ov-reason", "e2e: a shorter probe for the demo").await;
+    browser.click("#override-form button[type=\"submit\"]").await;
+    let entry = browser.wait_for_text("#audit tbody tr", "e2e: a shorter probe for the demo").await;
+    assert!(entry.contains("e2e-admin") && entry.contains("duration_ms") && entry.contains("1234"), "{entry:?}");
+    let effective = browser.wait_for_text("#effective tr[data-field=\"duration_ms\"]", "1234").await;
+    assert!(effective.contains("override"), "the effective value is marked override: {effective:?}");
+    browser.screenshot("overrides").await;
+
+    browser.click("nav.views a[data-nav=\"workers\"]").await;
+    let option = browser.wait_for_text("article[data-worker=\"probe-1\"] li[data-option=\"duration_ms\"]", "1234").await;
+    assert!(option.contains("override"), "{option:?}");
+    assert!(browser.find("article[data-worker=\"probe-1\"] button.run").await.is_some(), "an admin may run");
+
+    // The quality probe's engine is not editable: the panel says where it comes from and links there.
+    browser.goto(&format!("{}/#/overrides/probe-2", stack.base)).await;
+    browser.wait_for_text(".engine-source", "LLM_CHECK cleaning rule").await;
+    let href = browser.find("#engine-source-link").await.expect("link").attr("href").await.expect("href");
+    assert_eq!(href.as_deref(), Some("/rules#llm-check"));
+    browser.wait_for("#override-form").await;
+    assert!(browser.find("#ov-engine").await.is_none(), "no engine field for an engine configured elsewhere");
+
+    // A narrow screen: one column, nothing wider than the window.
+    browser.client.set_window_size(390, 844).await.expect("resize");
+    browser.goto(&format!("{}/#/workers", stack.base)).await;
+    browser.wait_for("article[data-worker=\"probe-3\"]").await;
+    let fits = browser.js("return document.documentElement.scrollWidth <= window.innerWidth + 1;", vec![]).await;
+    assert_eq!(fits, json!(true), "no horizontal scrolling on a narrow screen");
+    browser.screenshot("workers-narrow").await;
+
+    // Only the expected 401 of the signed-out start (GET /api/me without a token) is in the console.
+    browser.assert_no_console_errors(&[401]).await;
+    browser.close().await;
+    stack.stop().await;
+}
+
+async fn sign_in(browser: &Browser, token: &str, role: &str) {
+    browser.type_into("#token-input", token).await;
+    browser.click("#signin-form button[type=\"submit\"]").await;
+    browser.wait_for(&format!("#who[data-role={role:?}]")).await;
+}
