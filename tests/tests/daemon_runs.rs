@@ -1,0 +1,81 @@
+//! The daemon runs requests end to end (real daemon, real supervisor, real probe workers) on both backends:
+//! success with result, progress history, duration and a readable log; failure with exit status and stderr
+//! tail; a crash; a timeout.
+
+use std::time::Duration;
+
+use scrinalia_shared::db::RunState;
+use scrinalia_tests::{
+    TestDb, backend_tests,
+    daemon_harness::{Setup, TRACEPARENT, wait_finished},
+};
+use serde_json::json;
+
+backend_tests!(success_is_recorded_with_result_progress_and_log, failures_keep_status_and_stderr_tail, timeouts_fail_the_run);
+
+async fn success_is_recorded_with_result_progress_and_log(db: &TestDb) {
+    let setup = Setup::new(db, &[], "");
+    let daemon = setup.start_daemon("daemon", &[]);
+    let options = json!({"duration_ms": 1500, "progress_steps": 6, "output_lines": 2});
+    let run = setup.request(&db.db, "probe-1", options).await;
+    let done = wait_finished(&db.db, run.id, Duration::from_secs(20)).await;
+    assert_eq!(done.state, RunState::Succeeded, "{done:?}\n{}", daemon.output());
+    assert_eq!(done.exit_code, Some(0));
+    assert_eq!(done.result, Some(json!({"processed": 6, "failed": 0})));
+    assert!(done.duration_ms.is_some_and(|d| (1400..10_000).contains(&d)), "duration {:?}", done.duration_ms);
+    assert!(done.started_at.is_some() && done.daemon_id.is_some());
+
+    let history = db.db.run_progress(run.id).await.expect("progress history");
+    let last = history.last().expect("at least one progress report");
+    assert_eq!(last.progress, json!({"done": 6, "total": 6, "message": "step 6"}), "the last report is always written");
+    assert_eq!(done.progress.as_ref(), Some(&last.progress));
+    // Six reports in 1.5 s, throttled to about two writes a second (plus the final one).
+    assert!((2..=6).contains(&history.len()), "{} progress writes", history.len());
+
+    let log = setup.run_log(&done);
+    for line in ["stdout probe-1: stdout line 1 of 2", "stderr probe-1: stderr line 2 of 2", "stderr probe-1: run"] {
+        assert!(log.contains(line), "the run log lacks {line:?}:\n{log}");
+    }
+    assert!(!log.contains("\"progress\""), "protocol lines are not log lines:\n{log}");
+    let output = daemon.output();
+    assert!(output.contains("stdout line 1 of 2") && output.contains(&run.id.to_string()), "daemon log:\n{output}");
+
+    let (start, end) = setup.probe_run(run.id);
+    assert_eq!(start.expect("a start line").traceparent.as_deref(), Some(TRACEPARENT));
+    assert_eq!(end.expect("an end line").exit_code, Some(0));
+}
+
+async fn failures_keep_status_and_stderr_tail(db: &TestDb) {
+    let setup = Setup::new(db, &[], "");
+    let daemon = setup.start_daemon("daemon", &[]);
+    let failing = setup.request(&db.db, "probe-1", json!({"exit_code": 3, "output_lines": 30})).await;
+    let crashing = setup.request(&db.db, "probe-2", json!({"crash": true})).await;
+
+    let failed = wait_finished(&db.db, failing.id, Duration::from_secs(20)).await;
+    assert_eq!(failed.state, RunState::Failed, "{failed:?}\n{}", daemon.output());
+    assert_eq!(failed.exit_code, Some(3));
+    let error = failed.error.expect("an error sentence");
+    assert!(error.starts_with("exited with status 3; last lines of stderr:\n"), "{error}");
+    assert!(error.ends_with("probe-1: exiting with status 3, as asked"), "{error}");
+    assert!(error.contains("stderr line 30 of 30") && !error.contains("stderr line 5 of 30"), "about 20 lines: {error}");
+    assert_eq!(failed.result, None);
+
+    let crashed = wait_finished(&db.db, crashing.id, Duration::from_secs(20)).await;
+    assert_eq!(crashed.state, RunState::Failed);
+    assert_eq!(crashed.exit_code, None);
+    let error = crashed.error.expect("an error sentence");
+    assert!(error.starts_with("killed by signal SIGABRT"), "{error}");
+}
+
+async fn timeouts_fail_the_run(db: &TestDb) {
+    let setup = Setup::new(db, &[], "");
+    let daemon = setup.start_daemon("daemon", &[]);
+    // probe-3's catalogue timeout is 2 s; ignoring SIGTERM, it is killed after the 1 s grace.
+    let run = setup.request(&db.db, "probe-3", json!({"duration_ms": 60_000, "ignore_sigterm": true})).await;
+    let done = wait_finished(&db.db, run.id, Duration::from_secs(20)).await;
+    assert_eq!(done.state, RunState::Failed, "{done:?}\n{}", daemon.output());
+    assert_eq!(done.error.as_deref(), Some("timed out after 2 s"));
+    assert!(done.duration_ms.is_some_and(|d| (2_900..10_000).contains(&d)), "SIGTERM at 2 s, SIGKILL 1 s later: {:?}", done.duration_ms);
+    let (start, end) = setup.probe_run(run.id);
+    assert!(start.is_some() && end.is_none(), "the probe was killed, so it wrote no end line");
+}
