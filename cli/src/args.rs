@@ -35,7 +35,7 @@ Tables are for people; --json prints the API's own JSON for scripts. Errors prin
     after_long_help = AFTER_LONG_HELP
 )]
 pub struct Cli {
-    /// Base URL of the API.
+    /// Base URL of the API (plain http://; on another host, tunnel with ssh -L).
     #[arg(long, global = true, env = "SCRINALIA_API", default_value = "http://127.0.0.1:8080", value_name = "URL")]
     pub api: String,
 

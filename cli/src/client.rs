@@ -1,5 +1,6 @@
 //! The HTTP client of the API: base URL, bearer token, timeouts, and the mapping of every failure to an
-//! [`ApiFailure`] (the API answered with an error) or [`Unreachable`] (it did not answer).
+//! [`ApiFailure`] (the API answered with an error) or [`Unreachable`] (it did not answer). Plain HTTP only: the
+//! API listens on loopback behind a TLS-terminating proxy, and the CLI runs beside it.
 
 use std::time::Duration;
 
@@ -51,8 +52,15 @@ impl Client {
     /// sending `token` as a bearer token when given.
     pub fn new(api: &str, token: Option<&str>) -> anyhow::Result<Self> {
         let base = Url::parse(api.trim()).with_context(|| format!("--api {api:?} is not a URL"))?;
-        if base.cannot_be_a_base() || !matches!(base.scheme(), "http" | "https") {
-            return Err(anyhow!("--api {api:?} must be an http:// URL"));
+        if base.scheme() == "https" {
+            // No TLS stack is linked: the API listens on loopback (see deploy/), so the CLI runs on its host.
+            return Err(anyhow!(
+                "--api {api:?}: this scrinalia speaks plain HTTP only; run it on the API's host, or through a tunnel \
+                 (ssh -L 8080:127.0.0.1:8080 HOST, then --api http://127.0.0.1:8080)"
+            ));
+        }
+        if base.cannot_be_a_base() || base.scheme() != "http" {
+            return Err(anyhow!("--api {api:?} must be an http:// URL such as http://127.0.0.1:8080"));
         }
         let token = match token.map(str::trim).filter(|t| !t.is_empty()) {
             Some(t) => {
@@ -183,6 +191,7 @@ mod tests {
     fn bad_base_urls_and_tokens_are_refused() {
         assert!(Client::new("localhost:8080", None).is_err());
         assert!(Client::new("ftp://host", None).is_err());
+        assert!(Client::new("https://host", None).is_err_and(|e| e.to_string().contains("plain HTTP")));
         assert!(Client::new("http://host", Some("a\nb")).is_err());
     }
 }

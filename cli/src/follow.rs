@@ -9,7 +9,8 @@ use std::{
 
 use anyhow::Context;
 use scrinalia_shared::db::{Run, RunState};
-use serde_json::Value;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use crate::{
@@ -47,7 +48,8 @@ pub async fn run_to_end(client: &Client, out: Out, id: Uuid) -> anyhow::Result<(
         note(&format!("Run {id} of worker {} succeeded{took}{result}.", run.worker));
         return Ok(());
     }
-    let why = run.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
+    // The first line only: the log just printed holds the rest.
+    let why = run.error.as_deref().and_then(|e| e.lines().next()).map(|e| format!(": {e}")).unwrap_or_default();
     let message = format!("run {id} of worker {} ended {}{took}{why}", run.worker, run.state);
     Err(Verdict { exit: Exit::RunNotSucceeded, message }.into())
 }
@@ -61,7 +63,9 @@ async fn stream_until_end(client: &Client, out: Out, id: Uuid) -> anyhow::Result
     loop {
         match client.stream(&["runs", &id_text, "log"], &[("follow", "true".to_owned())]).await {
             Ok(mut response) => {
-                unreachable_since = None;
+                if unreachable_since.take().is_some() {
+                    note("scrinalia: the API answers again; following on.");
+                }
                 // The reopened stream starts from the beginning: skip what was already printed.
                 let mut skip = printed;
                 while let Ok(Some(chunk)) = response.chunk().await {
@@ -99,7 +103,12 @@ async fn stream_until_end(client: &Client, out: Out, id: Uuid) -> anyhow::Result
 fn wait_for_api(since: &mut Option<Instant>, e: anyhow::Error) -> anyhow::Result<()> {
     match since {
         None => {
-            note(&format!("scrinalia: {e:#}; retrying for up to {} seconds.", PATIENCE.as_secs()));
+            let e = format!("{e:#}");
+            note(&format!(
+                "scrinalia: {}; retrying for up to {} seconds.",
+                e.trim_end_matches('.'),
+                PATIENCE.as_secs()
+            ));
             *since = Some(Instant::now());
             Ok(())
         }
@@ -114,6 +123,13 @@ fn write_log(out: Out, bytes: &[u8]) -> anyhow::Result<()> {
         return stderr.write_all(bytes).and_then(|()| stderr.flush()).context("writing to stderr");
     }
     out.bytes(bytes)
+}
+
+/// A page of runs with each run kept as the API's own text.
+#[derive(Deserialize)]
+struct RawPage<'a> {
+    #[serde(borrow)]
+    runs: Vec<&'a RawValue>,
 }
 
 /// Narrowest column widths while following, so that later rows usually fit the first ones.
@@ -151,7 +167,8 @@ pub async fn runs(client: &Client, out: Out, query: &[(&'static str, String)]) -
             }
             Err(e) if classify(&e) == Exit::Unreachable => {
                 if unreachable_since.is_none() {
-                    note(&format!("scrinalia: {e:#}; still trying every second (Ctrl-C stops)."));
+                    let e = format!("{e:#}");
+                    note(&format!("scrinalia: {}; still trying every second (Ctrl-C stops).", e.trim_end_matches('.')));
                     unreachable_since = Some(Instant::now());
                 }
             }
@@ -167,17 +184,14 @@ fn print_changes(
     widths: &[usize],
     seen: &mut HashMap<Uuid, (RunState, bool, Option<Uuid>)>,
 ) -> anyhow::Result<()> {
-    let raw: Vec<Value> = match body.value()?.get_mut("runs").map(Value::take) {
-        Some(Value::Array(runs)) => runs,
-        _ => Vec::new(),
-    };
+    let raw: RawPage<'_> = serde_json::from_str(&body.text).context("the API's page of runs is not JSON")?;
     for (i, run) in page.runs.iter().enumerate().rev() {
         let print = fingerprint(run);
         if seen.insert(run.id, print) == Some(print) {
             continue;
         }
         if out.json {
-            out.json_line(raw.get(i).unwrap_or(&Value::Null))?;
+            out.text(raw.runs.get(i).map_or("null", |r| r.get()))?;
         } else {
             out.text(&table::line(&view::run_cells(run), widths, out.colour))?;
         }

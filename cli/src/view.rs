@@ -276,7 +276,8 @@ pub fn run_detail(detail: &RunDetail, colour: bool) -> String {
     push("trace", run.trace_context.clone());
     push("log", run.log_key.clone());
     push("reports", Some(detail.progress_history.len().to_string()).filter(|n| n != "0"));
-    lines.iter().map(|(k, v)| format!("{k:<10} {v}\n")).collect()
+    // Continuation lines of a value (an error with the last lines of stderr) are indented under it.
+    lines.iter().map(|(k, v)| format!("{k:<10} {}\n", v.trim_end().replace('\n', "\n           "))).collect()
 }
 
 #[cfg(test)]

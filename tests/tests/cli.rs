@@ -1,0 +1,270 @@
+//! The `scrinalia` CLI against a running system: the real `scrinalia-api` and `scrinalia-daemon` on a fresh
+//! database, with the probe worker of `scrinalia-demo-worker`. Each test checks what an operator or a script
+//! relies on: the output, and the documented exit code.
+
+use std::{process::Stdio, time::Duration};
+
+use scrinalia_shared::auth::{hash_token, is_token_hash};
+use scrinalia_tests::{Kind, TestDb, api_harness::free_port, bin_path, eventually, process::Process};
+use serde_json::Value;
+use tokio::{io::AsyncWriteExt, process::Command};
+
+const OPERATOR: &str = "scr_cli_test_operator";
+const VIEWER: &str = "scr_cli_test_viewer";
+
+/// An API and a daemon on one fresh database.
+struct System {
+    db: TestDb,
+    api_url: String,
+    api: Process,
+    daemon: Process,
+}
+
+impl System {
+    async fn start(kind: Kind) -> Self {
+        let db = TestDb::new(kind).await;
+        let dir = db.dir.path();
+        let port = free_port();
+        let toml = format!(
+            r#"[database]
+url = {url:?}
+max_connections = 5
+
+[api]
+listen = "127.0.0.1:{port}"
+events_poll_ms = 100
+
+[daemon]
+capacity = 2
+lease_seconds = 5
+poll_seconds = 1
+heartbeat_seconds = 1
+gone_after_seconds = 10
+cancel_grace_seconds = 1
+drain_seconds = 5
+
+[object_store]
+kind = "local"
+path = {logs:?}
+
+[auth]
+tokens = [
+  {{ name = "otto", role = "operator", hash = "{operator}" }},
+  {{ name = "vera", role = "viewer", hash = "{viewer}" }},
+]
+
+[[workers]]
+name = "probe-1"
+command = [{probe:?}, "probe-1"]
+timeout_seconds = 120
+options = [
+  {{ name = "duration_ms", type = "integer", default = 200 }},
+  {{ name = "progress_steps", type = "integer", default = 2 }},
+  {{ name = "output_lines", type = "integer", default = 2 }},
+  {{ name = "exit_code", type = "integer", default = 0 }},
+]
+"#,
+            url = db.url,
+            logs = dir.join("run-logs").display().to_string(),
+            operator = hash_token(OPERATOR),
+            viewer = hash_token(VIEWER),
+            probe = bin_path("scrinalia-demo-worker").display().to_string(),
+        );
+        let config = dir.join("config.toml");
+        std::fs::write(&config, toml).expect("write the configuration");
+        let config = config.display().to_string();
+        let daemon = Process::start("scrinalia-daemon", "daemon", dir, &["--config", &config], &[]);
+        let api = Process::start("scrinalia-api", "api", dir, &["--config", &config], &[]);
+        let system = Self { db, api_url: format!("http://127.0.0.1:{port}"), api, daemon };
+        let http = reqwest::Client::new();
+        let daemons = format!("{}/api/daemons", system.api_url);
+        eventually(Duration::from_secs(30), "the API to answer and the daemon to be active", || {
+            let request = http.get(&daemons).bearer_auth(VIEWER).send();
+            async move {
+                let body: Value = request.await.ok()?.json().await.ok()?;
+                let daemons = body.get("daemons")?.as_array()?;
+                daemons.iter().any(|d| d["state"] == "active").then_some(())
+            }
+        })
+        .await;
+        system
+    }
+
+    /// Runs the CLI with the operator's token.
+    async fn cli(&self, args: &[&str]) -> Outcome {
+        self.cli_as(OPERATOR, args).await
+    }
+
+    async fn cli_as(&self, token: &str, args: &[&str]) -> Outcome {
+        scrinalia(args, &[("SCRINALIA_API", &self.api_url), ("SCRINALIA_TOKEN", token)], None).await
+    }
+
+    async fn cleanup(self) {
+        drop((self.api, self.daemon));
+        self.db.cleanup().await;
+    }
+}
+
+/// What one run of the CLI did.
+#[derive(Debug)]
+struct Outcome {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Outcome {
+    fn expect(&self, code: i32) -> &Self {
+        assert_eq!(self.code, Some(code), "expected exit code {code}; got {self:#?}");
+        self
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:#?}"))
+    }
+}
+
+/// Runs `scrinalia args…` with `env` (and nothing inherited that could steer it), feeding `stdin` if given.
+async fn scrinalia(args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Outcome {
+    let mut command = Command::new(bin_path("scrinalia"));
+    command
+        .args(args)
+        .env_remove("SCRINALIA_API")
+        .env_remove("SCRINALIA_TOKEN")
+        .envs(env.iter().copied())
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command.spawn().expect("start scrinalia");
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(text.as_bytes()).await.expect("write to scrinalia's stdin");
+    }
+    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("scrinalia {args:?} did not finish within 60 s"))
+        .expect("wait for scrinalia");
+    Outcome {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+async fn trigger_follow_prints_the_log_and_exits_with_the_outcome(kind: Kind) {
+    let system = System::start(kind).await;
+    let ok = system
+        .cli(&["trigger", "probe-1", "--option", "duration_ms=1500", "--option", "output_lines=3", "--follow"])
+        .await;
+    ok.expect(0);
+    for line in ["stdout line 1 of 3", "stdout line 3 of 3", "stderr line 3 of 3"] {
+        assert!(ok.stdout.contains(line), "the followed log lacks {line:?}: {ok:#?}");
+    }
+    assert!(ok.stderr.contains("succeeded"), "{ok:#?}");
+
+    let failed = system.cli(&["trigger", "probe-1", "-o", "exit_code=3", "-o", "duration_ms=100", "--follow"]).await;
+    failed.expect(8);
+    assert!(failed.stdout.contains("exiting with status 3"), "the log of the failed run is printed: {failed:#?}");
+    assert!(failed.stderr.contains("ended failed"), "{failed:#?}");
+    system.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_trigger_follow_prints_the_log_and_exits_with_the_outcome() {
+    trigger_follow_prints_the_log_and_exits_with_the_outcome(Kind::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_trigger_follow_prints_the_log_and_exits_with_the_outcome() {
+    trigger_follow_prints_the_log_and_exits_with_the_outcome(Kind::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_in_flight_makes_a_second_trigger_exit_6_with_the_api_sentence() {
+    let system = System::start(Kind::Sqlite).await;
+    let first = system.cli(&["trigger", "probe-1", "--option", "duration_ms=20000", "--json"]).await;
+    let id = first.expect(0).json()["id"].as_str().expect("the run's id").to_owned();
+
+    let second = system.cli(&["trigger", "probe-1"]).await;
+    second.expect(6);
+    assert!(second.stderr.contains("already has a run in flight") && second.stderr.contains(&id), "{second:#?}");
+    assert!(second.stdout.is_empty(), "{second:#?}");
+
+    system.cli(&["cancel", &id]).await.expect(0);
+    let followed = system.cli(&["logs", &id, "--follow"]).await;
+    followed.expect(8);
+    assert!(followed.stderr.contains("cancelled"), "{followed:#?}");
+    system.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_outputs_parse_as_json_and_tables_carry_no_colour_when_piped() {
+    let system = System::start(Kind::Sqlite).await;
+    let run = system.cli(&["trigger", "probe-1", "-o", "duration_ms=100", "--follow", "--json"]).await;
+    let id = run.expect(0).json()["id"].as_str().expect("the run's id").to_owned();
+
+    let workers = system.cli(&["workers", "--json"]).await.expect(0).json();
+    assert_eq!(workers["workers"][0]["name"], "probe-1");
+    let runs = system.cli(&["runs", "--json", "--worker", "probe-1", "--limit", "5"]).await.expect(0).json();
+    assert_eq!(runs["runs"][0]["id"], id.as_str());
+    let shown = system.cli(&["run", "show", &id, "--json"]).await.expect(0).json();
+    assert_eq!((shown["id"].as_str(), shown["state"].as_str()), (Some(id.as_str()), Some("succeeded")));
+    let daemons = system.cli(&["daemons", "--json"]).await.expect(0).json();
+    assert_eq!(daemons["daemons"][0]["state"], "active");
+    let health = system.cli(&["health", "--json"]).await.expect(0).json();
+    assert_eq!(health["status"], "ok", "{health}");
+
+    for args in [&["workers"][..], &["runs"], &["run", "show", &id], &["daemons"], &["health"]] {
+        let table = system.cli(args).await;
+        table.expect(0);
+        assert!(!table.stdout.contains('\x1b'), "no colour on a pipe: {table:#?}");
+    }
+    let table = system.cli(&["runs"]).await;
+    let lines: Vec<&str> = table.stdout.lines().collect();
+    let column = |line: &str| line.find("probe-1").or_else(|| line.find("WORKER"));
+    assert!(lines.len() >= 2 && lines.iter().all(|l| column(l) == column(lines[0])), "aligned: {table:#?}");
+    system.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_have_their_documented_exit_codes() {
+    let system = System::start(Kind::Sqlite).await;
+    let viewer = system.cli_as(VIEWER, &["trigger", "probe-1"]).await;
+    viewer.expect(4);
+    assert!(viewer.stderr.contains("operator role"), "{viewer:#?}");
+    system.cli_as("scr_not_a_token", &["workers"]).await.expect(4);
+    let unknown = system.cli(&["trigger", "no-such-worker"]).await;
+    unknown.expect(5);
+    assert!(unknown.stderr.contains("no-such-worker"), "{unknown:#?}");
+    system.cli(&["run", "show", "00000000-0000-0000-0000-000000000000"]).await.expect(5);
+    let bad = system.cli(&["trigger", "probe-1", "--option", "duration_ms=slow"]).await;
+    bad.expect(7);
+    assert!(bad.stderr.contains("duration_ms"), "{bad:#?}");
+    system.cli(&["run", "show", "not-a-uuid"]).await.expect(2);
+    system.cli(&["runs", "--state", "finished"]).await.expect(2);
+    system.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_api_exits_3() {
+    let api = format!("http://127.0.0.1:{}", free_port());
+    let outcome = scrinalia(&["--api", &api, "workers"], &[], None).await;
+    outcome.expect(3);
+    assert!(outcome.stderr.contains("cannot reach the API"), "{outcome:#?}");
+    scrinalia(&["runs"], &[("SCRINALIA_API", &api)], None).await.expect(3);
+}
+
+#[tokio::test]
+async fn token_hash_prints_the_hash_the_api_checks() {
+    let hashed = scrinalia(&["token", "hash"], &[], Some("scr_some_token\n")).await;
+    let hash = hashed.expect(0).stdout.trim().to_owned();
+    assert!(is_token_hash(&hash), "{hashed:#?}");
+    assert_eq!(hash, hash_token("scr_some_token"));
+
+    let new = scrinalia(&["token", "hash", "--new", "--json"], &[], None).await;
+    let pair = new.expect(0).json();
+    let (token, hash) = (pair["token"].as_str().expect("a token"), pair["hash"].as_str().expect("a hash"));
+    assert!(is_token_hash(hash) && hash_token(token) == hash, "{new:#?}");
+
+    scrinalia(&["token", "hash"], &[], Some("\n")).await.expect(2);
+}
