@@ -34,6 +34,7 @@ pub fn app(state: AppState) -> Router {
         .merge(routes::health::router())
         .merge(routes::events::router())
         .merge(routes::meta::router())
+        .merge(routes::me::router())
         .merge(panel::router());
     let limit = state.settings().api.body_limit_bytes;
     let router = routes

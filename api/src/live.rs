@@ -34,13 +34,16 @@ pub struct LiveEvent {
 }
 
 impl LiveEvent {
-    /// An event from a JSON payload; its `kind` field names it.
+    /// An event from a JSON payload; its `kind` field names it. The payload is re-serialised compactly, so
+    /// that both backends send the same text.
     pub fn from_payload(payload: &str) -> Self {
-        let kind = serde_json::from_str::<Value>(payload)
-            .ok()
-            .and_then(|v| v.get("kind").and_then(Value::as_str).map(str::to_owned))
-            .unwrap_or_else(|| "change".to_owned());
-        Self { kind, data: Arc::from(payload) }
+        match serde_json::from_str::<Value>(payload) {
+            Ok(value) => {
+                let kind = value.get("kind").and_then(Value::as_str).unwrap_or("change").to_owned();
+                Self { kind, data: Arc::from(value.to_string()) }
+            }
+            Err(_) => Self { kind: "change".to_owned(), data: Arc::from(payload) },
+        }
     }
 
     /// Tells clients that changes may have been missed.

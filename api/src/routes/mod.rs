@@ -4,6 +4,7 @@ pub mod daemons;
 pub mod events;
 pub mod health;
 pub mod logs;
+pub mod me;
 pub mod meta;
 pub mod overrides;
 pub mod runs;
