@@ -12,15 +12,15 @@ Environment:
   NO_COLOR          set to turn colour off (it is always off when stdout is not a terminal)
 
 Exit codes:
-  0  ok
-  1  generic error (including a server error, or `health` reporting a check that is not ok)
-  2  usage error (a bad flag or argument)
-  3  cannot reach the API (connection refused, timeout, or a proxy answering 502/504)
-  4  unauthorized or forbidden (401/403: no token, an unknown token, or a role too low)
-  5  not found (404: no such worker, run or daemon)
-  6  conflict (409: a run of that worker is already in flight; the API's sentence is printed)
-  7  bad request (400/413/415/422: the API refused the arguments; its sentence is printed)
-  8  the followed run ended but did not succeed (failed, cancelled or interrupted)
+  0    ok
+  1    generic error (including a server error, or `health` reporting a check that is not ok)
+  2    usage error (a bad flag or argument)
+  3    cannot reach the API (connection refused, timeout, or a proxy answering 502/504)
+  4    unauthorized or forbidden (401/403: no token, an unknown token, or a role too low)
+  5    not found (404: no such worker, run or daemon)
+  6    conflict (409: a run of that worker is already in flight; the API's sentence is printed)
+  7    bad request (400/413/415/422: the API refused the arguments; its sentence is printed)
+  8    the followed run ended but did not succeed (failed, cancelled or interrupted)
   130  Ctrl-C while following a run (the run goes on; `scrinalia cancel ID` stops it)";
 
 /// Operate Scrinalia Scheduler from a shell.
@@ -188,8 +188,8 @@ mod tests {
     fn the_grammar_is_consistent_and_documents_every_exit_code() {
         Cli::command().debug_assert();
         let help = Cli::command().render_long_help().to_string();
-        for code in 0..=8 {
-            assert!(help.contains(&format!("\n  {code}  ")), "exit code {code} is missing from --help");
+        for code in (0..=8).chain([130]) {
+            assert!(help.contains(&format!("\n  {code:<3}  ")), "exit code {code} is missing from --help");
         }
     }
 
