@@ -51,10 +51,11 @@ pub async fn json_errors(request: Request, next: Next) -> Response {
     let (parts, body) = response.into_parts();
     let text = to_bytes(body, 4096).await.map(|b| String::from_utf8_lossy(&b).trim().to_owned()).unwrap_or_default();
     let (code, message) = match status {
-        StatusCode::METHOD_NOT_ALLOWED => {
-            let allowed = parts.headers.get(header::ALLOW).and_then(|v| v.to_str().ok()).unwrap_or("other methods");
-            ("method_not_allowed", format!("This endpoint does not accept {method}; it accepts {allowed}."))
-        }
+        // The router adds the `Allow` header after this layer has run, so the sentence points to it.
+        StatusCode::METHOD_NOT_ALLOWED => (
+            "method_not_allowed",
+            format!("This endpoint does not accept {method}; the Allow header lists the methods it accepts."),
+        ),
         StatusCode::PAYLOAD_TOO_LARGE => ("body_too_large", "The request body is too large.".to_owned()),
         StatusCode::NOT_FOUND => ("not_found", "There is nothing here.".to_owned()),
         s if s.is_server_error() => ("internal", "Something went wrong on the server.".to_owned()),
