@@ -81,7 +81,9 @@ export function valueText(v) {
 export function resultSummary(result) {
   if (result == null) return "";
   if (typeof result !== "object") return valueText(result);
-  return Object.entries(result).map(([k, v]) => `${k.replaceAll("_", " ")} ${typeof v === "number" ? count(v) : valueText(v)}`).join(" · ");
+  // The counts only: nested tallies are shown in the run's detail.
+  return Object.entries(result).filter(([, v]) => v === null || typeof v !== "object")
+    .map(([k, v]) => `${k.replaceAll("_", " ")} ${typeof v === "number" ? count(v) : valueText(v)}`).join(" · ");
 }
 
 /** The first 8 characters of an id, with the whole id as its title. */

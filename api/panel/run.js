@@ -61,7 +61,7 @@ export function mount(root, [id], ctx) {
     replace(outcome, h("h2", { id: "outcome-title" }, "Progress and outcome"),
       r.progress || r.state === "running" ? h("div", { class: "progress" }, progressBar(f, "Progress of this run"), h("span", { class: "progress-text" }, TERMINAL.has(r.state) ? progressTextFinal(f) : progressText(f))) : null,
       r.result ? h("table", { class: "counts" }, h("caption", null, "Result"), h("tbody", null, Object.entries(r.result).map(([k, v]) =>
-        h("tr", null, h("th", { scope: "row" }, k.replaceAll("_", " ")), h("td", { class: "num" }, typeof v === "number" ? count(v) : valueText(v)))))) : null,
+        h("tr", null, h("th", { scope: "row" }, k.replaceAll("_", " ")), h("td", { class: "num" }, cell(v)))))) : null,
       r.error ? [h("h3", null, "Error"), h("pre", { class: "error-block" }, r.error)] : null,
       !r.result && !r.error && TERMINAL.has(r.state) ? h("p", { class: "muted" }, "No result was reported.") : null,
       history.length ? h("details", { class: "history" }, h("summary", null, `Progress reports (${history.length})`),
@@ -79,6 +79,14 @@ export function mount(root, [id], ctx) {
       cfgRows.length ? h("table", { class: "config-table" }, h("thead", null, h("tr", null, h("th", { scope: "col" }, "Field"), h("th", { scope: "col" }, "Value"), h("th", { scope: "col" }, "Source"))),
         h("tbody", null, cfgRows.map(([k, v, s]) => h("tr", { dataset: { field: k } }, h("th", { scope: "row" }, k), h("td", null, h("code", null, String(v))), h("td", null, sourceBadge(s) ?? h("span", { class: "muted" }, "derived")))))) : h("p", { class: "muted" }, "Nothing to resolve."),
       cfg.engine_configurable === false ? h("p", { class: "muted" }, "The engine of this worker is configured elsewhere.") : null);
+  }
+
+  function cell(v) {
+    if (typeof v === "number") return count(v);
+    if (v && typeof v === "object" && !Array.isArray(v)) {
+      return h("ul", { class: "tally" }, Object.entries(v).map(([k, x]) => h("li", null, `${k}: `, typeof x === "number" ? count(x) : valueText(x))));
+    }
+    return valueText(v);
   }
 
   function progressTextFinal(f) {

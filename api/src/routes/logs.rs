@@ -80,6 +80,8 @@ pub(crate) async fn run_log(
     }
     let token = state.shutdown_token().clone();
     let stream = async_stream::stream! {
+        // After the run ends, one more read a poll later catches a last chunk flushed just after the end.
+        let mut last_pass = false;
         loop {
             // Read the state before the output, so that output written just before the run ended is still sent.
             let ended = match state.db().get_run(id).await {
@@ -99,7 +101,10 @@ pub(crate) async fn run_log(
                 }
             }
             if ended {
-                break;
+                if last_pass {
+                    break;
+                }
+                last_pass = true;
             }
             tokio::select! {
                 () = tokio::time::sleep(FOLLOW_POLL) => {}
