@@ -151,7 +151,10 @@ mod tests {
         // A module that is imported but not listed would fail in the browser only; catch it here.
         for asset in ASSETS.iter().filter(|a| a.name.ends_with(".js") || a.name.ends_with(".html")) {
             let text = std::str::from_utf8(asset.body).expect("utf-8");
-            for import in text.split("from \"./").skip(1).chain(text.split("src=\"/panel/").skip(1)) {
+            let references = text.split("from \"./").skip(1);
+            let references =
+                references.chain(text.split("src=\"/panel/").skip(1)).chain(text.split("href=\"/panel/").skip(1));
+            for import in references {
                 let name = import.split('"').next().unwrap_or_default();
                 assert!(ASSETS.iter().any(|a| a.name == name), "{} imports {name}, which is not served", asset.name);
             }

@@ -80,11 +80,13 @@ impl Browser {
     /// Starts `chromedriver` and a headless Chromium whose window is `width` × `height`; `name` prefixes its
     /// screenshots and names its log file in `log_dir`.
     pub async fn start(name: &str, log_dir: &Path, width: u32, height: u32) -> Self {
-        let chromedriver = program("SCRINALIA_CHROMEDRIVER", &["/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver"]);
+        let chromedriver =
+            program("SCRINALIA_CHROMEDRIVER", &["/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver"]);
         // Debian's /usr/bin/chromium is a wrapper script; the binary behind it is preferred when present.
         let chromium = program("SCRINALIA_CHROMIUM", &["/usr/lib/chromium/chromium", "/usr/bin/chromium"]);
         let port = free_port();
-        let log = std::fs::File::create(log_dir.join(format!("chromedriver-{name}.log"))).expect("the chromedriver log");
+        let log =
+            std::fs::File::create(log_dir.join(format!("chromedriver-{name}.log"))).expect("the chromedriver log");
         let mut cmd = Command::new(&chromedriver);
         cmd.arg(format!("--port={port}"))
             .stdin(Stdio::null())
@@ -150,7 +152,11 @@ impl Browser {
             }
             if tokio::time::Instant::now() >= deadline {
                 let shot = self.screenshot(&format!("timeout-{}", slug(what))).await;
-                panic!("timed out after {PATIENCE:?} waiting for {what}; screenshot: {}", shot.display());
+                let console = self.console().await;
+                panic!(
+                    "timed out after {PATIENCE:?} waiting for {what}; screenshot: {}; browser console: {console:#?}",
+                    shot.display()
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -234,7 +240,8 @@ impl Browser {
                         // Chromium prefixes a message with its source's URL and position; the kind is in `source`
                         // for some versions only, so it is derived from the text when absent.
                         let source = e["source"].as_str().map(str::to_owned).unwrap_or_else(|| {
-                            if message.contains("Failed to load resource") { "network" } else { "javascript" }.to_owned()
+                            if message.contains("Failed to load resource") { "network" } else { "javascript" }
+                                .to_owned()
                         });
                         LogEntry { level: e["level"].as_str().unwrap_or_default().to_owned(), source, message }
                     })
@@ -278,6 +285,7 @@ impl Drop for Browser {
 }
 
 fn slug(s: &str) -> String {
-    let slug: String = s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
+    let slug: String =
+        s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
     slug.split('-').filter(|p| !p.is_empty()).take(8).collect::<Vec<_>>().join("-")
 }

@@ -79,6 +79,11 @@ path = "{logs}"
 kind = "none"
 presets = {{ fast = "tiny-model", thorough = "big-model" }}
 
+[engines.ollama]
+kind = "ollama"
+url = "http://127.0.0.1:{closed_port}"
+presets = {{ small = "llama3.2:1b" }}
+
 [[workers]]
 name = "probe-1"
 title = "Probe 1"
@@ -120,6 +125,8 @@ axis = "testing"
 governance = "none (test probe)"
 stamp = "none"
 command = ["{worker}", "probe-3"]
+engine = "ollama"
+preset = "small"
 timeout_seconds = 120
 options = [
   {{ name = "duration_ms", type = "integer", default = 200 }},
@@ -130,6 +137,7 @@ options = [
             url = db.url,
             logs = dir.join("run-logs").display(),
             worker = worker.display(),
+            closed_port = free_port(),
         );
         let path = dir.join("config.toml");
         std::fs::write(&path, config).expect("write the configuration");
@@ -141,7 +149,8 @@ options = [
             Access::AnonymousAdmin => None,
             Access::Tokens => Some(ADMIN_TOKEN),
         };
-        let stack = Self { db, base: format!("http://127.0.0.1:{port}"), http: reqwest::Client::new(), token, api, daemon };
+        let stack =
+            Self { db, base: format!("http://127.0.0.1:{port}"), http: reqwest::Client::new(), token, api, daemon };
         eventually(PATIENCE, "the API to be ready", || async {
             let r = stack.http.get(format!("{}/readyz", stack.base)).send().await.ok()?;
             r.status().is_success().then_some(())
@@ -196,9 +205,11 @@ fn tail(s: &str) -> String {
 
 /// The value of the `<progress>` bar of `worker`'s run in flight, if it shows one with a known total.
 async fn progress_of(browser: &Browser, worker: &str) -> Option<f64> {
-    let bar = browser.find(&format!("article[data-worker={worker:?}] .in-flight[data-state=\"running\"] progress")).await?;
+    let bar =
+        browser.find(&format!("article[data-worker={worker:?}] .in-flight[data-state=\"running\"] progress")).await?;
     bar.attr("max").await.ok()??;
-    bar.prop("value").await.ok()??.parse().ok()
+    // `value` reflects the bar's property as an attribute (WebDriver's property call returns only strings).
+    bar.attr("value").await.ok()??.parse().ok()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,6 +237,10 @@ async fn a_curator_runs_a_worker_and_watches_it_to_the_end_without_a_reload() {
 
     // The health strip and the queue snapshot the daemon measured (with its age).
     browser.wait_for("#health li[data-check=\"database\"][data-status=\"ok\"]").await;
+    browser.wait_for("#health li[data-check=\"daemons\"][data-status=\"ok\"]").await;
+    let model_server =
+        browser.wait_for_text("#health li[data-check^=\"model_server\"][data-status=\"down\"]", "Model server").await;
+    assert!(model_server.len() > "Model server ollama".len() + 5, "a red check says why: {model_server:?}");
     browser.wait_for_text("article[data-worker=\"probe-1\"] .queue", "pending").await;
     browser.wait_for_text("article[data-worker=\"probe-1\"] .queue", "measured").await;
 
@@ -241,16 +256,22 @@ async fn a_curator_runs_a_worker_and_watches_it_to_the_end_without_a_reload() {
 
     // Press Run: the run appears in flight and its progress bar moves.
     browser.click(run_button).await;
-    let first = browser.wait("probe-1's progress bar to show progress", || async {
-        progress_of(&browser, "probe-1").await.filter(|v| *v > 0.0)
-    })
-    .await;
-    browser.wait("probe-1's progress bar to move", || async {
-        progress_of(&browser, "probe-1").await.filter(|v| *v > first)
-    })
-    .await;
+    let first = browser
+        .wait("probe-1's progress bar to show progress", || async {
+            progress_of(&browser, "probe-1").await.filter(|v| *v > 0.0)
+        })
+        .await;
+    browser
+        .wait("probe-1's progress bar to move", || async {
+            progress_of(&browser, "probe-1").await.filter(|v| *v > first)
+        })
+        .await;
     let text = browser.text("article[data-worker=\"probe-1\"] .progress-text").await.unwrap_or_default();
     assert!(text.contains("/ 18") && text.contains("per s"), "done / total and rate: {text:?}");
+    let shot = browser.screenshot("workers-running").await;
+    if std::env::var_os("SCRINALIA_UPDATE_DOCS_SCREENSHOT").is_some() {
+        std::fs::copy(&shot, workspace_root().join("docs/screenshot-workers.png")).expect("update the docs screenshot");
+    }
 
     // While it runs, Run is disabled with the reason; a stale panel that presses it anyway (as two curators at
     // once would) gets the API's 409 sentence next to the worker, in an alert.
@@ -267,15 +288,14 @@ async fn a_curator_runs_a_worker_and_watches_it_to_the_end_without_a_reload() {
     let role = browser.find("#worker-probe-1-alert").await.expect("alert").attr("role").await.expect("attr");
     assert_eq!(role.as_deref(), Some("alert"));
     assert!(browser.find("article[data-worker=\"probe-1\"] .in-flight button.cancel").await.is_some(), "Cancel");
-    let shot = browser.screenshot("workers-running").await;
-    if std::env::var_os("SCRINALIA_UPDATE_DOCS_SCREENSHOT").is_some() {
-        std::fs::copy(&shot, workspace_root().join("docs/screenshot-workers.png")).expect("update the docs screenshot");
-    }
+    browser.screenshot("workers-409").await;
 
     // The runs view, reached by the navigation (no reload), shows it running, then succeeded: live.
     browser.click("nav.views a[data-nav=\"runs\"]").await;
     let row = "#ledger tr[data-worker=\"probe-1\"]";
-    let seen = browser.wait("probe-1's run in the ledger", || async { browser.find(row).await?.attr("data-state").await.ok()? }).await;
+    let seen = browser
+        .wait("probe-1's run in the ledger", || async { browser.find(row).await?.attr("data-state").await.ok()? })
+        .await;
     assert_eq!(seen, "running", "the run is seen in flight first\n{}", stack.logs());
     browser.wait_for(&format!("{row}[data-state=\"succeeded\"]")).await;
     let cells = browser.text(row).await.unwrap_or_default();
@@ -315,6 +335,19 @@ async fn a_curator_runs_a_worker_and_watches_it_to_the_end_without_a_reload() {
     browser.goto(&format!("{}/#/runs?worker=probe-3", stack.base)).await;
     browser.wait_for("#ledger tr[data-worker=\"probe-3\"][data-state=\"succeeded\"]").await;
     assert!(browser.find("#ledger tr[data-worker=\"probe-1\"]").await.is_none(), "the worker filter applies");
+
+    // Cancel from the panel: the run in flight ends `cancelled`.
+    browser.click("nav.views a[data-nav=\"workers\"]").await;
+    browser.click(run_button).await;
+    browser.click("article[data-worker=\"probe-1\"] .in-flight[data-state=\"running\"] button.cancel").await;
+    browser.wait_for("article[data-worker=\"probe-1\"] .last[data-state=\"cancelled\"]").await;
+
+    // When the last daemon stops, Run is disabled with the reason and the health strip turns red.
+    stack.daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    browser.wait_for_text("article[data-worker=\"probe-3\"] .reason", "No daemon is alive").await;
+    assert!(!browser.find(run_button).await.expect("Run").is_enabled().await.expect("enabled"), "Run is disabled");
+    browser.wait_for("#health li[data-check=\"daemons\"][data-status=\"down\"]").await;
+    browser.screenshot("workers-no-daemon").await;
 
     let allowed = browser.assert_no_console_errors(&[409]).await;
     assert_eq!(allowed.len(), 1, "exactly the provoked 409 was logged: {allowed:#?}");
@@ -369,7 +402,8 @@ async fn a_viewer_sees_no_controls_and_an_admin_override_is_audited_and_effectiv
     browser.screenshot("overrides").await;
 
     browser.click("nav.views a[data-nav=\"workers\"]").await;
-    let option = browser.wait_for_text("article[data-worker=\"probe-1\"] li[data-option=\"duration_ms\"]", "1234").await;
+    let option =
+        browser.wait_for_text("article[data-worker=\"probe-1\"] li[data-option=\"duration_ms\"]", "1234").await;
     assert!(option.contains("override"), "{option:?}");
     assert!(browser.find("article[data-worker=\"probe-1\"] button.run").await.is_some(), "an admin may run");
 
