@@ -99,7 +99,8 @@ impl Claimer {
         let daemon = &self.ctx.settings.daemon;
         let sqlite = self.ctx.db.backend() == Backend::Sqlite;
         let mut poll = ticker(Duration::from_secs(daemon.poll_seconds));
-        let mut cancel_poll = ticker(if sqlite { SQLITE_CANCEL_POLL } else { Duration::from_secs(daemon.poll_seconds) });
+        let mut cancel_poll =
+            ticker(if sqlite { SQLITE_CANCEL_POLL } else { Duration::from_secs(daemon.poll_seconds) });
         let mut watchdog = self.systemd.watchdog_every().map(ticker);
         let (shutdown, drain) = (inputs.shutdown.clone(), inputs.drain.clone());
         loop {
@@ -145,7 +146,11 @@ impl Claimer {
     fn begin_graceful(&mut self) {
         self.graceful_seen = true;
         let drain = Duration::from_secs(self.ctx.settings.daemon.drain_seconds);
-        tracing::info!(runs_in_flight = self.runs.len(), drain_s = drain.as_secs(), "shutting down: claiming stopped, runs in flight may finish");
+        tracing::info!(
+            runs_in_flight = self.runs.len(),
+            drain_s = drain.as_secs(),
+            "shutting down: claiming stopped, runs in flight may finish"
+        );
         if self.mode != Mode::Stopping {
             self.begin_drain(Some(Instant::now() + drain));
         }
@@ -224,7 +229,13 @@ impl Claimer {
         let waited_ms = run.claimed_at.map(|c| (c - run.requested_at).num_milliseconds());
         tracing::info!(run_id = %id, worker = %worker, queued_ms = waited_ms, "claimed");
         let task = runner::execute(self.ctx.clone(), run, deadline_ns, rx);
-        let handle = self.tasks.spawn(async move { task.await; id }.in_current_span());
+        let handle = self.tasks.spawn(
+            async move {
+                task.await;
+                id
+            }
+            .in_current_span(),
+        );
         self.task_runs.insert(handle.id(), id);
         self.runs.insert(id, InFlight { worker, commands: tx, cancel_sent: false });
     }

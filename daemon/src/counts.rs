@@ -55,7 +55,12 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
     while counting.join_next().await.is_some() {}
 }
 
-async fn start_round(ctx: &Arc<Context>, stop: &CancellationToken, counting: &mut JoinSet<String>, busy: &mut HashSet<String>) {
+async fn start_round(
+    ctx: &Arc<Context>,
+    stop: &CancellationToken,
+    counting: &mut JoinSet<String>,
+    busy: &mut HashSet<String>,
+) {
     let overrides = match ctx.db.list_overrides().await {
         Ok(overrides) => overrides,
         Err(e) => return tracing::warn!(error = %e, "could not read overrides; queue counts skipped this round"),
@@ -110,6 +115,7 @@ async fn count(ctx: &Context, spec: &WorkerSpec, current: Option<Override>, stop
             row.error = Some(e);
         }
     }
+    let _own = ctx.own_writes.begin();
     if let Err(e) = ctx.db.store_queue_count(&row).await {
         tracing::warn!(worker = %spec.name, error = %e, "could not store the queue count");
     }
@@ -130,11 +136,15 @@ async fn measure(invocation: &Invocation, limit: Duration) -> Result<Measured, S
     })
     .await;
     drop(group);
-    let (status, out, err) = finished.map_err(|_| format!("count-pending did not answer within {} s", limit.as_secs()))?;
+    let (status, out, err) =
+        finished.map_err(|_| format!("count-pending did not answer within {} s", limit.as_secs()))?;
     let status = status.map_err(|e| format!("could not wait for count-pending: {e}"))?;
     if !status.success() {
         let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
-        return Err(format!("count-pending failed ({status}){}", if last.is_empty() { String::new() } else { format!(": {last}") }));
+        return Err(format!(
+            "count-pending failed ({status}){}",
+            if last.is_empty() { String::new() } else { format!(": {last}") }
+        ));
     }
     parse(&out)
 }
@@ -168,7 +178,10 @@ fn parse(out: &str) -> Result<Measured, String> {
         return Ok(Measured::Pending(pending));
     }
     if let Some(reason) = answer.get("unmeasurable").and_then(Value::as_str) {
-        return Ok(Measured::Unmeasurable { reason: reason.to_owned(), done: answer.get("done").and_then(Value::as_i64) });
+        return Ok(Measured::Unmeasurable {
+            reason: reason.to_owned(),
+            done: answer.get("done").and_then(Value::as_i64),
+        });
     }
     Err(format!("count-pending answered {answer}, which has neither \"pending\" nor \"unmeasurable\""))
 }

@@ -13,8 +13,15 @@ use uuid::Uuid;
 /// Variables of the daemon's own environment that a worker must not inherit: systemd's notification and
 /// socket-activation hand-over (the worker would speak for the daemon) and the daemon's configuration, which
 /// may carry the database password.
-const WITHHELD: [&str; 7] =
-    ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "SCRINALIA_CONFIG"];
+const WITHHELD: [&str; 7] = [
+    "NOTIFY_SOCKET",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+    "LISTEN_FDS",
+    "LISTEN_PID",
+    "LISTEN_FDNAMES",
+    "SCRINALIA_CONFIG",
+];
 
 /// A program, its arguments and the environment to set on top of a cleaned copy of the daemon's.
 #[derive(Debug, Clone)]
@@ -29,7 +36,14 @@ pub struct Invocation {
 
 impl Invocation {
     /// `<command> run --run-id <id> <flags>` with the run's environment, including `TRACEPARENT`.
-    pub fn run(spec: &WorkerSpec, exe_dir: &Path, extra_env: &BTreeMap<String, String>, run: Uuid, config: &ResolvedConfig, traceparent: &str) -> Self {
+    pub fn run(
+        spec: &WorkerSpec,
+        exe_dir: &Path,
+        extra_env: &BTreeMap<String, String>,
+        run: Uuid,
+        config: &ResolvedConfig,
+        traceparent: &str,
+    ) -> Self {
         let mut invocation = Self::base(spec, exe_dir, extra_env, &["run", "--run-id", &run.to_string()], config);
         invocation.env.push(("SCRINALIA_RUN_ID".to_owned(), run.to_string()));
         invocation.env.push(("TRACEPARENT".to_owned(), traceparent.to_owned()));
@@ -37,16 +51,28 @@ impl Invocation {
     }
 
     /// `<command> count-pending <flags>`.
-    pub fn count_pending(spec: &WorkerSpec, exe_dir: &Path, extra_env: &BTreeMap<String, String>, config: &ResolvedConfig) -> Self {
+    pub fn count_pending(
+        spec: &WorkerSpec,
+        exe_dir: &Path,
+        extra_env: &BTreeMap<String, String>,
+        config: &ResolvedConfig,
+    ) -> Self {
         Self::base(spec, exe_dir, extra_env, &["count-pending"], config)
     }
 
-    fn base(spec: &WorkerSpec, exe_dir: &Path, extra_env: &BTreeMap<String, String>, verb: &[&str], config: &ResolvedConfig) -> Self {
+    fn base(
+        spec: &WorkerSpec,
+        exe_dir: &Path,
+        extra_env: &BTreeMap<String, String>,
+        verb: &[&str],
+        config: &ResolvedConfig,
+    ) -> Self {
         let (program, fixed) = spec.command.split_first().map_or(("", &[][..]), |(p, rest)| (p.as_str(), rest));
         let mut args: Vec<String> = fixed.to_vec();
         args.extend(verb.iter().map(|s| (*s).to_owned()));
         args.extend(config_flags(config));
-        let mut env: Vec<(String, String)> = extra_env.iter().chain(&spec.env).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut env: Vec<(String, String)> =
+            extra_env.iter().chain(&spec.env).map(|(k, v)| (k.clone(), v.clone())).collect();
         env.extend(config_env(&spec.name, config));
         Self { program: locate(program, exe_dir), args, env }
     }

@@ -69,7 +69,9 @@ impl Renewer {
             }
             let sent = clock::monotonic_ns();
             if sent >= deadline {
-                return Some("the lease could not be renewed before it ran out (the database did not answer)".to_owned());
+                return Some(
+                    "the lease could not be renewed before it ran out (the database did not answer)".to_owned(),
+                );
             }
             let renewal = self.ctx.db.renew_lease(self.run, self.ctx.daemon_id, lease);
             match tokio::time::timeout(clock::until(deadline), renewal).await {
@@ -79,7 +81,10 @@ impl Renewer {
                     next = Instant::now() + every;
                 }
                 Ok(Err(DbError::LeaseLost { .. })) => {
-                    return Some("the database refused the renewal: the lease had expired or another daemon recovered the run".to_owned());
+                    return Some(
+                        "the database refused the renewal: the lease had expired or another daemon recovered the run"
+                            .to_owned(),
+                    );
                 }
                 Ok(Err(e)) => {
                     tracing::warn!(run_id = %self.run, error = %e, left_ms = clock::until(deadline).as_millis(), "lease renewal failed; retrying");

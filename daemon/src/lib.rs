@@ -45,6 +45,8 @@ pub struct Context {
     pub own_exe: PathBuf,
     /// Its folder, where bare worker commands are looked up first.
     pub exe_dir: PathBuf,
+    /// The daemon's own periodic writes (so they do not wake it on SQLite).
+    pub own_writes: wakeup::OwnWrites,
 }
 
 /// Runs the daemon until it is stopped by a signal or drained through the database.
@@ -56,7 +58,15 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let logs = LogStore::open(&settings.object_store).context("open the run-log store")?;
     let own_exe = std::env::current_exe().context("find the daemon's own executable")?;
     let exe_dir = own_exe.parent().map(PathBuf::from).unwrap_or_default();
-    let ctx = Arc::new(Context { db, settings, daemon_id: Uuid::now_v7(), logs, own_exe, exe_dir });
+    let ctx = Arc::new(Context {
+        db,
+        settings,
+        daemon_id: Uuid::now_v7(),
+        logs,
+        own_exe,
+        exe_dir,
+        own_writes: Default::default(),
+    });
     let span = tracing::info_span!("daemon", daemon_id = %ctx.daemon_id);
     serve(ctx, shutdown, systemd).instrument(span).await
 }
@@ -88,15 +98,21 @@ async fn serve(ctx: Arc<Context>, shutdown: Shutdown, systemd: Notifier) -> anyh
     let background = CancellationToken::new();
     let mut tasks = JoinSet::new();
     let (drain, heartbeat_now) = (CancellationToken::new(), Arc::new(Notify::new()));
-    tasks.spawn(registry::heartbeats(ctx.clone(), background.clone(), drain.clone(), heartbeat_now.clone()).in_current_span());
+    tasks.spawn(
+        registry::heartbeats(ctx.clone(), background.clone(), drain.clone(), heartbeat_now.clone()).in_current_span(),
+    );
     tasks.spawn(rescuer::run(ctx.clone(), background.clone()).in_current_span());
     tasks.spawn(counts::run(ctx.clone(), background.clone()).in_current_span());
-    let wakeups = wakeup::start(&ctx.db, background.clone(), &mut tasks).context("start the wake-up source")?;
+    let wakeups = wakeup::start(&ctx.db, ctx.own_writes.clone(), background.clone(), &mut tasks)
+        .context("start the wake-up source")?;
     systemd.ready("started");
     let inputs = claimer::Inputs { wakeups, shutdown, drain, heartbeat_now };
     Claimer::new(ctx.clone(), systemd).run(inputs).await;
     background.cancel();
-    if tokio::time::timeout(Duration::from_secs(10), async { while tasks.join_next().await.is_some() {} }).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(10), async { while tasks.join_next().await.is_some() {} })
+        .await
+        .is_err()
+    {
         tracing::warn!("some background tasks did not stop in time");
     }
     if let Err(e) = ctx.db.mark_daemon_stopped(ctx.daemon_id).await {

@@ -30,13 +30,15 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Supervise(args)) => {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("start the runtime")?;
+            let runtime =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().context("start the runtime")?;
             runtime.block_on(supervise(args))
         }
         None => {
             let settings = Settings::load(cli.config.as_deref()).context("load the configuration")?;
             scrinalia_shared::telemetry::init(&settings.telemetry);
-            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("start the runtime")?;
+            let runtime =
+                tokio::runtime::Builder::new_multi_thread().enable_all().build().context("start the runtime")?;
             runtime.block_on(scrinalia_daemon::run(settings))
         }
     }

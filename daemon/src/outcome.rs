@@ -85,7 +85,9 @@ impl Ending<'_> {
         match (report.code, &report.signal) {
             (Some(0), _) => (RunState::Succeeded, None),
             (Some(code), _) => (RunState::Failed, Some(self.tail.appended_to(format!("exited with status {code}")))),
-            (None, Some(signal)) => (RunState::Failed, Some(self.tail.appended_to(format!("killed by signal {signal}")))),
+            (None, Some(signal)) => {
+                (RunState::Failed, Some(self.tail.appended_to(format!("killed by signal {signal}"))))
+            }
             (None, None) => (RunState::Failed, Some(self.tail.appended_to("ended without an exit status".to_owned()))),
         }
     }

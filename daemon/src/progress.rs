@@ -76,7 +76,8 @@ impl Progress {
             Ok(Ok(())) => Ok(()),
             Ok(Err(lost @ DbError::LeaseLost { .. })) => Err(lost),
             failed => {
-                let error = failed.map_or_else(|_| "timed out".to_owned(), |r| r.err().map(|e| e.to_string()).unwrap_or_default());
+                let error = failed
+                    .map_or_else(|_| "timed out".to_owned(), |r| r.err().map(|e| e.to_string()).unwrap_or_default());
                 tracing::warn!(run_id = %self.run, %error, "could not record the run's progress; will retry");
                 self.pending.get_or_insert(value);
                 self.next_write = Instant::now() + MIN_INTERVAL;

@@ -11,7 +11,8 @@ use crate::Context;
 
 /// Inserts this daemon's row.
 pub async fn register(ctx: &Context) -> scrinalia_shared::db::Result<Daemon> {
-    let host = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "unknown".to_owned());
+    let host =
+        nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "unknown".to_owned());
     let daemon = NewDaemon {
         id: ctx.daemon_id,
         host,
@@ -35,7 +36,11 @@ pub async fn heartbeats(ctx: Arc<Context>, stop: CancellationToken, drain: Cance
             _ = tick.tick() => {}
             () = now.notified() => {}
         }
-        match ctx.db.heartbeat(ctx.daemon_id).await {
+        let beat = {
+            let _own = ctx.own_writes.begin();
+            ctx.db.heartbeat(ctx.daemon_id).await
+        };
+        match beat {
             Ok(Some(row)) if row.state == DaemonState::Draining && !drain.is_cancelled() => {
                 let by = row.drain_requested_by.unwrap_or_default();
                 tracing::info!(requested_by = %by, "drain requested through the database: claiming stops, runs in flight finish");

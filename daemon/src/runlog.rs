@@ -63,7 +63,10 @@ impl RunLog {
             Ok(Ok(_)) => self.seq += 1,
             failed => {
                 if !self.warned {
-                    let error = failed.map_or_else(|_| "timed out".to_owned(), |r| r.err().map(|e| e.to_string()).unwrap_or_default());
+                    let error = failed.map_or_else(
+                        |_| "timed out".to_owned(),
+                        |r| r.err().map(|e| e.to_string()).unwrap_or_default(),
+                    );
                     tracing::warn!(run_id = %self.run, worker = %self.worker, %key, %error, "could not write the run's log to the object store; retrying with the next chunk");
                     self.warned = true;
                 }

@@ -46,7 +46,8 @@ pub async fn execute(ctx: Arc<Context>, run: Run, deadline_ns: u64, mut commands
         return write_ledger(&ctx, &run, &failed(error)).await;
     };
     let traceparent = invocation::traceparent(run.trace_context.as_deref());
-    let invocation = Invocation::run(spec, &ctx.exe_dir, &ctx.settings.daemon.worker_env, run.id, &run.config, &traceparent);
+    let invocation =
+        Invocation::run(spec, &ctx.exe_dir, &ctx.settings.daemon.worker_env, run.id, &run.config, &traceparent);
     let (child, mut frames, controls) = match spawn_supervisor(&ctx, &run, &invocation, deadline_ns) {
         Ok(spawned) => spawned,
         Err(e) => return write_ledger(&ctx, &run, &failed(format!("could not start the run's supervisor: {e}"))).await,
@@ -153,7 +154,12 @@ impl Session {
     }
 
     /// Follows the run until the supervisor's exit report.
-    async fn follow(&mut self, frames: &mut FrameReader, commands: &mut mpsc::Receiver<RunCommand>, lease: &mut Lease) -> ExitReport {
+    async fn follow(
+        &mut self,
+        frames: &mut FrameReader,
+        commands: &mut mpsc::Receiver<RunCommand>,
+        lease: &mut Lease,
+    ) -> ExitReport {
         let mut lease_open = true;
         loop {
             tokio::select! {
@@ -192,7 +198,9 @@ impl Session {
         let marked = self.ctx.db.mark_started(self.run, self.ctx.daemon_id, &log_key);
         match tokio::time::timeout(Duration::from_secs(5), marked).await {
             Ok(Ok(_)) => {}
-            Ok(Err(DbError::LeaseLost { .. })) => self.lose("the run was no longer this daemon's when its worker started").await,
+            Ok(Err(DbError::LeaseLost { .. })) => {
+                self.lose("the run was no longer this daemon's when its worker started").await
+            }
             Ok(Err(e)) => tracing::warn!(run_id = %self.run, error = %e, "could not record the worker's start"),
             Err(_) => tracing::warn!(run_id = %self.run, "recording the worker's start timed out"),
         }
@@ -234,7 +242,10 @@ impl Session {
             let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
         }
         tracing::error!(run_id = %self.run, worker = %self.worker, "the run's supervisor ended without a report; its worker was killed");
-        ExitReport { spawn_error: Some("the run's supervisor ended without a report".to_owned()), ..ExitReport::default() }
+        ExitReport {
+            spawn_error: Some("the run's supervisor ended without a report".to_owned()),
+            ..ExitReport::default()
+        }
     }
 
     /// Flushes the log and the last progress, then writes the ledger entry.
@@ -242,7 +253,9 @@ impl Session {
         self.log.flush().await;
         self.write_progress().await;
         let cancelled_by = match report.stopped_by {
-            Some(StopCause::Cancel) => self.ctx.db.get_run(self.run).await.ok().flatten().and_then(|r| r.cancel_requested_by),
+            Some(StopCause::Cancel) => {
+                self.ctx.db.get_run(self.run).await.ok().flatten().and_then(|r| r.cancel_requested_by)
+            }
             _ => None,
         };
         let finish = Ending {
@@ -265,9 +278,15 @@ async fn write_ledger(ctx: &Context, run: &Run, finish: &Finish) {
     loop {
         match ctx.db.finish_run(run.id, ctx.daemon_id, finish).await {
             Ok(done) => {
-                let state = done.state.as_str();
-                let (duration_ms, exit_code, error) = (done.duration_ms, done.exit_code, done.error.as_deref().unwrap_or(""));
-                tracing::info!(run_id = %run.id, worker = %run.worker, state, duration_ms, exit_code, error, "run finished");
+                let (state, duration_ms, exit_code) = (done.state.as_str(), done.duration_ms, done.exit_code);
+                match done.error.as_deref() {
+                    None => {
+                        tracing::info!(run_id = %run.id, worker = %run.worker, state, duration_ms, exit_code, "run finished")
+                    }
+                    Some(error) => {
+                        tracing::info!(run_id = %run.id, worker = %run.worker, state, duration_ms, exit_code, error, "run finished");
+                    }
+                }
                 return;
             }
             Err(DbError::LeaseLost { .. }) => {

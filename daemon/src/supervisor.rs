@@ -60,7 +60,8 @@ pub async fn supervise(args: SuperviseArgs) -> anyhow::Result<()> {
     let mut child = match spawn_worker(&args.command) {
         Ok(child) => child,
         Err(e) => {
-            let report = ExitReport { spawn_error: Some(format!("{:?}: {e}", args.command[0])), ..ExitReport::default() };
+            let report =
+                ExitReport { spawn_error: Some(format!("{:?}: {e}", args.command[0])), ..ExitReport::default() };
             return finish(out, writer, report).await;
         }
     };
@@ -78,7 +79,11 @@ pub async fn supervise(args: SuperviseArgs) -> anyhow::Result<()> {
     finish(out, writer, report).await
 }
 
-async fn finish(out: mpsc::Sender<String>, writer: tokio::task::JoinHandle<()>, report: ExitReport) -> anyhow::Result<()> {
+async fn finish(
+    out: mpsc::Sender<String>,
+    writer: tokio::task::JoinHandle<()>,
+    report: ExitReport,
+) -> anyhow::Result<()> {
     send(&out, Frame::Exit(report)).await;
     drop(out);
     let _ = writer.await;
@@ -105,10 +110,14 @@ fn exit_report(status: std::io::Result<ExitStatus>) -> ExitReport {
     match status {
         Ok(status) => ExitReport {
             code: status.code(),
-            signal: status.signal().map(|n| Signal::try_from(n).map_or_else(|_| format!("signal {n}"), |s| s.as_str().to_owned())),
+            signal: status
+                .signal()
+                .map(|n| Signal::try_from(n).map_or_else(|_| format!("signal {n}"), |s| s.as_str().to_owned())),
             ..ExitReport::default()
         },
-        Err(e) => ExitReport { spawn_error: Some(format!("could not wait for the worker: {e}")), ..ExitReport::default() },
+        Err(e) => {
+            ExitReport { spawn_error: Some(format!("could not wait for the worker: {e}")), ..ExitReport::default() }
+        }
     }
 }
 
@@ -205,7 +214,11 @@ impl Watch {
         }
     }
 
-    async fn until_exit(&mut self, child: &mut Child, controls: &mut mpsc::Receiver<Control>) -> std::io::Result<ExitStatus> {
+    async fn until_exit(
+        &mut self,
+        child: &mut Child,
+        controls: &mut mpsc::Receiver<Control>,
+    ) -> std::io::Result<ExitStatus> {
         loop {
             let kill_at = self.kill_at.unwrap_or(self.deadline);
             tokio::select! {

@@ -55,7 +55,8 @@ impl Setup {
     pub fn new(db: &TestDb, daemon: &[(&str, &str)], extra_workers: &str) -> Self {
         let dir = db.dir.path().to_path_buf();
         let (probe_log, run_logs) = (dir.join("probes.jsonl"), dir.join("run-logs"));
-        let mut daemon_keys: Vec<(&str, &str)> = DAEMON_DEFAULTS.iter().filter(|(k, _)| !daemon.iter().any(|(o, _)| o == k)).copied().collect();
+        let mut daemon_keys: Vec<(&str, &str)> =
+            DAEMON_DEFAULTS.iter().filter(|(k, _)| !daemon.iter().any(|(o, _)| o == k)).copied().collect();
         daemon_keys.extend_from_slice(daemon);
         let daemon_toml: String = daemon_keys.iter().map(|(k, v)| format!("{k} = {v}\n")).collect();
         let bin = bin_path("scrinalia-demo-worker");
@@ -98,7 +99,8 @@ log_filter = "info"
 
     /// Inserts a request for `worker` with explicit `options`, resolved as the API would.
     pub async fn request(&self, db: &Database, worker: &str, options: Value) -> Run {
-        let spec = self.settings.catalogue.worker(worker).unwrap_or_else(|| panic!("{worker} is not in the test catalogue"));
+        let spec =
+            self.settings.catalogue.worker(worker).unwrap_or_else(|| panic!("{worker} is not in the test catalogue"));
         let options = options.as_object().cloned().unwrap_or_default().into_iter().collect();
         let explicit = ExplicitArgs { options, ..ExplicitArgs::default() };
         let config = resolve(&self.settings.catalogue, spec, &explicit, None).unwrap_or_else(|e| panic!("{e}"));
@@ -141,8 +143,9 @@ log_filter = "info"
     pub fn run_log(&self, run: &Run) -> String {
         let Some(prefix) = &run.log_key else { return String::new() };
         let folder = self.run_logs.join(prefix);
-        let mut chunks: Vec<PathBuf> =
-            std::fs::read_dir(&folder).map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
+        let mut chunks: Vec<PathBuf> = std::fs::read_dir(&folder)
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
         chunks.sort();
         chunks.iter().filter_map(|c| std::fs::read_to_string(c).ok()).collect()
     }

@@ -11,7 +11,12 @@ use scrinalia_tests::{
 };
 use serde_json::json;
 
-backend_tests!(success_is_recorded_with_result_progress_and_log, failures_keep_status_and_stderr_tail, timeouts_fail_the_run);
+backend_tests!(
+    success_is_recorded_with_result_progress_and_log,
+    failures_keep_status_and_stderr_tail,
+    timeouts_fail_the_run,
+    capacity_bounds_the_runs_in_flight,
+);
 
 async fn success_is_recorded_with_result_progress_and_log(db: &TestDb) {
     let setup = Setup::new(db, &[], "");
@@ -46,8 +51,10 @@ async fn success_is_recorded_with_result_progress_and_log(db: &TestDb) {
 }
 
 async fn failures_keep_status_and_stderr_tail(db: &TestDb) {
-    let setup = Setup::new(db, &[], "");
+    let missing = "[[workers]]\nname = \"missing\"\ncommand = [\"/nonexistent/scrinalia-worker\"]\n";
+    let setup = Setup::new(db, &[], missing);
     let daemon = setup.start_daemon("daemon", &[]);
+    let unstartable = setup.request(&db.db, "missing", json!({})).await;
     let failing = setup.request(&db.db, "probe-1", json!({"exit_code": 3, "output_lines": 30})).await;
     let crashing = setup.request(&db.db, "probe-2", json!({"crash": true})).await;
 
@@ -57,7 +64,10 @@ async fn failures_keep_status_and_stderr_tail(db: &TestDb) {
     let error = failed.error.expect("an error sentence");
     assert!(error.starts_with("exited with status 3; last lines of stderr:\n"), "{error}");
     assert!(error.ends_with("probe-1: exiting with status 3, as asked"), "{error}");
-    assert!(error.contains("stderr line 30 of 30") && !error.contains("stderr line 5 of 30"), "about 20 lines: {error}");
+    assert!(
+        error.contains("stderr line 30 of 30") && !error.contains("stderr line 5 of 30"),
+        "about 20 lines: {error}"
+    );
     assert_eq!(failed.result, None);
 
     let crashed = wait_finished(&db.db, crashing.id, Duration::from_secs(20)).await;
@@ -65,6 +75,37 @@ async fn failures_keep_status_and_stderr_tail(db: &TestDb) {
     assert_eq!(crashed.exit_code, None);
     let error = crashed.error.expect("an error sentence");
     assert!(error.starts_with("killed by signal SIGABRT"), "{error}");
+
+    let unstarted = wait_finished(&db.db, unstartable.id, Duration::from_secs(20)).await;
+    assert_eq!(unstarted.state, RunState::Failed);
+    let error = unstarted.error.expect("an error sentence");
+    assert!(error.starts_with("could not run the worker: \"/nonexistent/scrinalia-worker\": "), "{error}");
+}
+
+async fn capacity_bounds_the_runs_in_flight(db: &TestDb) {
+    let setup = Setup::new(db, &[("capacity", "2")], "");
+    let daemon = setup.start_daemon("daemon", &[]);
+    let mut runs = Vec::new();
+    for worker in ["probe-1", "probe-2", "probe-3"] {
+        runs.push(setup.request(&db.db, worker, json!({"duration_ms": 1_000})).await.id);
+    }
+    for id in &runs {
+        let done = wait_finished(&db.db, *id, Duration::from_secs(20)).await;
+        assert_eq!(done.state, RunState::Succeeded, "{done:?}\n{}", daemon.output());
+    }
+    // From the probes' own clock: never more than two executions at once.
+    let mut edges: Vec<(i128, i32)> = Vec::new();
+    for id in &runs {
+        let (start, end) = setup.probe_run(*id);
+        edges.push((start.expect("a start").at_ns, 1));
+        edges.push((end.expect("an end").at_ns, -1));
+    }
+    edges.sort();
+    let most = edges.iter().scan(0, |n, (_, d)| {
+        *n += d;
+        Some(*n)
+    });
+    assert_eq!(most.max(), Some(2), "capacity 2 with three requests");
 }
 
 async fn timeouts_fail_the_run(db: &TestDb) {
@@ -75,7 +116,11 @@ async fn timeouts_fail_the_run(db: &TestDb) {
     let done = wait_finished(&db.db, run.id, Duration::from_secs(20)).await;
     assert_eq!(done.state, RunState::Failed, "{done:?}\n{}", daemon.output());
     assert_eq!(done.error.as_deref(), Some("timed out after 2 s"));
-    assert!(done.duration_ms.is_some_and(|d| (2_900..10_000).contains(&d)), "SIGTERM at 2 s, SIGKILL 1 s later: {:?}", done.duration_ms);
+    assert!(
+        done.duration_ms.is_some_and(|d| (2_900..10_000).contains(&d)),
+        "SIGTERM at 2 s, SIGKILL 1 s later: {:?}",
+        done.duration_ms
+    );
     let (start, end) = setup.probe_run(run.id);
     assert!(start.is_some() && end.is_none(), "the probe was killed, so it wrote no end line");
 }
