@@ -102,7 +102,13 @@ function renderSession() {
     : h("span", { class: "who", id: "who", dataset: { role: "none" } }, "Not signed in");
   const buttons = [];
   if (token()) buttons.push(h("button", { type: "button", class: "link", onclick: signOut }, "Sign out"));
-  else if (s) buttons.push(h("button", { type: "button", class: "link", "aria-controls": "signin-form", onclick: () => { form.hidden = !form.hidden; if (!form.hidden) form.querySelector("input").focus(); } }, "Use a token"));
+  else if (s) {
+    buttons.push(h("button", { type: "button", class: "link", "aria-controls": "signin-form", "aria-expanded": "false", onclick: (e) => {
+      form.hidden = !form.hidden;
+      e.target.setAttribute("aria-expanded", String(!form.hidden));
+      if (!form.hidden) form.querySelector("input").focus();
+    } }, "Use a token"));
+  }
   form.id = "signin-form";
   replace(el, who, buttons, form, ctx.sessionError && !s && token() ? h("p", { class: "error", role: "alert" }, ctx.sessionError) : null);
 }
@@ -114,10 +120,11 @@ async function signIn(event) {
   setToken(value);
   await restart();
   if (!ctx.session) {
-    // A token the API refuses is not kept; the sentence saying why stays on screen.
-    setToken(null);
-    renderSession();
+    // A token the API refuses is not kept (the panel goes back to what it showed without one); the sentence
+    // saying why stays on screen.
     const error = ctx.sessionError;
+    setToken(null);
+    await restart();
     document.getElementById("session").append(h("p", { class: "error", role: "alert", id: "signin-error" }, error ?? "The token was refused."));
   }
 }

@@ -37,7 +37,7 @@ function dayBound(day, next) {
 }
 
 // The cursors of the pages before the current one, so that "Newer" can go back; kept across re-mounts.
-const history = [];
+const pageStack = [];
 
 export function mount(root, [queryText], ctx) {
   const filter = parseQuery(queryText);
@@ -55,7 +55,7 @@ export function mount(root, [queryText], ctx) {
   const limitSelect = h("select", { id: "filter-limit", name: "limit" }, PAGE_SIZES.map((n) => h("option", { value: n, selected: n === filter.limit }, n)));
   const form = h("form", { class: "filters", "aria-label": "Filter the runs", onsubmit: (e) => {
     e.preventDefault();
-    history.length = 0;
+    pageStack.length = 0;
     ctx.navigate(toHash({ worker: workerSelect.value, state: stateSelect.value, from: fromInput.value, to: toInput.value, limit: Number(limitSelect.value), after: "" }));
   } },
   h("div", { class: "field" }, h("label", { for: "filter-worker" }, "Worker"), workerSelect),
@@ -64,7 +64,7 @@ export function mount(root, [queryText], ctx) {
   h("div", { class: "field" }, h("label", { for: "filter-to" }, "To (day, included)"), toInput),
   h("div", { class: "field" }, h("label", { for: "filter-limit" }, "Per page"), limitSelect),
   h("div", { class: "field buttons" }, h("button", { type: "submit", class: "primary" }, "Apply"),
-    h("a", { href: "#/runs", class: "button", onclick: () => { history.length = 0; } }, "Reset")));
+    h("a", { href: "#/runs", class: "button", onclick: () => { pageStack.length = 0; } }, "Reset")));
 
   const tbody = h("tbody");
   const table = h("table", { class: "ledger", id: "ledger", "aria-busy": "true" },
@@ -72,9 +72,9 @@ export function mount(root, [queryText], ctx) {
     h("thead", null, h("tr", null, ["Requested", "Worker", "State", "By", "Duration", "Outcome", "Run"].map((c) => h("th", { scope: "col" }, c)))),
     tbody);
   const notice = h("div", { class: "notice", role: "status" });
-  const newer = h("button", { type: "button", onclick: () => ctx.navigate(toHash({ ...filter, after: history.pop() ?? "" })) }, "← Newer");
-  const newest = h("button", { type: "button", onclick: () => { history.length = 0; ctx.navigate(toHash({ ...filter, after: "" })); } }, "Newest");
-  const older = h("button", { type: "button", onclick: () => { history.push(filter.after); ctx.navigate(toHash({ ...filter, after: next })); } }, "Older →");
+  const newer = h("button", { type: "button", onclick: () => ctx.navigate(toHash({ ...filter, after: pageStack.pop() ?? "" })) }, "← Newer");
+  const newest = h("button", { type: "button", onclick: () => { pageStack.length = 0; ctx.navigate(toHash({ ...filter, after: "" })); } }, "Newest");
+  const older = h("button", { type: "button", onclick: () => { pageStack.push(filter.after); ctx.navigate(toHash({ ...filter, after: next })); } }, "Older →");
   const pager = h("nav", { class: "pager", "aria-label": "Pages of runs" }, newest, newer, older);
   replace(root, h("div", { class: "view-head" }, h("h1", null, "Runs")), form, notice, h("div", { class: "table-wrap" }, table), pager);
 

@@ -177,9 +177,36 @@ impl Browser {
         self.wait(&format!("an element matching {css:?}"), || self.find(css)).await
     }
 
-    /// The text of the first element matching `css`, if any.
+    /// The text of the first element matching `css`, if any. An element replaced between finding and reading
+    /// it (the panel redraws on live events) is found again.
     pub async fn text(&self, css: &str) -> Option<String> {
-        self.find(css).await?.text().await.ok()
+        for _ in 0..5 {
+            if let Ok(text) = self.find(css).await?.text().await {
+                return Some(text);
+            }
+        }
+        None
+    }
+
+    /// The attribute `name` of the first element matching `css`, if both exist (found again as in
+    /// [`Browser::text`]).
+    pub async fn attr(&self, css: &str, name: &str) -> Option<String> {
+        for _ in 0..5 {
+            if let Ok(value) = self.find(css).await?.attr(name).await {
+                return value;
+            }
+        }
+        None
+    }
+
+    /// Whether the first element matching `css` is enabled (found again as in [`Browser::text`]).
+    pub async fn is_enabled(&self, css: &str) -> Option<bool> {
+        for _ in 0..5 {
+            if let Ok(enabled) = self.find(css).await?.is_enabled().await {
+                return Some(enabled);
+            }
+        }
+        None
     }
 
     /// Waits until the text of an element matching `css` contains `needle`; returns that text.
@@ -195,17 +222,20 @@ impl Browser {
         self.client.execute(script, args).await.unwrap_or_else(|e| panic!("run a script in the page: {e}"))
     }
 
-    /// Clicks the first element matching `css` (waiting for it).
+    /// Clicks the first element matching `css`, waiting for it. The panel redraws parts of the page on live
+    /// events, so an element found a moment ago may be replaced before the click lands: the click is retried.
     pub async fn click(&self, css: &str) {
-        let el = self.wait_for(css).await;
-        el.click().await.unwrap_or_else(|e| panic!("click {css:?}: {e}"));
+        self.wait(&format!("a click on {css:?} to land"), || async { self.find(css).await?.click().await.ok() }).await;
     }
 
-    /// Types `text` into the first element matching `css` (waiting for it).
+    /// Types `text` into the first element matching `css` (waiting for it, and retrying as [`Browser::click`]).
     pub async fn type_into(&self, css: &str, text: &str) {
-        let el = self.wait_for(css).await;
-        el.clear().await.ok();
-        el.send_keys(text).await.unwrap_or_else(|e| panic!("type into {css:?}: {e}"));
+        self.wait(&format!("typing into {css:?}"), || async {
+            let el = self.find(css).await?;
+            el.clear().await.ok()?;
+            el.send_keys(text).await.ok()
+        })
+        .await;
     }
 
     /// Saves a screenshot as `artifacts/screenshots/<browser>-<name>.png`; returns its path.

@@ -221,11 +221,10 @@ async fn a_curator_runs_a_worker_and_watches_it_to_the_end_without_a_reload() {
     // Workers in catalogue order, each value marked with where it comes from.
     browser.wait_for("#who[data-role=\"admin\"]").await;
     browser.wait_for("article[data-worker=\"probe-3\"]").await;
-    let mut order = Vec::new();
-    for article in browser.find_all("article.worker").await {
-        order.push(article.attr("data-worker").await.expect("attr").unwrap_or_default());
-    }
-    assert_eq!(order, ["probe-1", "probe-2", "probe-3"], "catalogue order");
+    let order = browser
+        .js("return [...document.querySelectorAll('article.worker')].map((a) => a.dataset.worker);", vec![])
+        .await;
+    assert_eq!(order, json!(["probe-1", "probe-2", "probe-3"]), "catalogue order");
     let engine = browser.text("article[data-worker=\"probe-1\"] dd[data-field=\"engine\"]").await.unwrap_or_default();
     assert!(engine.contains("local") && engine.contains("default"), "engine with its source: {engine:?}");
     let model = browser.text("article[data-worker=\"probe-1\"] dd[data-field=\"model\"]").await.unwrap_or_default();
@@ -248,7 +247,7 @@ async fn a_curator_runs_a_worker_and_watches_it_to_the_end_without_a_reload() {
     let run_button = "article[data-worker=\"probe-1\"] button.run";
     browser
         .wait("the Run button of probe-1 to be enabled", || async {
-            browser.find(run_button).await?.is_enabled().await.ok()?.then_some(())
+            browser.is_enabled(run_button).await?.then_some(())
         })
         .await;
     browser.screenshot("workers").await;
@@ -275,7 +274,7 @@ async fn a_curator_runs_a_worker_and_watches_it_to_the_end_without_a_reload() {
 
     // While it runs, Run is disabled with the reason; a stale panel that presses it anyway (as two curators at
     // once would) gets the API's 409 sentence next to the worker, in an alert.
-    assert!(!browser.find(run_button).await.expect("Run").is_enabled().await.expect("enabled"), "Run is disabled");
+    assert_eq!(browser.is_enabled(run_button).await, Some(false), "Run is disabled");
     browser.wait_for_text("article[data-worker=\"probe-1\"] .reason", "already running").await;
     browser
         .js(
@@ -285,17 +284,14 @@ async fn a_curator_runs_a_worker_and_watches_it_to_the_end_without_a_reload() {
         .await;
     let alert = browser.wait_for_text("#worker-probe-1-alert", "already has a run in flight").await;
     assert!(alert.contains("probe-1"), "the 409 sentence names the worker: {alert:?}");
-    let role = browser.find("#worker-probe-1-alert").await.expect("alert").attr("role").await.expect("attr");
-    assert_eq!(role.as_deref(), Some("alert"));
+    assert_eq!(browser.attr("#worker-probe-1-alert", "role").await.as_deref(), Some("alert"));
     assert!(browser.find("article[data-worker=\"probe-1\"] .in-flight button.cancel").await.is_some(), "Cancel");
     browser.screenshot("workers-409").await;
 
     // The runs view, reached by the navigation (no reload), shows it running, then succeeded: live.
     browser.click("nav.views a[data-nav=\"runs\"]").await;
     let row = "#ledger tr[data-worker=\"probe-1\"]";
-    let seen = browser
-        .wait("probe-1's run in the ledger", || async { browser.find(row).await?.attr("data-state").await.ok()? })
-        .await;
+    let seen = browser.wait("probe-1's run in the ledger", || browser.attr(row, "data-state")).await;
     assert_eq!(seen, "running", "the run is seen in flight first\n{}", stack.logs());
     browser.wait_for(&format!("{row}[data-state=\"succeeded\"]")).await;
     let cells = browser.text(row).await.unwrap_or_default();
@@ -345,7 +341,7 @@ async fn a_curator_runs_a_worker_and_watches_it_to_the_end_without_a_reload() {
     // When the last daemon stops, Run is disabled with the reason and the health strip turns red.
     stack.daemon.signal(nix::sys::signal::Signal::SIGTERM);
     browser.wait_for_text("article[data-worker=\"probe-3\"] .reason", "No daemon is alive").await;
-    assert!(!browser.find(run_button).await.expect("Run").is_enabled().await.expect("enabled"), "Run is disabled");
+    assert_eq!(browser.is_enabled(run_button).await, Some(false), "Run is disabled");
     browser.wait_for("#health li[data-check=\"daemons\"][data-status=\"down\"]").await;
     browser.screenshot("workers-no-daemon").await;
 
@@ -363,6 +359,10 @@ async fn a_viewer_sees_no_controls_and_an_admin_override_is_audited_and_effectiv
 
     // Signed out: the panel asks for a token and reads nothing else.
     browser.wait_for("#who[data-role=\"none\"]").await;
+    browser.wait_for_text("main h1", "Sign in").await;
+    browser.type_into("#token-input", "scr_not_a_token_of_this_api").await;
+    browser.click("#signin-form button[type=\"submit\"]").await;
+    browser.wait_for_text("#signin-error", "not one this API accepts").await;
     sign_in(&browser, VIEWER_TOKEN, "viewer").await;
     browser.wait_for("article[data-worker=\"probe-1\"] .queue").await;
     browser.wait_for("#health li[data-check=\"database\"][data-status=\"ok\"]").await;
@@ -410,8 +410,7 @@ async fn a_viewer_sees_no_controls_and_an_admin_override_is_audited_and_effectiv
     // The quality probe's engine is not editable: the panel says where it comes from and links there.
     browser.goto(&format!("{}/#/overrides/probe-2", stack.base)).await;
     browser.wait_for_text(".engine-source", "LLM_CHECK cleaning rule").await;
-    let href = browser.find("#engine-source-link").await.expect("link").attr("href").await.expect("href");
-    assert_eq!(href.as_deref(), Some("/rules#llm-check"));
+    assert_eq!(browser.attr("#engine-source-link", "href").await.as_deref(), Some("/rules#llm-check"));
     browser.wait_for("#override-form").await;
     assert!(browser.find("#ov-engine").await.is_none(), "no engine field for an engine configured elsewhere");
 
@@ -423,7 +422,7 @@ async fn a_viewer_sees_no_controls_and_an_admin_override_is_audited_and_effectiv
     assert_eq!(fits, json!(true), "no horizontal scrolling on a narrow screen");
     browser.screenshot("workers-narrow").await;
 
-    // Only the expected 401 of the signed-out start (GET /api/me without a token) is in the console.
+    // Only the expected 401s (GET /api/me signed out, and with the refused token) are in the console.
     browser.assert_no_console_errors(&[401]).await;
     browser.close().await;
     stack.stop().await;
