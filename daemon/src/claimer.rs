@@ -157,6 +157,7 @@ impl Claimer {
     }
 
     fn begin_drain(&mut self, stop_at: Option<Instant>) {
+        tracing::info!(runs_in_flight = self.runs.len(), "claiming stopped; draining");
         self.mode = Mode::Draining { stop_at };
         self.systemd.stopping(&format!("draining: {} runs in flight", self.runs.len()));
     }

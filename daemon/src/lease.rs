@@ -40,9 +40,17 @@ impl Lease {
     }
 
     /// Stops renewing (the run is over and its ledger entry written).
-    pub async fn stop(self) {
+    pub async fn stop(mut self) {
         self.stop.cancel();
-        let _ = self.task.await;
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for Lease {
+    /// A run task that ends abnormally must not leave a renewal behind: the lease then expires and the run is
+    /// recovered.
+    fn drop(&mut self) {
+        self.stop.cancel();
     }
 }
 

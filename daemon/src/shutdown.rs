@@ -2,9 +2,11 @@
 //! `daemon.drain_seconds`), the second for an immediate one (stop the runs now). The tokens are passed
 //! explicitly to whoever needs them; nothing is global.
 
+use std::sync::Arc;
+
 use anyhow::Context as _;
 use tokio::signal::unix::{SignalKind, signal};
-use tokio_util::sync::CancellationToken;
+use tokio_util::{sync::CancellationToken, task::AbortOnDropHandle};
 
 /// The two stages of shutdown.
 #[derive(Debug, Clone, Default)]
@@ -13,6 +15,8 @@ pub struct Shutdown {
     pub graceful: CancellationToken,
     /// Cancelled by the second signal.
     pub immediate: CancellationToken,
+    /// The listener, stopped when the last copy of this is dropped.
+    listener: Option<Arc<AbortOnDropHandle<()>>>,
 }
 
 impl Shutdown {
@@ -20,9 +24,9 @@ impl Shutdown {
     pub fn listen() -> anyhow::Result<Self> {
         let mut term = signal(SignalKind::terminate()).context("listen for SIGTERM")?;
         let mut int = signal(SignalKind::interrupt()).context("listen for SIGINT")?;
-        let shutdown = Self::default();
+        let mut shutdown = Self::default();
         let tokens = shutdown.clone();
-        tokio::spawn(async move {
+        let listener = tokio::spawn(async move {
             for stage in [&tokens.graceful, &tokens.immediate] {
                 let name = tokio::select! {
                     _ = term.recv() => "SIGTERM",
@@ -32,6 +36,7 @@ impl Shutdown {
                 stage.cancel();
             }
         });
+        shutdown.listener = Some(Arc::new(AbortOnDropHandle::new(listener)));
         Ok(shutdown)
     }
 }

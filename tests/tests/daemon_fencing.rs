@@ -56,7 +56,9 @@ async fn a_killed_daemon_is_recovered_within_its_lease_and_its_sibling_goes_on()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_daemon_is_fenced_by_its_supervisor_and_cannot_overwrite_the_ledger() {
     let db = TestDb::postgres().await;
-    let setup = Setup::new(&db, &[], "");
+    // A 6 s lease keeps the supervisor's kill 1 s before the expiry: room for this test's own polling on a busy box.
+    let lease = Duration::from_secs(6);
+    let setup = Setup::new(&db, &[("lease_seconds", "6")], "");
     let frozen = setup.start_daemon("daemon-frozen", &[]);
     let old = setup.request(&db.db, "probe-1", json!({"duration_ms": 60_000, "ignore_sigterm": true})).await;
     wait_started(&db.db, old.id, Duration::from_secs(10)).await;
@@ -70,7 +72,7 @@ async fn a_frozen_daemon_is_fenced_by_its_supervisor_and_cannot_overwrite_the_le
     frozen.signal(Signal::SIGSTOP);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let lease_end = db.db.get_run(old.id).await.expect("read").expect("row").lease_expires_at.expect("a lease");
-    let died = eventually(LEASE + Duration::from_secs(2), "the frozen daemon's worker to be killed", || async {
+    let died = eventually(lease + Duration::from_secs(2), "the frozen daemon's worker to be killed", || async {
         (!alive(worker)).then(realtime_ns)
     })
     .await;

@@ -84,7 +84,10 @@ async fn sigterm_lets_a_short_run_finish_and_claims_nothing_more() {
     let run = setup.request(&db.db, "probe-1", json!({"duration_ms": 2_000})).await;
     let run = wait_started(&db.db, run.id, Duration::from_secs(10)).await;
     daemon.signal(Signal::SIGTERM);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    eventually(Duration::from_secs(3), "the daemon to stop claiming", || async {
+        daemon.output().contains("claiming stopped; draining").then_some(())
+    })
+    .await;
     let late = setup.request(&db.db, "probe-2", json!({})).await;
     assert_eq!(daemon.wait(Duration::from_secs(15)).await, Some(0), "{}", daemon.output());
     let done = db.db.get_run(run.id).await.expect("read").expect("row");
@@ -142,7 +145,10 @@ async fn a_drain_through_the_database_finishes_runs_then_exits() {
     let id = run.daemon_id.expect("claimed");
     db.db.request_drain(id, "operator").await.expect("drain").expect("the daemon is alive");
     // The registry's notification makes the daemon heartbeat at once instead of within 5 s.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    eventually(Duration::from_secs(3), "the daemon to stop claiming", || async {
+        daemon.output().contains("claiming stopped; draining").then_some(())
+    })
+    .await;
     let late = setup.request(&db.db, "probe-2", json!({})).await;
     assert_eq!(daemon.wait(Duration::from_secs(15)).await, Some(0), "{}", daemon.output());
     assert_eq!(db.db.get_run(run.id).await.expect("read").expect("row").state, RunState::Succeeded);
