@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo build --release -p scrinalia-api
-//! SCRINALIA_BENCH_API_BIN=target/release/scrinalia-api \
+//! SCRINALIA_BENCH_API_BIN=$PWD/target/release/scrinalia-api \
 //!   cargo test -p scrinalia-tests --test api_bench -- --ignored --nocapture
 //! ```
 //!
