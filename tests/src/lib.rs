@@ -6,6 +6,7 @@
 
 pub mod api_harness;
 pub mod daemon_harness;
+pub mod browser;
 pub mod fixtures;
 pub mod process;
 
