@@ -5,8 +5,8 @@
 //! server). A test that cannot reach it fails with a sentence saying so; it is never skipped silently.
 
 pub mod api_harness;
-pub mod daemon_harness;
 pub mod browser;
+pub mod daemon_harness;
 pub mod fixtures;
 pub mod process;
 
