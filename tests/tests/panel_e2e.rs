@@ -334,6 +334,9 @@ async fn a_curator_runs_a_worker_and_watches_it_to_the_end_without_a_reload() {
 
     // Cancel from the panel: the run in flight ends `cancelled`.
     browser.click("nav.views a[data-nav=\"workers\"]").await;
+    browser
+        .wait("Run of probe-1 to be enabled again", || async { browser.is_enabled(run_button).await?.then_some(()) })
+        .await;
     browser.click(run_button).await;
     browser.click("article[data-worker=\"probe-1\"] .in-flight[data-state=\"running\"] button.cancel").await;
     browser.wait_for("article[data-worker=\"probe-1\"] .last[data-state=\"cancelled\"]").await;
