@@ -32,6 +32,8 @@ const SETTLE: Duration = Duration::from_millis(5);
 const SECOND_LOOK: Duration = Duration::from_millis(60);
 /// How often a SQLite daemon with runs in flight looks for cancellation requests.
 const SQLITE_CANCEL_POLL: Duration = Duration::from_secs(2);
+/// The first retry after a failed claim (doubling up to the poll interval).
+const CLAIM_RETRY: Duration = Duration::from_millis(250);
 
 /// Where the daemon is in its life.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -75,6 +77,7 @@ pub struct Claimer {
     look_at: Instant,
     second_look_at: Instant,
     graceful_seen: bool,
+    claim_failures: u32,
 }
 
 impl Claimer {
@@ -91,6 +94,7 @@ impl Claimer {
             look_at: far(),
             second_look_at: far(),
             graceful_seen: false,
+            claim_failures: 0,
         }
     }
 
@@ -213,22 +217,31 @@ impl Claimer {
         }
         let workers = (!daemon.workers.is_empty()).then_some(daemon.workers.as_slice());
         let sent = clock::monotonic_ns();
-        match self.ctx.db.claim_runs(self.ctx.daemon_id, daemon.lease(), free, workers).await {
+        match self.ctx.claims.claim_runs(self.ctx.daemon_id, daemon.lease(), free, workers).await {
             Ok(claimed) => {
+                self.claim_failures = 0;
+                let claim_us = (clock::monotonic_ns() - sent) / 1000;
                 let deadline = clock::lease_deadline(sent, daemon.lease());
                 for run in claimed {
-                    self.start(run, deadline);
+                    self.start(run, deadline, claim_us);
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "could not claim; the next wake-up or poll tries again"),
+            Err(e) => {
+                // A dropped connection fails one claim; look again soon (backing off while the database is down).
+                let retry =
+                    (CLAIM_RETRY * 2u32.pow(self.claim_failures.min(5))).min(Duration::from_secs(daemon.poll_seconds));
+                self.claim_failures += 1;
+                self.look_at = self.look_at.min(Instant::now() + retry);
+                tracing::warn!(error = %e, retry_ms = retry.as_millis(), "could not claim; trying again");
+            }
         }
     }
 
-    fn start(&mut self, run: Run, deadline_ns: u64) {
+    fn start(&mut self, run: Run, deadline_ns: u64, claim_us: u64) {
         let (tx, rx) = mpsc::channel(4);
         let (id, worker) = (run.id, run.worker.clone());
-        let waited_ms = run.claimed_at.map(|c| (c - run.requested_at).num_milliseconds());
-        tracing::info!(run_id = %id, worker = %worker, queued_ms = waited_ms, "claimed");
+        let queued_us = run.claimed_at.and_then(|c| (c - run.requested_at).num_microseconds());
+        tracing::info!(run_id = %id, worker = %worker, queued_us, claim_us, "claimed");
         let task = runner::execute(self.ctx.clone(), run, deadline_ns, rx);
         let handle = self.tasks.spawn(
             async move {

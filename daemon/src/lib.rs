@@ -35,6 +35,8 @@ use crate::{claimer::Claimer, shutdown::Shutdown, systemd::Notifier};
 pub struct Context {
     /// The database.
     pub db: Database,
+    /// A connection of its own for claims, so that a claim costs one round trip (PostgreSQL; on SQLite, `db`).
+    pub claims: Database,
     /// The configuration.
     pub settings: Settings,
     /// This instance's id, fresh at every start.
@@ -55,11 +57,13 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let systemd = Notifier::from_env();
     let Some(db) = connect(&settings, &shutdown).await? else { return Ok(()) };
     db.migrate().await.context("apply the database migrations")?;
+    let claims = db.dedicated().await.context("open the claim connection")?;
     let logs = LogStore::open(&settings.object_store).context("open the run-log store")?;
     let own_exe = std::env::current_exe().context("find the daemon's own executable")?;
     let exe_dir = own_exe.parent().map(PathBuf::from).unwrap_or_default();
     let ctx = Arc::new(Context {
         db,
+        claims,
         settings,
         daemon_id: Uuid::now_v7(),
         logs,
@@ -118,6 +122,7 @@ async fn serve(ctx: Arc<Context>, shutdown: Shutdown, systemd: Notifier) -> anyh
     if let Err(e) = ctx.db.mark_daemon_stopped(ctx.daemon_id).await {
         tracing::warn!(error = %e, "could not mark the daemon stopped; it will be marked gone when its heartbeat ages");
     }
+    ctx.claims.close().await;
     ctx.db.close().await;
     tracing::info!("daemon stopped");
     Ok(())

@@ -165,6 +165,28 @@ impl Database {
         }
     }
 
+    /// A pool of its own holding one connection that is not pinged before each use, for a caller whose every
+    /// query is latency-critical (the daemon's claims: a claim then costs one round trip, not two). A broken
+    /// connection surfaces as one failed query; the next one reconnects. On SQLite, the same pool.
+    pub async fn dedicated(&self) -> Result<Self> {
+        match self {
+            Self::Postgres(pool) => {
+                let options = pool.connect_options().as_ref().clone();
+                let dedicated = PgPoolOptions::new()
+                    .max_connections(1)
+                    .min_connections(1)
+                    .max_lifetime(None)
+                    .idle_timeout(None)
+                    .test_before_acquire(false)
+                    .acquire_timeout(pool.options().get_acquire_timeout())
+                    .connect_with(options)
+                    .await?;
+                Ok(Self::Postgres(dedicated))
+            }
+            Self::Sqlite(_) => Ok(self.clone()),
+        }
+    }
+
     /// Which backend this is.
     pub fn backend(&self) -> Backend {
         match self {
