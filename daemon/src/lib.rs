@@ -55,7 +55,7 @@ pub struct Context {
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let shutdown = Shutdown::listen()?;
     let systemd = Notifier::from_env();
-    let Some(db) = connect(&settings, &shutdown).await? else { return Ok(()) };
+    let Some(db) = connect(&settings, &shutdown, &systemd).await? else { return Ok(()) };
     db.migrate().await.context("apply the database migrations")?;
     let claims = db.dedicated().await.context("open the claim connection")?;
     let logs = LogStore::open(&settings.object_store).context("open the run-log store")?;
@@ -76,13 +76,14 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
 }
 
 /// Connects, retrying while the database is unreachable (a daemon started before its database waits for it).
-async fn connect(settings: &Settings, shutdown: &Shutdown) -> anyhow::Result<Option<Database>> {
+async fn connect(settings: &Settings, shutdown: &Shutdown, systemd: &Notifier) -> anyhow::Result<Option<Database>> {
     let mut wait = Duration::from_millis(500);
     loop {
         match Database::connect(&settings.database).await {
             Ok(db) => return Ok(Some(db)),
             Err(e) if e.is_unavailable() => {
                 tracing::warn!(url = %settings.database.redacted_url(), error = %e, "the database is unreachable; retrying");
+                systemd.status(&format!("waiting for the database: {e}"));
             }
             Err(e) => return Err(e).context(format!("connect to {}", settings.database.redacted_url())),
         }
