@@ -38,7 +38,7 @@ fn main() {
 fn accepted_options(name: &str) -> Option<&'static [OptionSpec]> {
     match Task::named(name) {
         Some(task) => Some(task.options()),
-        None => probe::NAMES.contains(&name).then_some(probe::OPTIONS),
+        None => probe::is_probe(name).then_some(probe::OPTIONS),
     }
 }
 

@@ -1,6 +1,6 @@
-//! The probe workers (`probe-1`, `probe-2`, `probe-3`): no real work, but behaviour that tests steer through
-//! options (duration, exit status, crash, ignoring SIGTERM, progress and output volume), and a ledger of every
-//! execution in `$SCRINALIA_PROBE_LOG` so tests can prove what ran, when, where and with which arguments.
+//! The probe workers (`probe-1`, `probe-2`, `probe-3`, and any `probe-<n>`): no real work, but behaviour that tests
+//! steer through options (duration, exit status, crash, ignoring SIGTERM, progress and output volume), and a ledger
+//! of every execution in `$SCRINALIA_PROBE_LOG` so tests can prove what ran, when, where and with which arguments.
 
 use std::{
     fs::OpenOptions,
@@ -21,8 +21,15 @@ use crate::{
 /// The environment variable naming the probes' JSON-lines ledger.
 pub const LOG_ENV: &str = "SCRINALIA_PROBE_LOG";
 
-/// The probes' names.
-pub const NAMES: [&str; 3] = ["probe-1", "probe-2", "probe-3"];
+/// The probes' names as listed by `help`; any `probe-<n>` (n a positive decimal number) is a probe too, so a
+/// catalogue may declare as many as a test needs.
+pub const NAMES: [&str; 4] = ["probe-1", "probe-2", "probe-3", "probe-<n>"];
+
+/// Whether `name` is a probe: `probe-` and a positive decimal number without leading zeros.
+pub fn is_probe(name: &str) -> bool {
+    name.strip_prefix("probe-")
+        .is_some_and(|n| !n.is_empty() && !n.starts_with('0') && n.len() <= 9 && n.bytes().all(|b| b.is_ascii_digit()))
+}
 
 /// The options a probe accepts; `note` is free text that only shows up in the recorded arguments.
 pub const OPTIONS: &[OptionSpec] = &[
@@ -167,4 +174,19 @@ fn run(invocation: &Invocation, stop: &Stop, out: &mut Protocol) -> anyhow::Resu
     out.result(json!({ "processed": steps, "failed": 0 }))?;
     eprintln!("{name}: run {run_id} done");
     Ok(Ending::Exit(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_probe;
+
+    #[test]
+    fn any_numbered_probe_is_a_probe() {
+        for name in ["probe-1", "probe-3", "probe-4", "probe-27", "probe-123456789"] {
+            assert!(is_probe(name), "{name}");
+        }
+        for name in ["probe-", "probe-0", "probe-07", "probe-1x", "probe--1", "probe-1234567890", "probe", "embed"] {
+            assert!(!is_probe(name), "{name}");
+        }
+    }
 }
