@@ -55,7 +55,7 @@ pub struct SuperviseArgs {
 /// Runs one worker to its end. Errors only when the supervisor's own pipes are unusable.
 pub async fn supervise(args: SuperviseArgs) -> anyhow::Result<()> {
     let (out, writer) = spawn_writer().context("the supervisor's stdout must be a pipe from the daemon")?;
-    let mut controls = spawn_control_reader().context("the supervisor's stdin must be a pipe from the daemon")?;
+    let mut inputs = spawn_control_reader().context("the supervisor's stdin must be a pipe from the daemon")?;
     let started = Instant::now();
     let mut child = match spawn_worker(&args.command) {
         Ok(child) => child,
@@ -69,7 +69,7 @@ pub async fn supervise(args: SuperviseArgs) -> anyhow::Result<()> {
     send(&out, Frame::Started(group.as_raw())).await;
     let relays = Relays::start(child.stdout.take(), child.stderr.take(), &out);
     let mut watch = Watch::new(group, &args);
-    let status = watch.until_exit(&mut child, &mut controls).await;
+    let status = watch.until_exit(&mut child, &mut inputs).await;
     // Nothing of the run may outlive its leader: children left in the group are killed too.
     signal_group(group, Signal::SIGKILL);
     relays.finish(Duration::from_secs(2)).await;
@@ -152,9 +152,18 @@ fn spawn_writer() -> std::io::Result<(mpsc::Sender<String>, tokio::task::JoinHan
     Ok((tx, task))
 }
 
-/// Reads the daemon's messages; the channel closes when the daemon's pipe does. SIGTERM, SIGINT and SIGHUP sent
+/// What reaches the fence from outside.
+#[derive(Debug, Clone, Copy)]
+enum Input {
+    /// A message of the daemon.
+    Control(Control),
+    /// The daemon's pipe closed.
+    DaemonGone,
+}
+
+/// Reads the daemon's messages, then [`Input::DaemonGone`] when its pipe closes. SIGTERM, SIGINT and SIGHUP sent
 /// to the supervisor itself count as `terminate`, so the worker is still stopped gently.
-fn spawn_control_reader() -> std::io::Result<mpsc::Receiver<Control>> {
+fn spawn_control_reader() -> std::io::Result<mpsc::Receiver<Input>> {
     let pipe = pipe::Receiver::from_owned_fd(std::io::stdin().as_fd().try_clone_to_owned()?)?;
     let (tx, rx) = mpsc::channel(64);
     let signals = tx.clone();
@@ -166,11 +175,12 @@ fn spawn_control_reader() -> std::io::Result<mpsc::Receiver<Control>> {
             let control = Control::decode(&String::from_utf8_lossy(&buf));
             buf.clear();
             if let Some(control) = control
-                && tx.send(control).await.is_err()
+                && tx.send(Input::Control(control)).await.is_err()
             {
                 return;
             }
         }
+        let _ = tx.send(Input::DaemonGone).await;
     });
     tokio::spawn(async move {
         let [Ok(a), Ok(b), Ok(c)] = &mut terms else { return };
@@ -180,7 +190,7 @@ fn spawn_control_reader() -> std::io::Result<mpsc::Receiver<Control>> {
                 _ = b.recv() => {}
                 _ = c.recv() => {}
             }
-            if signals.send(Control::Terminate).await.is_err() {
+            if signals.send(Input::Control(Control::Terminate)).await.is_err() {
                 return;
             }
         }
@@ -197,7 +207,6 @@ struct Watch {
     kill_at: Option<Instant>,
     killed: bool,
     cause: Option<StopCause>,
-    daemon_open: bool,
 }
 
 impl Watch {
@@ -210,20 +219,19 @@ impl Watch {
             kill_at: None,
             killed: false,
             cause: None,
-            daemon_open: true,
         }
     }
 
     async fn until_exit(
         &mut self,
         child: &mut Child,
-        controls: &mut mpsc::Receiver<Control>,
+        inputs: &mut mpsc::Receiver<Input>,
     ) -> std::io::Result<ExitStatus> {
         loop {
             let kill_at = self.kill_at.unwrap_or(self.deadline);
             tokio::select! {
                 status = child.wait() => return status,
-                control = controls.recv(), if self.daemon_open => self.on_control(control),
+                Some(input) = inputs.recv() => self.on_input(input),
                 () = sleep_until(self.deadline), if !self.killed => self.kill(StopCause::Deadline),
                 () = sleep_until(self.timeout_at), if self.cause.is_none() => self.terminate(StopCause::Timeout),
                 () = sleep_until(kill_at), if self.kill_at.is_some() && !self.killed => {
@@ -234,16 +242,13 @@ impl Watch {
         }
     }
 
-    fn on_control(&mut self, control: Option<Control>) {
-        match control {
-            None => {
-                self.daemon_open = false;
-                self.terminate(StopCause::DaemonGone);
-            }
-            Some(Control::Deadline(ns)) => self.deadline = self.deadline.max(clock::instant_at(ns)),
-            Some(Control::Cancel) => self.terminate(StopCause::Cancel),
-            Some(Control::Terminate) => self.terminate(StopCause::Terminate),
-            Some(Control::Kill) => self.kill(StopCause::Kill),
+    fn on_input(&mut self, input: Input) {
+        match input {
+            Input::DaemonGone => self.terminate(StopCause::DaemonGone),
+            Input::Control(Control::Deadline(ns)) => self.deadline = self.deadline.max(clock::instant_at(ns)),
+            Input::Control(Control::Cancel) => self.terminate(StopCause::Cancel),
+            Input::Control(Control::Terminate) => self.terminate(StopCause::Terminate),
+            Input::Control(Control::Kill) => self.kill(StopCause::Kill),
         }
     }
 

@@ -45,6 +45,8 @@ async fn a_killed_daemon_is_recovered_within_its_lease_and_its_sibling_goes_on()
     );
     assert!(took < LEASE + Duration::from_secs(3), "recovered after {took:?}");
     assert!(!alive(worker), "a run marked interrupted must not be executing (worker pid {worker})");
+    let end = setup.probe_run(doomed.id).1.expect("the orphaned supervisor stopped the worker gently");
+    assert_eq!(end.outcome.as_deref(), Some("sigterm"), "SIGTERM as soon as the daemon's pipe closed: {end:?}");
     assert!(recovered.error.as_deref().is_some_and(|e| e.starts_with("owner lost: daemon ")), "{:?}", recovered.error);
 
     let other = wait_finished(&db.db, survivor.id, Duration::from_secs(15)).await;

@@ -1,0 +1,121 @@
+//! The per-run supervisor on its own (`scrinalia-daemon supervise`), driven through its pipes exactly as the
+//! daemon drives it: frames out, lease deadlines and commands in, and the fence when a deadline passes or the
+//! daemon's pipe closes.
+
+use std::{process::Stdio, time::Duration};
+
+use nix::time::{ClockId, clock_gettime};
+use scrinalia_tests::bin_path;
+use serde_json::Value;
+use tokio::{
+    io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
+    process::{Child, ChildStdin, ChildStdout, Command},
+};
+
+/// A supervisor with its pipes.
+struct Supervisor {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+fn monotonic_ns() -> u64 {
+    let now = clock_gettime(ClockId::CLOCK_MONOTONIC).expect("the monotonic clock");
+    u64::try_from(now.tv_sec()).expect("positive") * 1_000_000_000 + u64::try_from(now.tv_nsec()).expect("positive")
+}
+
+impl Supervisor {
+    fn start(deadline_in: Duration, script: &str) -> Self {
+        let deadline = monotonic_ns() + u64::try_from(deadline_in.as_nanos()).expect("small");
+        let mut child = Command::new(bin_path("scrinalia-daemon"))
+            .args(["supervise", "--run-id", &uuid::Uuid::new_v4().to_string(), "--deadline-ns", &deadline.to_string()])
+            .args(["--grace-ms", "500", "--timeout-ms", "60000", "--", "/bin/sh", "-c", script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the supervisor");
+        let (stdin, stdout) = (child.stdin.take(), BufReader::new(child.stdout.take().expect("stdout")));
+        Self { child, stdin, stdout }
+    }
+
+    async fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(format!("{line}\n").as_bytes()).await.expect("write to the supervisor");
+    }
+
+    /// Every frame up to and including the exit report, which is returned parsed.
+    async fn frames(&mut self) -> (Vec<String>, Value) {
+        let mut frames = Vec::new();
+        let read = async {
+            let mut line = String::new();
+            while self.stdout.read_line(&mut line).await.expect("read a frame") > 0 {
+                let frame = line.trim_end().to_owned();
+                line.clear();
+                if let Some(report) = frame.strip_prefix("X ") {
+                    return serde_json::from_str(report).expect("a JSON report");
+                }
+                frames.push(frame);
+            }
+            panic!("the supervisor ended without a report: {frames:?}");
+        };
+        let report = tokio::time::timeout(Duration::from_secs(10), read).await.expect("a report in time");
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+        (frames, report)
+    }
+}
+
+#[tokio::test]
+async fn output_is_relayed_and_the_exit_reported() {
+    let mut supervisor = Supervisor::start(Duration::from_secs(30), "echo out; echo err >&2; exit 3");
+    let (frames, report) = supervisor.frames().await;
+    assert!(frames[0].starts_with("P "), "{frames:?}");
+    assert!(frames.contains(&"O out".to_owned()) && frames.contains(&"E err".to_owned()), "{frames:?}");
+    assert_eq!(report["code"], 3);
+    assert_eq!(report["stopped_by"], Value::Null);
+}
+
+#[tokio::test]
+async fn a_passed_deadline_kills_the_group_at_once() {
+    let mut supervisor = Supervisor::start(Duration::from_millis(300), "trap '' TERM; sleep 30 & wait");
+    let (_, report) = supervisor.frames().await;
+    assert_eq!(
+        (report["stopped_by"].as_str(), report["signal"].as_str()),
+        (Some("deadline"), Some("SIGKILL")),
+        "{report}"
+    );
+    assert!(report["elapsed_ms"].as_u64().is_some_and(|ms| ms < 2_000), "{report}");
+}
+
+#[tokio::test]
+async fn a_renewed_deadline_lets_the_worker_finish() {
+    let mut supervisor = Supervisor::start(Duration::from_millis(300), "sleep 1");
+    supervisor.send(&format!("deadline {}", monotonic_ns() + 3_000_000_000)).await;
+    let (_, report) = supervisor.frames().await;
+    assert_eq!((report["code"].as_i64(), &report["stopped_by"]), (Some(0), &Value::Null), "{report}");
+}
+
+#[tokio::test]
+async fn a_closed_pipe_stops_the_worker_gently_then_for_good() {
+    // The worker ignores SIGTERM, so it is killed after the 500 ms grace.
+    let mut supervisor = Supervisor::start(Duration::from_secs(30), "trap '' TERM; sleep 30 & wait");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(supervisor.stdin.take());
+    let (_, report) = supervisor.frames().await;
+    assert_eq!(report["stopped_by"], "daemon_gone", "{report}");
+    assert_eq!(report["signal"], "SIGKILL", "{report}");
+    assert!(report["elapsed_ms"].as_u64().is_some_and(|ms| (600..3_000).contains(&ms)), "{report}");
+}
+
+#[tokio::test]
+async fn cancel_sends_sigterm_first() {
+    let mut supervisor = Supervisor::start(Duration::from_secs(30), "sleep 30");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    supervisor.send("cancel").await;
+    let (_, report) = supervisor.frames().await;
+    assert_eq!(
+        (report["stopped_by"].as_str(), report["signal"].as_str()),
+        (Some("cancel"), Some("SIGTERM")),
+        "{report}"
+    );
+}
