@@ -52,7 +52,7 @@ pub async fn execute(ctx: Arc<Context>, run: Run, deadline_ns: u64, mut commands
         Ok(spawned) => spawned,
         Err(e) => return write_ledger(&ctx, &run, &failed(format!("could not start the run's supervisor: {e}"))).await,
     };
-    tracing::info!(run_id = %run.id, worker = %run.worker, program = %invocation.program.display(), %traceparent, "run claimed; starting the worker");
+    tracing::info!(run_id = %run.id, worker = %run.worker, program = %invocation.program.display(), %traceparent, "starting the worker");
     let mut lease = Lease::spawn(ctx.clone(), run.id, controls.clone(), deadline_ns);
     let mut session = Session::new(&ctx, &run, controls);
     let report = session.follow(&mut frames, &mut commands, &mut lease).await;
