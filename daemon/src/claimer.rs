@@ -110,6 +110,9 @@ impl Claimer {
         loop {
             self.report_status(&inputs.wakeups);
             if self.mode != Mode::Claiming && self.runs.is_empty() {
+                // A drain asked through the database said only STATUS so far: systemd hears STOPPING=1 now,
+                // when the daemon really leaves.
+                self.systemd.stopping("stopped: no runs in flight");
                 return;
             }
             let stop_at = match self.mode {
@@ -160,10 +163,18 @@ impl Claimer {
         }
     }
 
+    /// Stops claiming. `stop_at` is the end of the drain time after a signal; a drain asked through the database
+    /// (`stop_at: None`) lets runs take as long as they need, so it must not say STOPPING=1 to systemd, which
+    /// would start the unit's stop timeout and kill the runs when it expires.
     fn begin_drain(&mut self, stop_at: Option<Instant>) {
         tracing::info!(runs_in_flight = self.runs.len(), "claiming stopped; draining");
         self.mode = Mode::Draining { stop_at };
-        self.systemd.stopping(&format!("draining: {} runs in flight", self.runs.len()));
+        let status = format!("draining: {} runs in flight", self.runs.len());
+        if stop_at.is_some() {
+            self.systemd.stopping(&status);
+        } else {
+            self.systemd.status(&status);
+        }
     }
 
     /// Tells every run to stop (SIGTERM, grace, SIGKILL); they end `interrupted` with "daemon shutdown".
