@@ -168,17 +168,10 @@ pub struct CatalogueProblem {
 
 impl Catalogue {
     /// Builds and validates a catalogue; every problem found is returned, not only the first.
-    pub fn new(
-        workers: Vec<WorkerSpec>,
-        engines: BTreeMap<String, Engine>,
-    ) -> Result<Self, Vec<CatalogueProblem>> {
+    pub fn new(workers: Vec<WorkerSpec>, engines: BTreeMap<String, Engine>) -> Result<Self, Vec<CatalogueProblem>> {
         let catalogue = Self { workers, engines };
         let problems = catalogue.problems();
-        if problems.is_empty() {
-            Ok(catalogue)
-        } else {
-            Err(problems)
-        }
+        if problems.is_empty() { Ok(catalogue) } else { Err(problems) }
     }
 
     /// The worker called `name`.
@@ -196,7 +189,10 @@ impl Catalogue {
         let mut push = |key: String, message: String| problems.push(CatalogueProblem { key, message });
         for (name, engine) in &self.engines {
             if !is_identifier(name) {
-                push(format!("engines.{name}"), format!("the engine name {name:?} must be lowercase letters, digits, '-' or '_'"));
+                push(
+                    format!("engines.{name}"),
+                    format!("the engine name {name:?} must be lowercase letters, digits, '-' or '_'"),
+                );
             }
             if engine.kind == "ollama" && engine.url.is_none() {
                 push(format!("engines.{name}.url"), "an ollama engine needs the url of its server".to_owned());
@@ -206,7 +202,10 @@ impl Catalogue {
         for (i, worker) in self.workers.iter().enumerate() {
             let at = format!("workers[{i}]");
             if !is_identifier(&worker.name) {
-                push(format!("{at}.name"), format!("the worker name {:?} must be 1 to 63 lowercase letters, digits, '-' or '_'", worker.name));
+                push(
+                    format!("{at}.name"),
+                    format!("the worker name {:?} must be 1 to 63 lowercase letters, digits, '-' or '_'", worker.name),
+                );
             }
             if !seen.insert(worker.name.as_str()) {
                 push(format!("{at}.name"), format!("the worker name {:?} is declared twice", worker.name));
@@ -219,30 +218,48 @@ impl Catalogue {
             }
             match (&worker.engine, &worker.preset) {
                 (Some(engine), preset) => match self.engines.get(engine) {
-                    None => push(format!("{at}.engine"), format!("worker {:?} uses the unknown engine {engine:?}", worker.name)),
+                    None => push(
+                        format!("{at}.engine"),
+                        format!("worker {:?} uses the unknown engine {engine:?}", worker.name),
+                    ),
                     Some(e) => {
                         if let Some(p) = preset.as_ref().filter(|p| !e.presets.contains_key(p.as_str())) {
-                            push(format!("{at}.preset"), format!("worker {:?} uses the unknown preset {p:?} of engine {engine:?}", worker.name));
+                            push(
+                                format!("{at}.preset"),
+                                format!("worker {:?} uses the unknown preset {p:?} of engine {engine:?}", worker.name),
+                            );
                         }
                     }
                 },
-                (None, Some(p)) => push(format!("{at}.preset"), format!("worker {:?} names the preset {p:?} but no engine", worker.name)),
+                (None, Some(p)) => push(
+                    format!("{at}.preset"),
+                    format!("worker {:?} names the preset {p:?} but no engine", worker.name),
+                ),
                 (None, None) => {}
             }
             let mut option_names = BTreeSet::new();
             for (j, option) in worker.options.iter().enumerate() {
                 let key = format!("{at}.options[{j}]");
                 if !is_identifier(&option.name) {
-                    push(format!("{key}.name"), format!("the option name {:?} must be lowercase letters, digits, '-' or '_'", option.name));
+                    push(
+                        format!("{key}.name"),
+                        format!("the option name {:?} must be lowercase letters, digits, '-' or '_'", option.name),
+                    );
                 }
                 if !option_names.insert(option.name.as_str()) {
                     push(format!("{key}.name"), format!("option {:?} is declared twice", option.name));
                 }
                 if let Some(default) = option.default.as_ref().filter(|d| !option.kind.admits(d)) {
-                    push(format!("{key}.default"), format!("the default {default} of option {:?} is not {}", option.name, option.kind.noun()));
+                    push(
+                        format!("{key}.default"),
+                        format!("the default {default} of option {:?} is not {}", option.name, option.kind.noun()),
+                    );
                 }
                 for choice in option.choices.iter().flatten().filter(|c| !option.kind.admits(c)) {
-                    push(format!("{key}.choices"), format!("the choice {choice} of option {:?} is not {}", option.name, option.kind.noun()));
+                    push(
+                        format!("{key}.choices"),
+                        format!("the choice {choice} of option {:?} is not {}", option.name, option.kind.noun()),
+                    );
                 }
             }
         }

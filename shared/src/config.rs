@@ -355,7 +355,10 @@ impl Settings {
         let mut builder = config::Config::builder();
         if let Some(p) = path {
             if !p.is_file() {
-                return Err(ConfigError::Parse { origin, message: "the file does not exist or is not a file".to_owned() });
+                return Err(ConfigError::Parse {
+                    origin,
+                    message: "the file does not exist or is not a file".to_owned(),
+                });
             }
             builder = builder.add_source(config::File::from(p).format(config::FileFormat::Toml));
         }
@@ -400,13 +403,19 @@ impl Settings {
             problems.push(("daemon.lease_seconds".into(), "must be at least 3 seconds".into()));
         }
         if d.heartbeat_seconds == 0 || d.heartbeat_seconds >= d.gone_after_seconds {
-            problems.push(("daemon.heartbeat_seconds".into(), "must be at least 1 and below daemon.gone_after_seconds".into()));
+            problems.push((
+                "daemon.heartbeat_seconds".into(),
+                "must be at least 1 and below daemon.gone_after_seconds".into(),
+            ));
         }
         if d.poll_seconds == 0 {
             problems.push(("daemon.poll_seconds".into(), "must be at least 1 second".into()));
         }
         if d.queue_count_interval_seconds == 0 || d.queue_count_timeout_seconds == 0 {
-            problems.push(("daemon.queue_count_interval_seconds".into(), "the interval and the timeout must be at least 1 second".into()));
+            problems.push((
+                "daemon.queue_count_interval_seconds".into(),
+                "the interval and the timeout must be at least 1 second".into(),
+            ));
         }
         if !problems.iter().any(|(k, _)| k.starts_with("workers")) {
             for name in d.workers.iter().filter(|n| catalogue.worker(n).is_none()) {
@@ -418,7 +427,11 @@ impl Settings {
         }
         for (i, token) in raw.auth.tokens.iter().enumerate() {
             if !crate::auth::is_token_hash(&token.hash) {
-                problems.push((format!("auth.tokens[{i}].hash"), "must be sha256:<64 hex digits>, as printed by `scrinalia-api token`; never the token itself".into()));
+                problems.push((
+                    format!("auth.tokens[{i}].hash"),
+                    "must be sha256:<64 hex digits>, as printed by `scrinalia-api token`; never the token itself"
+                        .into(),
+                ));
             }
             if token.name.trim().is_empty() {
                 problems.push((format!("auth.tokens[{i}].name"), "must name who holds the token".into()));
@@ -469,10 +482,13 @@ mod tests {
 
     #[test]
     fn defaults_file_and_environment_layer_in_that_order() {
-        let settings = load(&format!("[daemon]\ncapacity = 5\nlease_seconds = 20\n{WORKER}"), &[
-            ("SCRINALIA__DAEMON__CAPACITY", "7"),
-            ("SCRINALIA__DATABASE__URL", "postgres://app:hunter2@db/scrinalia"),
-        ])
+        let settings = load(
+            &format!("[daemon]\ncapacity = 5\nlease_seconds = 20\n{WORKER}"),
+            &[
+                ("SCRINALIA__DAEMON__CAPACITY", "7"),
+                ("SCRINALIA__DATABASE__URL", "postgres://app:hunter2@db/scrinalia"),
+            ],
+        )
         .expect("loads");
         assert_eq!(settings.daemon.capacity, 7, "the environment wins over the file");
         assert_eq!(settings.daemon.lease_seconds, 20, "the file wins over the default");

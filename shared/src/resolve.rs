@@ -277,11 +277,10 @@ fn describe(value: &Value) -> String {
         Value::Array(_) => "list",
         Value::Object(_) => "object",
     };
-    let mut text = value.to_string();
-    if text.len() > 40 {
-        text.truncate(37);
-        text.push_str("...");
-    }
+    let text = value.to_string();
+    // Cut by characters, not bytes: a cut inside a multi-byte character would panic.
+    let text =
+        if text.chars().count() > 40 { format!("{}...", text.chars().take(37).collect::<String>()) } else { text };
     format!("{kind} {text}")
 }
 
@@ -379,6 +378,9 @@ mod tests {
         assert_eq!(wrong.to_string(), "Option \"batch_size\" must be a whole number, not string \"ten\".");
         let fraction = resolve(&cat, worker, &with(json!({"batch_size": 2.5})), None).expect_err("not whole");
         assert!(matches!(fraction, ResolveError::WrongType { .. }));
+        // A long value is cut by characters: a cut inside a multi-byte character used to panic.
+        let long = resolve(&cat, worker, &with(json!({"batch_size": "é".repeat(50)})), None).expect_err("wrong type");
+        assert!(long.to_string().contains(&format!("not string \"{}...", "é".repeat(36))), "{long}");
         let preset = ExplicitArgs { preset: Some("huge".into()), ..Default::default() };
         assert_eq!(
             resolve(&cat, worker, &preset, None).expect_err("unknown preset").to_string(),

@@ -13,8 +13,8 @@ pub fn init(settings: &TelemetrySettings) {
     let registry = tracing_subscriber::registry().with(filter);
     match settings.log_format {
         LogFormat::Json => registry.with(fmt::layer().json().flatten_event(true).with_current_span(true)).init(),
-        LogFormat::Text => registry
-            .with(fmt::layer().with_ansi(std::io::stdout().is_terminal()).with_target(false))
-            .init(),
+        LogFormat::Text => {
+            registry.with(fmt::layer().with_ansi(std::io::stdout().is_terminal()).with_target(false)).init()
+        }
     }
 }

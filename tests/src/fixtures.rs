@@ -35,7 +35,12 @@ pub fn request(worker: &str) -> NewRun {
 
 /// A successful ending.
 pub fn succeeded() -> Finish {
-    Finish { state: RunState::Succeeded, exit_code: Some(0), error: None, result: Some(serde_json::json!({"processed": 3})) }
+    Finish {
+        state: RunState::Succeeded,
+        exit_code: Some(0),
+        error: None,
+        result: Some(serde_json::json!({"processed": 3})),
+    }
 }
 
 /// A lease long enough never to expire during a test.

@@ -57,7 +57,12 @@ async fn the_ledger_pages_by_keyset_and_filters_by_worker_state_and_time(t: &Tes
     let later = before + chrono::Duration::hours(1);
     let none = t.db.list_runs(&RunFilter { from: Some(later), limit: 100, ..RunFilter::default() }).await;
     assert!(none.expect("filter by time").runs.is_empty());
-    let window = RunFilter { from: Some(before - chrono::Duration::seconds(5)), to: Some(later), limit: 100, ..RunFilter::default() };
+    let window = RunFilter {
+        from: Some(before - chrono::Duration::seconds(5)),
+        to: Some(later),
+        limit: 100,
+        ..RunFilter::default()
+    };
     assert_eq!(t.db.list_runs(&window).await.expect("window").runs.len(), 25);
 }
 
@@ -79,7 +84,8 @@ async fn last_finished_and_in_flight_runs_per_worker(t: &TestDb) {
 }
 
 async fn partial_overrides_keep_an_append_only_audit_trail(t: &TestDb) {
-    let patch: OverridePatch = serde_json::from_value(json!({"preset": "thorough", "options": {"batch_size": 8}})).expect("patch");
+    let patch: OverridePatch =
+        serde_json::from_value(json!({"preset": "thorough", "options": {"batch_size": 8}})).expect("patch");
     let set = |cur: Option<&OverrideValues>| Ok(patch.apply(cur));
     let stored = t.db.change_override("tag-suggest", "alice", "bigger model for the backlog", &set).await;
     let stored = stored.expect("db").expect("valid").expect("an override exists");
@@ -91,7 +97,10 @@ async fn partial_overrides_keep_an_append_only_audit_trail(t: &TestDb) {
     let unset = |cur: Option<&OverrideValues>| Ok(clear_preset.apply(cur));
     let after = t.db.change_override("tag-suggest", "bob", "back to the default preset", &unset).await;
     let after = after.expect("db").expect("valid").expect("still an override");
-    assert_eq!(after.values, OverrideValues { options: [("batch_size".to_owned(), json!(8))].into(), ..Default::default() });
+    assert_eq!(
+        after.values,
+        OverrideValues { options: [("batch_size".to_owned(), json!(8))].into(), ..Default::default() }
+    );
 
     let clear = |_: Option<&OverrideValues>| Ok(OverrideValues::default());
     let cleared = t.db.change_override("tag-suggest", "carol", "defaults again", &clear).await;
@@ -107,8 +116,12 @@ async fn partial_overrides_keep_an_append_only_audit_trail(t: &TestDb) {
     assert_eq!((trail[0].action.as_str(), &trail[0].after), ("clear", &None));
 
     let rewrite = match &t.db {
-        scrinalia_shared::Database::Postgres(p) => sqlx::query("update worker_override_audit set reason = 'x'").execute(p).await.err(),
-        scrinalia_shared::Database::Sqlite(p) => sqlx::query("update worker_override_audit set reason = 'x'").execute(p).await.err(),
+        scrinalia_shared::Database::Postgres(p) => {
+            sqlx::query("update worker_override_audit set reason = 'x'").execute(p).await.err()
+        }
+        scrinalia_shared::Database::Sqlite(p) => {
+            sqlx::query("update worker_override_audit set reason = 'x'").execute(p).await.err()
+        }
     };
     assert!(rewrite.is_some_and(|e| e.to_string().contains("append-only")), "the database refuses to rewrite history");
 }
@@ -118,7 +131,8 @@ async fn concurrent_override_edits_do_not_lose_each_other(t: &TestDb) {
     for i in 0..6 {
         let db = t.another_pool().await;
         edits.push(tokio::spawn(async move {
-            let patch: OverridePatch = serde_json::from_value(json!({"options": {format!("opt{i}"): i}})).expect("patch");
+            let patch: OverridePatch =
+                serde_json::from_value(json!({"options": {format!("opt{i}"): i}})).expect("patch");
             db.change_override("embed", &format!("user{i}"), "parallel edit", &|cur| Ok(patch.apply(cur))).await
         }));
     }
@@ -132,9 +146,19 @@ async fn concurrent_override_edits_do_not_lose_each_other(t: &TestDb) {
 
 async fn daemons_register_heartbeat_drain_and_go(t: &TestDb) {
     let id = Uuid::new_v4();
-    let new = NewDaemon { id, host: "host-a".into(), pid: 4242, version: "0.1.0".into(), capacity: 3, workers: vec!["embed".into()] };
+    let new = NewDaemon {
+        id,
+        host: "host-a".into(),
+        pid: 4242,
+        version: "0.1.0".into(),
+        capacity: 3,
+        workers: vec!["embed".into()],
+    };
     let registered = t.db.register_daemon(&new).await.expect("register");
-    assert_eq!((registered.state, registered.runs_in_flight, registered.workers.clone()), (DaemonState::Active, 0, vec!["embed".to_owned()]));
+    assert_eq!(
+        (registered.state, registered.runs_in_flight, registered.workers.clone()),
+        (DaemonState::Active, 0, vec!["embed".to_owned()])
+    );
 
     let run = t.db.insert_run(&request("embed")).await.expect("insert").id;
     t.db.claim_runs(id, LONG_LEASE, 1, None).await.expect("claim");
@@ -144,7 +168,11 @@ async fn daemons_register_heartbeat_drain_and_go(t: &TestDb) {
 
     let drained = t.db.request_drain(id, "operator").await.expect("drain").expect("exists");
     assert_eq!((drained.state, drained.drain_requested_by.as_deref()), (DaemonState::Draining, Some("operator")));
-    assert_eq!(t.db.heartbeat(id).await.expect("heartbeat").expect("exists").state, DaemonState::Draining, "draining sticks");
+    assert_eq!(
+        t.db.heartbeat(id).await.expect("heartbeat").expect("exists").state,
+        DaemonState::Draining,
+        "draining sticks"
+    );
     t.db.finish_run(run, id, &succeeded()).await.expect("finish");
 
     let stale = Uuid::new_v4();
@@ -177,6 +205,9 @@ async fn queue_snapshots_replace_the_previous_one(t: &TestDb) {
     let counts = t.db.queue_counts().await.expect("read");
     assert_eq!(counts.len(), 1);
     let c = &counts[0];
-    assert_eq!((c.pending, c.unmeasurable.as_deref(), c.done, c.took_ms, c.measured_by), (None, Some("too costly to count"), Some(7), 12, Some(by)));
+    assert_eq!(
+        (c.pending, c.unmeasurable.as_deref(), c.done, c.took_ms, c.measured_by),
+        (None, Some("too costly to count"), Some(7), 12, Some(by))
+    );
     assert!((Utc::now() - c.measured_at).num_seconds().abs() < 60);
 }

@@ -72,7 +72,10 @@ async fn racing_inserts_for_one_worker_let_exactly_one_win(t: &TestDb) {
         };
         match loser {
             DbError::Conflict { worker: w, run_id, state, daemon_id } => {
-                assert_eq!((w.as_str(), run_id, state, daemon_id), (worker.as_str(), winner.id, RunState::Queued, None));
+                assert_eq!(
+                    (w.as_str(), run_id, state, daemon_id),
+                    (worker.as_str(), winner.id, RunState::Queued, None)
+                );
             }
             other => panic!("expected a typed conflict, got {other:?}"),
         }
@@ -170,7 +173,8 @@ async fn renewal_extends_a_live_lease_and_is_refused_to_another_daemon(t: &TestD
     assert!(renewed > first + chrono::Duration::seconds(30), "{renewed} extends {first}");
     assert!(matches!(t.db.renew_lease(id, other, LONG_LEASE).await, Err(DbError::LeaseLost { .. })));
     assert!(matches!(t.db.finish_run(id, other, &succeeded()).await, Err(DbError::LeaseLost { .. })));
-    let failed = Finish { state: RunState::Failed, exit_code: Some(3), error: Some("exit status 3".into()), result: None };
+    let failed =
+        Finish { state: RunState::Failed, exit_code: Some(3), error: Some("exit status 3".into()), result: None };
     let row = t.db.finish_run(id, owner, &failed).await.expect("the owner finishes");
     assert_eq!((row.state, row.exit_code, row.error.as_deref()), (RunState::Failed, Some(3), Some("exit status 3")));
 }
@@ -194,9 +198,13 @@ async fn cancel_is_immediate_when_queued_and_requested_when_running(t: &TestDb) 
         other => panic!("a running run is flagged for its daemon: {other:?}"),
     }
     assert_eq!(t.db.cancel_requests(daemon).await.expect("flagged"), vec![running]);
-    let cancelled = Finish { state: RunState::Cancelled, exit_code: None, error: Some("cancelled by bob".into()), result: None };
+    let cancelled =
+        Finish { state: RunState::Cancelled, exit_code: None, error: Some("cancelled by bob".into()), result: None };
     t.db.finish_run(running, daemon, &cancelled).await.expect("the owner records it");
-    assert!(matches!(t.db.request_cancel(running, "bob").await.expect("again"), Some(CancelOutcome::AlreadyFinished(_))));
+    assert!(matches!(
+        t.db.request_cancel(running, "bob").await.expect("again"),
+        Some(CancelOutcome::AlreadyFinished(_))
+    ));
     assert!(t.db.request_cancel(Uuid::new_v4(), "bob").await.expect("unknown").is_none());
 }
 

@@ -2,7 +2,6 @@
 //! statement of the project lives in `postgres.rs` and `sqlite.rs` beside this file; callers see only these
 //! methods. Leases and timestamps always use the database clock.
 
-
 /// The columns of a run, in one place for every statement that returns runs (a macro, so that statements stay
 /// `&'static str` and are prepared once per connection).
 macro_rules! run_columns {
@@ -216,7 +215,13 @@ impl Database {
 
     /// Claims up to `limit` of the oldest queued requests for `daemon`, with a lease of `lease` from now
     /// (database clock), optionally only for `workers`. Committed at once; no transaction is held for the run.
-    pub async fn claim_runs(&self, daemon: Uuid, lease: Duration, limit: u32, workers: Option<&[String]>) -> Result<Vec<Run>> {
+    pub async fn claim_runs(
+        &self,
+        daemon: Uuid,
+        lease: Duration,
+        limit: u32,
+        workers: Option<&[String]>,
+    ) -> Result<Vec<Run>> {
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -227,7 +232,8 @@ impl Database {
 
     /// Records that the worker process of a claimed run started, and where its log goes.
     pub async fn mark_started(&self, run: Uuid, daemon: Uuid, log_key: &str) -> Result<Run> {
-        on_backend!(self, mark_started(run, daemon, log_key))?.ok_or(DbError::LeaseLost { run_id: run, daemon_id: daemon })
+        on_backend!(self, mark_started(run, daemon, log_key))?
+            .ok_or(DbError::LeaseLost { run_id: run, daemon_id: daemon })
     }
 
     /// Extends the lease of a run held by `daemon` to `lease` from now. Refused ([`DbError::LeaseLost`]) when the
@@ -395,7 +401,6 @@ impl Database {
         }
     }
 }
-
 
 /// An override as stored, before it is shaped for callers.
 #[derive(sqlx::FromRow)]

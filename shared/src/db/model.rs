@@ -62,7 +62,9 @@ impl FromStr for RunState {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Self::ALL.into_iter().find(|state| state.as_str() == s).ok_or_else(|| {
-            format!("{s:?} is not a run state; the states are queued, running, succeeded, failed, cancelled, interrupted")
+            format!(
+                "{s:?} is not a run state; the states are queued, running, succeeded, failed, cancelled, interrupted"
+            )
         })
     }
 }

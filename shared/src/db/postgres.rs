@@ -105,7 +105,12 @@ pub(super) async fn mark_started(pool: &PgPool, run: Uuid, daemon: Uuid, log_key
     .await?)
 }
 
-pub(super) async fn renew_lease(pool: &PgPool, run: Uuid, daemon: Uuid, lease: Duration) -> Result<Option<DateTime<Utc>>> {
+pub(super) async fn renew_lease(
+    pool: &PgPool,
+    run: Uuid,
+    daemon: Uuid,
+    lease: Duration,
+) -> Result<Option<DateTime<Utc>>> {
     Ok(sqlx::query_scalar(
         "update worker_runs set lease_expires_at = now() + make_interval(secs => $3) \
          where id = $1 and claimed_by = $2 and state = 'running' and lease_expires_at > now() \
@@ -252,19 +257,21 @@ pub(super) async fn last_finished(pool: &PgPool, workers: &[String]) -> Result<V
 }
 
 pub(super) async fn get_override(pool: &PgPool, worker: &str) -> Result<Option<Override>> {
-    let row: Option<OverrideRow> =
-        sqlx::query_as("select worker, engine, preset, options, updated_by, updated_at from worker_overrides where worker = $1")
-            .bind(worker)
-            .fetch_optional(pool)
-            .await?;
+    let row: Option<OverrideRow> = sqlx::query_as(
+        "select worker, engine, preset, options, updated_by, updated_at from worker_overrides where worker = $1",
+    )
+    .bind(worker)
+    .fetch_optional(pool)
+    .await?;
     Ok(row.map(Override::from))
 }
 
 pub(super) async fn list_overrides(pool: &PgPool) -> Result<Vec<Override>> {
-    let rows: Vec<OverrideRow> =
-        sqlx::query_as("select worker, engine, preset, options, updated_by, updated_at from worker_overrides order by worker")
-            .fetch_all(pool)
-            .await?;
+    let rows: Vec<OverrideRow> = sqlx::query_as(
+        "select worker, engine, preset, options, updated_by, updated_at from worker_overrides order by worker",
+    )
+    .fetch_all(pool)
+    .await?;
     Ok(rows.into_iter().map(Override::from).collect())
 }
 

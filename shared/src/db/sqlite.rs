@@ -134,7 +134,12 @@ pub(super) async fn mark_started(pool: &SqlitePool, run: Uuid, daemon: Uuid, log
     .await?)
 }
 
-pub(super) async fn renew_lease(pool: &SqlitePool, run: Uuid, daemon: Uuid, lease: Duration) -> Result<Option<DateTime<Utc>>> {
+pub(super) async fn renew_lease(
+    pool: &SqlitePool,
+    run: Uuid,
+    daemon: Uuid,
+    lease: Duration,
+) -> Result<Option<DateTime<Utc>>> {
     Ok(sqlx::query_scalar(concat!(
         "update worker_runs set lease_expires_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+' || ?3 || ' seconds') \
          where id = ?1 and claimed_by = ?2 and state = 'running' and lease_expires_at > ",
@@ -150,12 +155,13 @@ pub(super) async fn renew_lease(pool: &SqlitePool, run: Uuid, daemon: Uuid, leas
 
 pub(super) async fn record_progress(pool: &SqlitePool, run: Uuid, daemon: Uuid, progress: &Value) -> Result<bool> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-    let updated = sqlx::query("update worker_runs set progress = ?3 where id = ?1 and claimed_by = ?2 and state = 'running'")
-        .bind(run)
-        .bind(daemon)
-        .bind(Json(progress))
-        .execute(&mut *tx)
-        .await?;
+    let updated =
+        sqlx::query("update worker_runs set progress = ?3 where id = ?1 and claimed_by = ?2 and state = 'running'")
+            .bind(run)
+            .bind(daemon)
+            .bind(Json(progress))
+            .execute(&mut *tx)
+            .await?;
     if updated.rows_affected() != 1 {
         return Ok(false);
     }
@@ -297,19 +303,21 @@ pub(super) async fn last_finished(pool: &SqlitePool, workers: &[String]) -> Resu
 }
 
 pub(super) async fn get_override(pool: &SqlitePool, worker: &str) -> Result<Option<Override>> {
-    let row: Option<OverrideRow> =
-        sqlx::query_as("select worker, engine, preset, options, updated_by, updated_at from worker_overrides where worker = ?1")
-            .bind(worker)
-            .fetch_optional(pool)
-            .await?;
+    let row: Option<OverrideRow> = sqlx::query_as(
+        "select worker, engine, preset, options, updated_by, updated_at from worker_overrides where worker = ?1",
+    )
+    .bind(worker)
+    .fetch_optional(pool)
+    .await?;
     Ok(row.map(Override::from))
 }
 
 pub(super) async fn list_overrides(pool: &SqlitePool) -> Result<Vec<Override>> {
-    let rows: Vec<OverrideRow> =
-        sqlx::query_as("select worker, engine, preset, options, updated_by, updated_at from worker_overrides order by worker")
-            .fetch_all(pool)
-            .await?;
+    let rows: Vec<OverrideRow> = sqlx::query_as(
+        "select worker, engine, preset, options, updated_by, updated_at from worker_overrides order by worker",
+    )
+    .fetch_all(pool)
+    .await?;
     Ok(rows.into_iter().map(Override::from).collect())
 }
 
