@@ -210,7 +210,21 @@ impl Database {
     /// Inserts a run request. A second request for a worker with a run in flight is
     /// [`DbError::Conflict`], carrying the blocking run.
     pub async fn insert_run(&self, new: &NewRun) -> Result<Run> {
-        on_backend!(self, insert_run(new))
+        for _ in 0..3 {
+            if let Some(run) = on_backend!(self, try_insert_run(new))? {
+                return Ok(run);
+            }
+            // The blocking run may have finished in between; then the insert is simply tried again.
+            if let Some(blocking) = on_backend!(self, in_flight_of(&new.worker))? {
+                return Err(DbError::Conflict {
+                    worker: new.worker.clone(),
+                    run_id: blocking.id,
+                    state: blocking.state,
+                    daemon_id: blocking.daemon_id,
+                });
+            }
+        }
+        Err(DbError::Sqlx(sqlx::Error::Protocol("the in-flight run kept changing during the insert".into())))
     }
 
     /// Claims up to `limit` of the oldest queued requests for `daemon`, with a lease of `lease` from now

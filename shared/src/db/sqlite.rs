@@ -9,8 +9,8 @@ use sqlx::{SqlitePool, types::Json};
 use uuid::Uuid;
 
 use super::{
-    AuditEntry, Daemon, DbError, Finish, NewDaemon, NewQueueCount, NewRun, Override, OverrideRow, ProgressEntry,
-    QueueCount, Result, Run, RunFilter, is_in_flight_violation,
+    AuditEntry, Daemon, Finish, NewDaemon, NewQueueCount, NewRun, Override, OverrideRow, ProgressEntry, QueueCount,
+    Result, Run, RunFilter, is_in_flight_violation,
 };
 use crate::resolve::{OverrideValues, ResolveError};
 
@@ -51,40 +51,29 @@ pub(super) async fn data_version(conn: &mut sqlx::SqliteConnection) -> Result<i6
     Ok(sqlx::query_scalar("pragma data_version").fetch_one(conn).await?)
 }
 
-pub(super) async fn insert_run(pool: &SqlitePool, new: &NewRun) -> Result<Run> {
-    for _ in 0..3 {
-        let inserted = sqlx::query_as::<_, Run>(concat!(
-            "insert into worker_runs (id, worker, requested_by, arguments, config, trace_context) \
-             values (?1, ?2, ?3, ?4, ?5, ?6) returning ",
-            run_columns!()
-        ))
-        .bind(new.id)
-        .bind(&new.worker)
-        .bind(&new.requested_by)
-        .bind(Json(&new.arguments))
-        .bind(Json(&new.config))
-        .bind(&new.trace_context)
-        .fetch_one(pool)
-        .await;
-        match inserted {
-            Ok(run) => return Ok(run),
-            Err(e) if is_in_flight_violation(&e) => {
-                if let Some(blocking) = in_flight_of(pool, &new.worker).await? {
-                    return Err(DbError::Conflict {
-                        worker: new.worker.clone(),
-                        run_id: blocking.id,
-                        state: blocking.state,
-                        daemon_id: blocking.daemon_id,
-                    });
-                }
-            }
-            Err(e) => return Err(e.into()),
-        }
+/// Inserts a request; `None` when the one-in-flight index refuses it.
+pub(super) async fn try_insert_run(pool: &SqlitePool, new: &NewRun) -> Result<Option<Run>> {
+    let inserted = sqlx::query_as::<_, Run>(concat!(
+        "insert into worker_runs (id, worker, requested_by, arguments, config, trace_context) \
+         values (?1, ?2, ?3, ?4, ?5, ?6) returning ",
+        run_columns!()
+    ))
+    .bind(new.id)
+    .bind(&new.worker)
+    .bind(&new.requested_by)
+    .bind(Json(&new.arguments))
+    .bind(Json(&new.config))
+    .bind(&new.trace_context)
+    .fetch_one(pool)
+    .await;
+    match inserted {
+        Ok(run) => Ok(Some(run)),
+        Err(e) if is_in_flight_violation(&e) => Ok(None),
+        Err(e) => Err(e.into()),
     }
-    Err(DbError::Sqlx(sqlx::Error::Protocol("the in-flight run kept changing during the insert".into())))
 }
 
-async fn in_flight_of(pool: &SqlitePool, worker: &str) -> Result<Option<Run>> {
+pub(super) async fn in_flight_of(pool: &SqlitePool, worker: &str) -> Result<Option<Run>> {
     Ok(sqlx::query_as::<_, Run>(concat!(
         "select ",
         run_columns!(),
