@@ -5,7 +5,7 @@ use utoipa::{
     openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
 };
 
-use crate::routes::{daemons, events, health, logs, meta, overrides, runs, workers};
+use crate::routes::{daemons, events, health, logs, me, meta, overrides, runs, workers};
 
 /// The API's document.
 #[derive(OpenApi)]
@@ -22,7 +22,7 @@ use crate::routes::{daemons, events, health, logs, meta, overrides, runs, worker
         overrides::set_override, overrides::clear_override, overrides::audit_trail,
         daemons::list_daemons, daemons::drain_daemon,
         health::health, events::events,
-        meta::healthz, meta::readyz, meta::openapi,
+        me::me, meta::healthz, meta::readyz, meta::openapi,
     ),
     components(schemas(crate::error::ErrorBody, scrinalia_shared::auth::Role)),
     modifiers(&BearerAuth),

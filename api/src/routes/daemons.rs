@@ -102,9 +102,10 @@ pub(crate) async fn list_daemons(_: Viewer, State(state): State<AppState>) -> Ap
 }
 
 #[utoipa::path(post, path = "/api/daemons/{id}/drain", tag = "daemons",
-    params(("id" = String, Path, description = "The daemon's id")),
+    params(("id" = Uuid, Path, description = "The daemon's id (a UUID)")),
     responses((status = 202, body = DaemonView, description = "The daemon will finish its runs and claim no more"),
-        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody, description = "`daemon_gone`: the daemon is gone")),
     security(("bearer" = [])))]
 pub(crate) async fn drain_daemon(

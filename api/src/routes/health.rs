@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use crate::{auth::Viewer, routes::daemons::daemon_views, state::AppState};
+use crate::{auth::Viewer, error::ErrorBody, routes::daemons::daemon_views, state::AppState};
 
 /// The longest any one check may take.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(4);
@@ -48,8 +48,8 @@ pub struct Check {
     pub latency_ms: f64,
     /// What is wrong, as a sentence; absent when ok.
     pub error: Option<String>,
-    /// Facts found by the check (models present, daemons alive, ...).
-    #[schema(value_type = Object)]
+    /// Facts found by the check (models present, daemons alive, ...); null when there are none.
+    #[schema(value_type = Option<Object>)]
     pub details: Value,
 }
 
@@ -65,7 +65,8 @@ pub struct HealthView {
 }
 
 #[utoipa::path(get, path = "/api/health", tag = "health",
-    responses((status = 200, body = HealthView, description = "Always 200; the status is in the body")),
+    responses((status = 200, body = HealthView, description = "Always 200; the status is in the body"),
+        (status = 401, body = ErrorBody)),
     security(("bearer" = [])))]
 pub(crate) async fn health(_: Viewer, State(state): State<AppState>) -> Json<HealthView> {
     Json(check_all(&state).await)

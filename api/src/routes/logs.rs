@@ -43,9 +43,9 @@ pub struct LogQuery {
 }
 
 #[utoipa::path(get, path = "/api/runs/{id}/log", tag = "runs",
-    params(("id" = String, Path, description = "The run's id"), LogQuery),
+    params(("id" = uuid::Uuid, Path, description = "The run's id (a UUID)"), LogQuery),
     responses((status = 200, content_type = "text/plain", body = String, description = "The run's output"),
-        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 503, body = ErrorBody, description = "The run-log store cannot be opened")),
     security(("bearer" = [])))]
 pub(crate) async fn run_log(

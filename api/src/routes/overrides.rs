@@ -22,7 +22,7 @@ use crate::{
     auth::{Admin, Caller, Viewer},
     error::{ApiError, ApiResult, ErrorBody, quote},
     extract::{JsonBody, QueryArgs},
-    routes::workers::find_worker,
+    routes::{runs::check_no_nul, workers::find_worker},
     state::AppState,
 };
 
@@ -94,6 +94,12 @@ fn require_reason(reason: Option<String>) -> ApiResult<String> {
             "A reason is required: say in `reason` why the override changes; it is kept in the audit trail.",
         ));
     }
+    if reason.contains('\0') {
+        return Err(ApiError::bad_request(
+            "reason_invalid",
+            "The reason must not contain a NUL character (\\u0000); it is kept as text in the audit trail.",
+        ));
+    }
     if reason.chars().count() > MAX_REASON {
         return Err(ApiError::bad_request(
             "reason_too_long",
@@ -107,7 +113,8 @@ fn require_reason(reason: Option<String>) -> ApiResult<String> {
     params(("name" = String, Path, description = "The worker's name")),
     request_body = OverrideChange,
     responses((status = 200, body = OverrideView), (status = 400, body = ErrorBody, description = "Missing reason or invalid values"),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
 pub(crate) async fn set_override(
     Admin(caller): Admin,
@@ -117,6 +124,7 @@ pub(crate) async fn set_override(
 ) -> ApiResult<Json<OverrideView>> {
     let spec = find_worker(&state, &name)?;
     let reason = require_reason(change.reason)?;
+    check_no_nul(&change.options).map_err(|m| ApiError::bad_request("invalid_override", m))?;
     let patch = OverridePatch { engine: change.engine, preset: change.preset, options: change.options };
     let catalogue = state.catalogue();
     let next = |current: Option<&OverrideValues>| {
@@ -130,8 +138,9 @@ pub(crate) async fn set_override(
 #[utoipa::path(delete, path = "/api/workers/{name}/override", tag = "overrides",
     params(("name" = String, Path, description = "The worker's name"), ClearReason),
     request_body(content = Option<ClearReason>, description = "The reason, unless given as `?reason=`"),
-    responses((status = 200, body = OverrideView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody)),
+    responses((status = 200, body = OverrideView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
 pub(crate) async fn clear_override(
     Admin(caller): Admin,
@@ -187,7 +196,8 @@ pub struct AuditView {
 
 #[utoipa::path(get, path = "/api/workers/{name}/audit", tag = "overrides",
     params(("name" = String, Path, description = "The worker's name"), AuditQuery),
-    responses((status = 200, body = AuditView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
+    responses((status = 200, body = AuditView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
 pub(crate) async fn audit_trail(
     _: Viewer,

@@ -1,6 +1,8 @@
 //! Runs: trigger one (resolve the configuration, insert the request; the database allows one in flight per
 //! worker), page through the ledger, read one with its progress history, and cancel one.
 
+use std::collections::BTreeMap;
+
 use axum::{
     Json, Router,
     extract::{Path, State},
@@ -15,6 +17,7 @@ use scrinalia_shared::{
     resolve,
 };
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
@@ -35,6 +38,26 @@ pub fn router() -> Router<AppState> {
         .route("/api/runs/{id}/cancel", post(cancel_run))
 }
 
+/// Refuses option values holding a NUL character (`\u0000`, which JSON allows): a worker receives its options
+/// as command-line arguments, which cannot hold one, and PostgreSQL cannot store one in text or JSON.
+pub fn check_no_nul(options: &BTreeMap<String, Value>) -> Result<(), String> {
+    fn has_nul(value: &Value) -> bool {
+        match value {
+            Value::String(s) => s.contains('\0'),
+            Value::Array(items) => items.iter().any(has_nul),
+            Value::Object(fields) => fields.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+            _ => false,
+        }
+    }
+    match options.iter().find(|(name, value)| name.contains('\0') || has_nul(value)) {
+        Some((name, _)) => Err(format!(
+            "Option {} contains a NUL character (\\u0000), which a worker's command-line arguments cannot hold.",
+            quote(name)
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Parses a run id from a path, or answers 400.
 pub fn parse_run_id(id: &str) -> ApiResult<Uuid> {
     Uuid::parse_str(id).map_err(|_| ApiError::invalid_id("run", id))
@@ -47,8 +70,10 @@ pub fn parse_run_id(id: &str) -> ApiResult<Uuid> {
     responses(
         (status = 201, body = Run, description = "The run request, queued", headers(("Location" = String))),
         (status = 400, body = ErrorBody, description = "Unknown option, wrong type, unknown engine or preset"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody, description = "Unknown worker"),
         (status = 409, body = ErrorBody, description = "`run_in_flight`: the worker already has a run queued or running"),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
         (status = 422, body = ErrorBody, description = "The body does not have the expected fields")),
     security(("bearer" = [])))]
 pub(crate) async fn trigger_run(
@@ -71,6 +96,7 @@ pub(crate) async fn trigger_run(
             ApiError::bad_request("invalid_arguments", e.to_string())
         }
     })?;
+    check_no_nul(&arguments.options).map_err(|m| ApiError::bad_request("invalid_arguments", m))?;
     let new = NewRun {
         id: Uuid::now_v7(),
         worker: name.clone(),
@@ -164,7 +190,7 @@ impl RunsQuery {
 }
 
 #[utoipa::path(get, path = "/api/runs", tag = "runs", params(RunsQuery),
-    responses((status = 200, body = RunPage), (status = 400, body = ErrorBody)),
+    responses((status = 200, body = RunPage), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)),
     security(("bearer" = [])))]
 pub(crate) async fn list_runs(
     _: Viewer,
@@ -185,8 +211,9 @@ pub struct RunDetail {
     pub progress_history: Vec<ProgressEntry>,
 }
 
-#[utoipa::path(get, path = "/api/runs/{id}", tag = "runs", params(("id" = String, Path, description = "The run's id")),
-    responses((status = 200, body = RunDetail), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
+#[utoipa::path(get, path = "/api/runs/{id}", tag = "runs", params(("id" = Uuid, Path, description = "The run's id (a UUID)")),
+    responses((status = 200, body = RunDetail), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
 pub(crate) async fn get_run(
     _: Viewer,
@@ -218,8 +245,9 @@ pub enum CancelKind {
     Requested,
 }
 
-#[utoipa::path(post, path = "/api/runs/{id}/cancel", tag = "runs", params(("id" = String, Path, description = "The run's id")),
-    responses((status = 202, body = CancelView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+#[utoipa::path(post, path = "/api/runs/{id}/cancel", tag = "runs", params(("id" = Uuid, Path, description = "The run's id (a UUID)")),
+    responses((status = 202, body = CancelView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody, description = "`run_finished`: the run already ended")),
     security(("bearer" = [])))]
 pub(crate) async fn cancel_run(
