@@ -7,7 +7,11 @@ use std::{
     time::Duration,
 };
 
-use scrinalia_shared::db::{Backend, Run};
+use scrinalia_shared::{
+    Database,
+    config::DaemonSettings,
+    db::{Backend, ChangeWatcher, Run},
+};
 use tokio::{
     sync::{Notify, mpsc},
     task::{self, JoinSet},
@@ -26,8 +30,12 @@ use crate::{
     wakeup::{Wake, Wakeups},
 };
 
-/// After a SQLite file change, the first look waits this long (the writer may still be syncing its commit)…
+/// After a SQLite file change, the first look comes as soon as a queued request is visible (the writer may still
+/// be syncing its commit: the file changes before the commit can be read), checked every `PROBE_EVERY`, and at
+/// the latest after this long (a change that was no request, e.g. a cancellation)…
 const SETTLE: Duration = Duration::from_millis(5);
+/// How often a SQLite daemon looks for a visible request while a change settles (a read on its own connection).
+const PROBE_EVERY: Duration = Duration::from_millis(1);
 /// …and a second look follows, in case the first came too early.
 const SECOND_LOOK: Duration = Duration::from_millis(60);
 /// How often a SQLite daemon with runs in flight looks for cancellation requests.
@@ -78,6 +86,31 @@ pub struct Claimer {
     second_look_at: Instant,
     graceful_seen: bool,
     claim_failures: u32,
+    /// False after a claim got fewer requests than it asked for, until something says there may be more (a
+    /// notification, a file change, the slow poll): a run that ends then does not cost a claim that finds nothing.
+    maybe_queued: bool,
+    /// SQLite: a connection of its own that tells when a request written by another process is visible.
+    watcher: Option<ChangeWatcher>,
+    /// SQLite: when to look for a visible request again while a change settles.
+    probe_at: Instant,
+}
+
+/// How many requests a claim asks for: every free slot.
+pub fn free_slots(capacity: u32, in_flight: usize) -> u32 {
+    capacity.saturating_sub(u32::try_from(in_flight).unwrap_or(u32::MAX))
+}
+
+/// One claim as the daemon makes it: as many of the oldest queued requests this daemon takes as it has free slots,
+/// in one statement on its claim connection (`Context::claims`), under its lease. Public so that the benchmark
+/// drives the daemon's own claim code.
+pub async fn claim_batch(
+    claims: &Database,
+    daemon_id: Uuid,
+    settings: &DaemonSettings,
+    in_flight: usize,
+) -> scrinalia_shared::db::Result<Vec<Run>> {
+    let workers = (!settings.workers.is_empty()).then_some(settings.workers.as_slice());
+    claims.claim_runs(daemon_id, settings.lease(), free_slots(settings.capacity, in_flight), workers).await
 }
 
 impl Claimer {
@@ -95,6 +128,9 @@ impl Claimer {
             second_look_at: far(),
             graceful_seen: false,
             claim_failures: 0,
+            maybe_queued: true,
+            watcher: None,
+            probe_at: far(),
         }
     }
 
@@ -106,6 +142,15 @@ impl Claimer {
         let mut cancel_poll =
             ticker(if sqlite { SQLITE_CANCEL_POLL } else { Duration::from_secs(daemon.poll_seconds) });
         let mut watchdog = self.systemd.watchdog_every().map(ticker);
+        if sqlite {
+            self.watcher = match self.ctx.db.change_watcher().await {
+                Ok(watcher) => watcher,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not open the change watcher; a file change is looked at after {} ms", SETTLE.as_millis());
+                    None
+                }
+            };
+        }
         let (shutdown, drain) = (inputs.shutdown.clone(), inputs.drain.clone());
         loop {
             self.report_status(&inputs.wakeups);
@@ -127,17 +172,26 @@ impl Claimer {
                 Some(wake) = inputs.wakeups.rx.recv() => self.on_wakes(wake, &mut inputs).await,
                 Some(done) = self.tasks.join_next_with_id() => {
                     self.ended(done);
-                    self.claim().await;
+                    // Runs that ended together free their slots together: one claim fills them all.
+                    while let Some(more) = self.tasks.try_join_next_with_id() {
+                        self.ended(more);
+                    }
+                    if self.maybe_queued {
+                        self.claim().await;
+                    }
                 }
                 _ = poll.tick() => {
+                    self.maybe_queued = true;
                     self.claim().await;
                     if !sqlite {
                         self.check_cancels().await;
                     }
                 }
                 _ = cancel_poll.tick(), if sqlite && !self.runs.is_empty() => self.check_cancels().await,
+                () = sleep_until(self.probe_at) => self.probe().await,
                 () = sleep_until(self.look_at) => {
                     self.look_at = far();
+                    self.probe_at = far();
                     self.second_look_at = Instant::now() + SECOND_LOOK;
                     self.look().await;
                 }
@@ -202,14 +256,37 @@ impl Claimer {
                     claim = true;
                     self.check_cancels().await;
                 }
-                Wake::Changed => self.look_at = self.look_at.min(Instant::now() + SETTLE),
+                Wake::Changed => {
+                    self.maybe_queued = true;
+                    if self.look_at > Instant::now() + SETTLE {
+                        self.look_at = Instant::now() + SETTLE;
+                        self.probe_at = Instant::now();
+                    }
+                }
                 Wake::Cancel(run) => self.cancel(run),
                 Wake::Daemon(id) if id == self.ctx.daemon_id => inputs.heartbeat_now.notify_one(),
                 Wake::Daemon(_) => {}
             }
         }
         if claim {
+            self.maybe_queued = true;
             self.claim().await;
+        }
+    }
+
+    /// SQLite, while a file change settles: looks at once if a request is visible, else checks again shortly
+    /// (the look at `look_at` comes anyway).
+    async fn probe(&mut self) {
+        self.probe_at = far();
+        let Some(watcher) = self.watcher.as_mut() else { return };
+        match watcher.queued().await {
+            Ok(true) => {
+                self.look_at = far();
+                self.second_look_at = Instant::now() + SECOND_LOOK;
+                self.look().await;
+            }
+            Ok(false) => self.probe_at = Instant::now() + PROBE_EVERY,
+            Err(e) => tracing::debug!(error = %e, "the change watcher failed; looking after the settle time"),
         }
     }
 
@@ -222,15 +299,15 @@ impl Claimer {
     /// Claims up to the number of free slots.
     async fn claim(&mut self) {
         let daemon = &self.ctx.settings.daemon;
-        let free = daemon.capacity.saturating_sub(u32::try_from(self.runs.len()).unwrap_or(u32::MAX));
+        let free = free_slots(daemon.capacity, self.runs.len());
         if self.mode != Mode::Claiming || free == 0 {
             return;
         }
-        let workers = (!daemon.workers.is_empty()).then_some(daemon.workers.as_slice());
         let sent = clock::monotonic_ns();
-        match self.ctx.claims.claim_runs(self.ctx.daemon_id, daemon.lease(), free, workers).await {
+        match claim_batch(&self.ctx.claims, self.ctx.daemon_id, daemon, self.runs.len()).await {
             Ok(claimed) => {
                 self.claim_failures = 0;
+                self.maybe_queued = claimed.len() >= free as usize;
                 let claim_us = (clock::monotonic_ns() - sent) / 1000;
                 let deadline = clock::lease_deadline(sent, daemon.lease());
                 for run in claimed {

@@ -1,8 +1,17 @@
 //! Queue counts: every `daemon.queue_count_interval_seconds`, each worker this daemon takes runs its
 //! `count-pending` (directly, no supervisor: it is read-only and short), with a timeout after which its whole
 //! process group is killed, never twice at once for one worker. The API only reads the stored measurements.
+//!
+//! A round's counts start one after another, `COUNT_SPACING` apart (closer when the catalogue is so large that
+//! the round would not fit in the interval) and never more than `MAX_COUNTING` at once: a catalogue of thousands
+//! of workers must not start thousands of processes at the same instant.
 
-use std::{collections::HashSet, process::Stdio, sync::Arc, time::Duration};
+use std::{
+    collections::{HashSet, VecDeque},
+    process::Stdio,
+    sync::Arc,
+    time::Duration,
+};
 
 use nix::{
     sys::signal::{Signal, killpg},
@@ -18,15 +27,19 @@ use tokio::{
     io::{AsyncRead, AsyncReadExt},
     process::Command,
     task::JoinSet,
-    time::{Instant, MissedTickBehavior},
+    time::{Instant, sleep_until},
 };
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::{Context, invocation::Invocation};
+use crate::{Context, invocation::Invocation, runlog::far};
 
 /// Output beyond this is not read.
 const MAX_OUTPUT: u64 = 1024 * 1024;
+/// The longest gap between the starts of two counts of one round.
+const COUNT_SPACING: Duration = Duration::from_millis(50);
+/// At most this many `count-pending` processes at once.
+const MAX_COUNTING: usize = 4;
 
 /// What `count-pending` answered.
 #[derive(Debug, PartialEq)]
@@ -37,14 +50,39 @@ enum Measured {
 
 /// Measures until `stop`; counts in progress are killed then.
 pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(Duration::from_secs(ctx.settings.daemon.queue_count_interval_seconds));
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let interval = Duration::from_secs(ctx.settings.daemon.queue_count_interval_seconds);
     let mut counting: JoinSet<String> = JoinSet::new();
     let mut busy: HashSet<String> = HashSet::new();
+    let mut round: VecDeque<(WorkerSpec, Option<Override>)> = VecDeque::new();
+    let (mut next_round, mut next_start, mut spacing) = (Instant::now(), far(), COUNT_SPACING);
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
-            _ = tick.tick() => start_round(&ctx, &stop, &mut counting, &mut busy).await,
+            () = sleep_until(next_round) => {
+                next_round = Instant::now() + interval;
+                if !round.is_empty() {
+                    tracing::warn!(skipped = round.len(), "the previous round of queue counts had not finished; its remaining counts are skipped");
+                }
+                round = plan_round(&ctx).await;
+                spacing = COUNT_SPACING.min(interval / u32::try_from(round.len().max(1)).unwrap_or(u32::MAX));
+                next_start = Instant::now();
+            }
+            () = sleep_until(next_start), if !round.is_empty() && counting.len() < MAX_COUNTING => {
+                next_start = Instant::now() + spacing;
+                let Some((spec, current)) = round.pop_front() else { continue };
+                if !busy.insert(spec.name.clone()) {
+                    tracing::debug!(worker = %spec.name, "the previous count-pending is still running; skipped");
+                    continue;
+                }
+                let (ctx, stop) = (ctx.clone(), stop.clone());
+                counting.spawn(
+                    async move {
+                        count(&ctx, &spec, current, &stop).await;
+                        spec.name
+                    }
+                    .in_current_span(),
+                );
+            }
             Some(done) = counting.join_next() => {
                 if let Ok(worker) = done {
                     busy.remove(&worker);
@@ -55,32 +93,23 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
     while counting.join_next().await.is_some() {}
 }
 
-async fn start_round(
-    ctx: &Arc<Context>,
-    stop: &CancellationToken,
-    counting: &mut JoinSet<String>,
-    busy: &mut HashSet<String>,
-) {
+/// The workers this daemon counts, each with its current override.
+async fn plan_round(ctx: &Context) -> VecDeque<(WorkerSpec, Option<Override>)> {
     let overrides = match ctx.db.list_overrides().await {
         Ok(overrides) => overrides,
-        Err(e) => return tracing::warn!(error = %e, "could not read overrides; queue counts skipped this round"),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read overrides; queue counts skipped this round");
+            return VecDeque::new();
+        }
     };
     let taken = &ctx.settings.daemon.workers;
-    for spec in ctx.settings.catalogue.workers.iter().filter(|w| taken.is_empty() || taken.contains(&w.name)) {
-        if !busy.insert(spec.name.clone()) {
-            tracing::debug!(worker = %spec.name, "the previous count-pending is still running; skipped");
-            continue;
-        }
-        let current = overrides.iter().find(|o| o.worker == spec.name).cloned();
-        let (ctx, spec, stop) = (ctx.clone(), spec.clone(), stop.clone());
-        counting.spawn(
-            async move {
-                count(&ctx, &spec, current, &stop).await;
-                spec.name
-            }
-            .in_current_span(),
-        );
-    }
+    ctx.settings
+        .catalogue
+        .workers
+        .iter()
+        .filter(|w| taken.is_empty() || taken.contains(&w.name))
+        .map(|spec| (spec.clone(), overrides.iter().find(|o| o.worker == spec.name).cloned()))
+        .collect()
 }
 
 /// Measures one worker and stores the measurement (or the sentence saying why it failed).

@@ -8,15 +8,28 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Context;
 
-/// Sweeps at start, then about every third of the lease (with jitter, so daemons do not sweep in step).
+/// How long after a lease's expiry (database clock) the sweep aimed at it comes.
+const AFTER_EXPIRY: Duration = Duration::from_millis(20);
+/// The shortest wait between sweeps (a run whose expired lease could not be taken yet is not polled in a loop).
+const MIN_WAIT: Duration = Duration::from_millis(100);
+
+/// Sweeps at start, then about every third of the lease (with jitter, so daemons do not sweep in step), and as
+/// soon as the first lease of a running run expires when that comes earlier: a dead daemon's run is interrupted
+/// right after its lease ends, not up to a period later (a renewed lease ends a full lease after its renewal, so
+/// live runs never bring the sweep forward).
 pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
     let period = ctx.settings.daemon.lease() / 3;
     loop {
         sweep(&ctx).await;
-        let jittered = period.mul_f64(rand::random_range(0.8..1.2));
+        let mut wait = period.mul_f64(rand::random_range(0.8..1.2));
+        match ctx.db.next_lease_expiry().await {
+            Ok(Some(expiry)) => wait = wait.min((expiry + AFTER_EXPIRY).max(MIN_WAIT)),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "could not read the next lease expiry"),
+        }
         tokio::select! {
             () = stop.cancelled() => return,
-            () = tokio::time::sleep(jittered) => {}
+            () = tokio::time::sleep(wait) => {}
         }
     }
 }

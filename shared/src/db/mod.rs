@@ -296,6 +296,13 @@ impl Database {
         on_backend!(self, recover_expired())
     }
 
+    /// How long until the first lease of a running run expires (database clock; zero if one already has), or
+    /// `None` when nothing runs: recovery is due then, not a whole period later.
+    pub async fn next_lease_expiry(&self) -> Result<Option<Duration>> {
+        let seconds: Option<f64> = on_backend!(self, next_lease_expiry())?;
+        Ok(seconds.map(|s| Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)))
+    }
+
     /// One run.
     pub async fn get_run(&self, id: Uuid) -> Result<Option<Run>> {
         on_backend!(self, get_run(id))
@@ -455,5 +462,10 @@ impl ChangeWatcher {
     /// A number that differs from the previous call's whenever another connection committed in between.
     pub async fn version(&mut self) -> Result<i64> {
         sqlite::data_version(&mut self.conn).await
+    }
+
+    /// Whether a queued request is visible (a read on the index of queued rows, which takes no lock).
+    pub async fn queued(&mut self) -> Result<bool> {
+        sqlite::any_queued(&mut self.conn).await
     }
 }

@@ -171,6 +171,14 @@ pub(super) async fn cancel_requests(pool: &PgPool, daemon: Uuid) -> Result<Vec<U
     .await?)
 }
 
+pub(super) async fn next_lease_expiry(pool: &PgPool) -> Result<Option<f64>> {
+    Ok(sqlx::query_scalar(
+        "select extract(epoch from min(lease_expires_at) - now())::float8 from worker_runs where state = 'running'",
+    )
+    .fetch_one(pool)
+    .await?)
+}
+
 pub(super) async fn recover_expired(pool: &PgPool) -> Result<Vec<Run>> {
     Ok(sqlx::query_as::<_, Run>(concat!(
         "update worker_runs set state = 'interrupted', finished_at = now(), \

@@ -51,6 +51,10 @@ pub(super) async fn data_version(conn: &mut sqlx::SqliteConnection) -> Result<i6
     Ok(sqlx::query_scalar("pragma data_version").fetch_one(conn).await?)
 }
 
+pub(super) async fn any_queued(conn: &mut sqlx::SqliteConnection) -> Result<bool> {
+    Ok(sqlx::query_scalar("select exists (select 1 from worker_runs where state = 'queued')").fetch_one(conn).await?)
+}
+
 /// Inserts a request; `None` when the one-in-flight index refuses it.
 pub(super) async fn try_insert_run(pool: &SqlitePool, new: &NewRun) -> Result<Option<Run>> {
     let inserted = sqlx::query_as::<_, Run>(concat!(
@@ -213,6 +217,14 @@ pub(super) async fn cancel_requests(pool: &SqlitePool, daemon: Uuid) -> Result<V
     )
     .bind(daemon)
     .fetch_all(pool)
+    .await?)
+}
+
+pub(super) async fn next_lease_expiry(pool: &SqlitePool) -> Result<Option<f64>> {
+    Ok(sqlx::query_scalar(
+        "select (julianday(min(lease_expires_at)) - julianday('now')) * 86400.0 from worker_runs where state = 'running'",
+    )
+    .fetch_one(pool)
     .await?)
 }
 
