@@ -6,6 +6,7 @@ use axum::{
     extract::{FromRequest, FromRequestParts, Query, Request},
     http::{StatusCode, header, request::Parts},
 };
+use scrinalia_shared::telemetry;
 use serde::de::DeserializeOwned;
 
 use crate::{
@@ -82,7 +83,9 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for QueryAr
     }
 }
 
-/// The W3C trace context of a request: the caller's `traceparent` when it is valid, otherwise a new trace.
+/// The W3C trace context a run stores. When spans are exported, the request's own span (a child of the caller's
+/// `traceparent`, if any), so the daemon's run span becomes its child; otherwise the caller's `traceparent` when
+/// it is valid, else a new trace.
 #[derive(Debug, Clone)]
 pub struct TraceParent(pub String);
 
@@ -90,6 +93,9 @@ impl<S: Send + Sync> FromRequestParts<S> for TraceParent {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        if let Some(own) = telemetry::traceparent_of(&tracing::Span::current()) {
+            return Ok(Self(own));
+        }
         let given = parts.headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::trim);
         Ok(Self(match given.filter(|v| is_valid_traceparent(v)) {
             Some(v) => v.to_ascii_lowercase(),

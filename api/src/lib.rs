@@ -2,7 +2,8 @@
 //! reads the ledger; it never runs a worker and never marks a run interrupted.
 //!
 //! [`app`] builds the router from an [`AppState`] (tests drive it in-process); [`serve`] connects, migrates,
-//! starts the live-event listener and serves until `shutdown` completes.
+//! starts the live-event listener (and, when OTLP metrics are exported, the gauges' refresh) and serves until
+//! `shutdown` completes.
 
 pub mod auth;
 pub mod error;
@@ -14,11 +15,16 @@ pub mod panel;
 pub mod routes;
 pub mod state;
 
-use std::{future::Future, net::SocketAddr, time::Duration};
+use std::{
+    future::Future,
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use anyhow::Context;
 use axum::{Router, extract::DefaultBodyLimit};
-use scrinalia_shared::{Database, Settings};
+use scrinalia_shared::{Database, Settings, telemetry::Telemetry};
 pub use state::AppState;
 use tokio::net::TcpListener;
 
@@ -35,6 +41,7 @@ pub fn app(state: AppState) -> Router {
         .merge(routes::events::router())
         .merge(routes::meta::router())
         .merge(routes::me::router())
+        .merge(routes::metrics::router(state.settings().api.metrics))
         .merge(panel::router());
     let limit = state.settings().api.body_limit_bytes;
     let router = routes
@@ -42,7 +49,11 @@ pub fn app(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::timeout))
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn(middleware::json_errors))
-        .layer(tower_http::trace::TraceLayer::new_for_http());
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http()
+                .make_span_with(middleware::request_span)
+                .on_response(middleware::record_status),
+        );
     let router = match middleware::cors(&state.settings().api.cors_origins) {
         Some(cors) => router.layer(cors),
         None => router,
@@ -51,8 +62,12 @@ pub fn app(state: AppState) -> Router {
 }
 
 /// Serves the API on `settings.api.listen` until `shutdown` completes, then stops accepting, ends live streams
-/// and waits for requests in progress.
-pub async fn serve(settings: Settings, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+/// and waits for requests in progress. `telemetry` says whether metrics are exported over OTLP too.
+pub async fn serve(
+    settings: Settings,
+    telemetry: &Telemetry,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let url = settings.database.redacted_url();
     let db =
         Database::connect(&settings.database).await.with_context(|| format!("cannot connect to the database {url}"))?;
@@ -60,6 +75,13 @@ pub async fn serve(settings: Settings, shutdown: impl Future<Output = ()> + Send
     let listen = settings.api.listen;
     let state = AppState::new(settings, db.clone());
     let live = live::spawn(state.clone());
+    // OTLP: the database gauges of `/metrics`, measured every export interval and observed by the exporter.
+    let _gauges = telemetry.meter("scrinalia-api").map(|meter| {
+        let last = Arc::new(Mutex::new(Vec::new()));
+        let gauges = scrinalia_shared::metrics::observe_gauges(&meter, routes::metrics::GAUGES, last.clone());
+        tokio::spawn(routes::metrics::refresh(state.clone(), last));
+        gauges
+    });
     let listener = TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     tracing::info!(listen = %listener.local_addr()?, database = %url, version = scrinalia_shared::VERSION, "API listening");
     let token = state.shutdown_token().clone();

@@ -51,9 +51,12 @@ fn main() -> anyhow::Result<()> {
         Command::Token { role, name } => print_token(role, &name),
         Command::Serve => {
             let settings = Settings::load(cli.config.as_deref())?;
-            scrinalia_shared::telemetry::init(&settings.telemetry);
             let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-            runtime.block_on(scrinalia_api::serve(settings, scrinalia_api::shutdown_signal()))
+            let telemetry = scrinalia_shared::telemetry::init(&settings.telemetry, "scrinalia-api", runtime.handle());
+            let result = runtime.block_on(scrinalia_api::serve(settings, &telemetry, scrinalia_api::shutdown_signal()));
+            // The last spans and metrics leave while the runtime still runs.
+            telemetry.shutdown();
+            result
         }
     }
 }

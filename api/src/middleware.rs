@@ -1,21 +1,54 @@
-//! Cross-cutting layers: the request timeout, CORS for the configured origins only, and the rewriting of any
-//! error answered by the framework itself (405, 413, ...) into the API's JSON error body.
+//! Cross-cutting layers: each request's span (continuing the caller's trace), the request timeout, CORS for the
+//! configured origins only, and the rewriting of any error answered by the framework itself (405, 413, ...) into
+//! the API's JSON error body.
 
 use std::time::Duration;
 
 use axum::{
     body::to_bytes,
-    extract::{Request, State},
+    extract::{MatchedPath, Request, State},
     http::{HeaderValue, Method, StatusCode, header},
     middleware::Next,
     response::{IntoResponse, Response},
 };
+use scrinalia_shared::telemetry;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::{
     error::{ApiError, sentence},
     state::AppState,
 };
+
+/// The span of one request: `method` and `route` (the matched pattern, so the span name stays bounded), a child
+/// of the caller's `traceparent` when spans are exported. A run triggered here stores this span's context
+/// ([`crate::extract::TraceParent`]), so the daemon's run span continues the same trace.
+pub fn request_span<B>(request: &axum::http::Request<B>) -> tracing::Span {
+    let method = request.method();
+    let route = request.extensions().get::<MatchedPath>().map(MatchedPath::as_str);
+    let name = match route {
+        Some(route) => format!("{method} {route}"),
+        None => method.to_string(),
+    };
+    let span = tracing::info_span!(
+        "request",
+        method = %method,
+        route = route.unwrap_or_else(|| request.uri().path()),
+        otel.name = name,
+        otel.kind = "server",
+        http.response.status_code = tracing::field::Empty,
+    );
+    let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
+    telemetry::continue_trace(&span, header("traceparent"), header("tracestate"));
+    span
+}
+
+/// Records the status on the request's span.
+pub fn record_status<B>(response: &axum::http::Response<B>, _latency: Duration, span: &tracing::Span) {
+    span.record("http.response.status_code", response.status().as_u16());
+    if response.status().is_server_error() {
+        telemetry::mark_failed(span, response.status().to_string());
+    }
+}
 
 /// Abandons a request that takes longer than `api.request_timeout_seconds` to produce its response. Live
 /// streams (events, a followed log) answer at once and then stream their body, which this does not limit.

@@ -5,7 +5,7 @@ use utoipa::{
     openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
 };
 
-use crate::routes::{daemons, events, health, logs, me, meta, overrides, runs, workers};
+use crate::routes::{daemons, events, health, logs, me, meta, metrics, overrides, runs, workers};
 
 /// The API's document.
 #[derive(OpenApi)]
@@ -22,7 +22,7 @@ use crate::routes::{daemons, events, health, logs, me, meta, overrides, runs, wo
         overrides::set_override, overrides::clear_override, overrides::audit_trail,
         daemons::list_daemons, daemons::drain_daemon,
         health::health, events::events,
-        me::me, meta::healthz, meta::readyz, meta::openapi,
+        me::me, meta::healthz, meta::readyz, meta::openapi, metrics::metrics,
     ),
     components(schemas(crate::error::ErrorBody, scrinalia_shared::auth::Role)),
     modifiers(&BearerAuth),
@@ -33,7 +33,7 @@ use crate::routes::{daemons, events, health, logs, me, meta, overrides, runs, wo
         (name = "daemons", description = "The scheduler daemons"),
         (name = "health", description = "Health of the database, model servers, run-log store and daemons"),
         (name = "events", description = "Live changes (Server-Sent Events)"),
-        (name = "meta", description = "Liveness, readiness and this document"),
+        (name = "meta", description = "Liveness, readiness, metrics and this document"),
     )
 )]
 pub struct ApiDoc;

@@ -4,16 +4,17 @@
 
 use std::{sync::Arc, time::Duration};
 
-use scrinalia_shared::DbError;
+use scrinalia_shared::{DbError, db::Run};
 use tokio::{
     sync::{mpsc, oneshot},
     task::JoinHandle,
     time::{Instant, sleep_until},
 };
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::{Context, clock, frame::Control};
+use crate::{Context, clock, frame::Control, metrics::Renewal};
 
 /// The renewal task of a run.
 pub struct Lease {
@@ -24,18 +25,22 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// Starts renewing `run`, whose current deadline is `deadline_ns`.
-    pub fn spawn(ctx: Arc<Context>, run: Uuid, supervisor: mpsc::Sender<Control>, deadline_ns: u64) -> Self {
+    /// Starts renewing `run`, whose current deadline is `deadline_ns`, in the current (the run's) span.
+    pub fn spawn(ctx: Arc<Context>, run: &Run, supervisor: mpsc::Sender<Control>, deadline_ns: u64) -> Self {
         let stop = CancellationToken::new();
         let (tx, lost) = oneshot::channel();
-        let renewer = Renewer { ctx, run, supervisor, deadline_ns };
+        let renewer = Renewer { ctx, run: run.id, worker: run.worker.clone(), supervisor, deadline_ns };
         let token = stop.clone();
-        let task = tokio::spawn(async move {
-            if let Some(reason) = renewer.renew_until_lost(token).await {
-                let _ = renewer.supervisor.send(Control::Kill).await;
-                let _ = tx.send(reason);
+        let task = tokio::spawn(
+            async move {
+                if let Some(reason) = renewer.renew_until_lost(token).await {
+                    renewer.ctx.metrics.renewal(&renewer.worker, Renewal::Lost);
+                    let _ = renewer.supervisor.send(Control::Kill).await;
+                    let _ = tx.send(reason);
+                }
             }
-        });
+            .in_current_span(),
+        );
         Self { stop, task, lost }
     }
 
@@ -57,6 +62,7 @@ impl Drop for Lease {
 struct Renewer {
     ctx: Arc<Context>,
     run: Uuid,
+    worker: String,
     supervisor: mpsc::Sender<Control>,
     deadline_ns: u64,
 }
@@ -84,6 +90,7 @@ impl Renewer {
             let renewal = self.ctx.db.renew_lease(self.run, self.ctx.daemon_id, lease);
             match tokio::time::timeout(clock::until(deadline), renewal).await {
                 Ok(Ok(_)) => {
+                    self.ctx.metrics.renewal(&self.worker, Renewal::Renewed);
                     deadline = clock::lease_deadline(sent, lease);
                     let _ = self.supervisor.send(Control::Deadline(deadline)).await;
                     next = Instant::now() + every;
@@ -95,10 +102,14 @@ impl Renewer {
                     );
                 }
                 Ok(Err(e)) => {
-                    tracing::warn!(run_id = %self.run, error = %e, left_ms = clock::until(deadline).as_millis(), "lease renewal failed; retrying");
+                    self.ctx.metrics.renewal(&self.worker, Renewal::Failed);
+                    tracing::warn!(error = %e, left_ms = clock::until(deadline).as_millis(), "lease renewal failed; retrying");
                     next = Instant::now() + retry;
                 }
-                Err(_) => next = Instant::now(),
+                Err(_) => {
+                    self.ctx.metrics.renewal(&self.worker, Renewal::Failed);
+                    next = Instant::now();
+                }
             }
         }
     }

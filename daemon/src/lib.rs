@@ -8,6 +8,7 @@ pub mod counts;
 pub mod frame;
 pub mod invocation;
 pub mod lease;
+pub mod metrics;
 pub mod outcome;
 pub mod progress;
 pub mod registry;
@@ -22,7 +23,7 @@ pub mod wakeup;
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
-use scrinalia_shared::{Database, Settings, logstore::LogStore};
+use scrinalia_shared::{Database, Settings, logstore::LogStore, telemetry::Telemetry};
 use tokio::{sync::Notify, task::JoinSet};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -49,10 +50,13 @@ pub struct Context {
     pub exe_dir: PathBuf,
     /// The daemon's own periodic writes (so they do not wake it on SQLite).
     pub own_writes: wakeup::OwnWrites,
+    /// What its runs did, for `/metrics` and OTLP.
+    pub metrics: metrics::DaemonMetrics,
 }
 
-/// Runs the daemon until it is stopped by a signal or drained through the database.
-pub async fn run(settings: Settings) -> anyhow::Result<()> {
+/// Runs the daemon until it is stopped by a signal or drained through the database. `telemetry` says whether
+/// metrics are exported over OTLP too.
+pub async fn run(settings: Settings, telemetry: &Telemetry) -> anyhow::Result<()> {
     let shutdown = Shutdown::listen()?;
     let systemd = Notifier::from_env();
     let Some(db) = connect(&settings, &shutdown, &systemd).await? else { return Ok(()) };
@@ -61,17 +65,20 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let logs = LogStore::open(&settings.object_store).context("open the run-log store")?;
     let own_exe = std::env::current_exe().context("find the daemon's own executable")?;
     let exe_dir = own_exe.parent().map(PathBuf::from).unwrap_or_default();
+    let daemon_id = Uuid::now_v7();
+    let metrics = metrics::DaemonMetrics::new(telemetry.meter("scrinalia-daemon"), daemon_id, settings.daemon.capacity);
     let ctx = Arc::new(Context {
         db,
         claims,
         settings,
-        daemon_id: Uuid::now_v7(),
+        daemon_id,
         logs,
         own_exe,
         exe_dir,
         own_writes: Default::default(),
+        metrics,
     });
-    let span = tracing::info_span!("daemon", daemon_id = %ctx.daemon_id);
+    let span = tracing::info_span!(scrinalia_shared::telemetry::PROCESS_SPAN, daemon_id = %ctx.daemon_id);
     serve(ctx, shutdown, systemd).instrument(span).await
 }
 
@@ -96,12 +103,15 @@ async fn connect(settings: &Settings, shutdown: &Shutdown, systemd: &Notifier) -
 }
 
 async fn serve(ctx: Arc<Context>, shutdown: Shutdown, systemd: Notifier) -> anyhow::Result<()> {
+    let background = CancellationToken::new();
+    let mut tasks = JoinSet::new();
+    if let Some(listen) = ctx.settings.daemon.metrics_listen {
+        tasks.spawn(metrics::serve(listen, ctx.clone(), background.clone()).await?.in_current_span());
+    }
     let registered = registry::register(&ctx).await.context("register the daemon")?;
     let daemon = &ctx.settings.daemon;
     tracing::info!(host = %registered.host, pid = registered.pid, version = %registered.version, capacity = daemon.capacity,
         workers = ?daemon.workers, lease_s = daemon.lease_seconds, backend = ?ctx.db.backend(), "daemon started");
-    let background = CancellationToken::new();
-    let mut tasks = JoinSet::new();
     let (drain, heartbeat_now) = (CancellationToken::new(), Arc::new(Notify::new()));
     tasks.spawn(
         registry::heartbeats(ctx.clone(), background.clone(), drain.clone(), heartbeat_now.clone()).in_current_span(),

@@ -36,10 +36,14 @@ fn main() -> anyhow::Result<()> {
         }
         None => {
             let settings = Settings::load(cli.config.as_deref()).context("load the configuration")?;
-            scrinalia_shared::telemetry::init(&settings.telemetry);
             let runtime =
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().context("start the runtime")?;
-            runtime.block_on(scrinalia_daemon::run(settings))
+            let telemetry =
+                scrinalia_shared::telemetry::init(&settings.telemetry, "scrinalia-daemon", runtime.handle());
+            let result = runtime.block_on(scrinalia_daemon::run(settings, &telemetry));
+            // The last spans and metrics leave while the runtime still runs.
+            telemetry.shutdown();
+            result
         }
     }
 }

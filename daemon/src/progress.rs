@@ -78,7 +78,7 @@ impl Progress {
             failed => {
                 let error = failed
                     .map_or_else(|_| "timed out".to_owned(), |r| r.err().map(|e| e.to_string()).unwrap_or_default());
-                tracing::warn!(run_id = %self.run, %error, "could not record the run's progress; will retry");
+                tracing::warn!(%error, "could not record the run's progress; will retry");
                 self.pending.get_or_insert(value);
                 self.next_write = Instant::now() + MIN_INTERVAL;
                 Ok(())

@@ -67,7 +67,7 @@ impl RunLog {
                         |_| "timed out".to_owned(),
                         |r| r.err().map(|e| e.to_string()).unwrap_or_default(),
                     );
-                    tracing::warn!(run_id = %self.run, worker = %self.worker, %key, %error, "could not write the run's log to the object store; retrying with the next chunk");
+                    tracing::warn!(%key, %error, "could not write the run's log to the object store; retrying with the next chunk");
                     self.warned = true;
                 }
                 // Lines wait for the store to come back, up to a bound; beyond it the oldest are dropped.

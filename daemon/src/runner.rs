@@ -9,7 +9,8 @@ use nix::{
 };
 use scrinalia_shared::{
     DbError,
-    db::{Finish, Run},
+    db::{Finish, Run, RunState},
+    telemetry,
 };
 use serde_json::Value;
 use tokio::{
@@ -18,6 +19,7 @@ use tokio::{
     sync::mpsc,
     time::sleep_until,
 };
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::{
@@ -40,20 +42,34 @@ pub enum RunCommand {
 }
 
 /// Runs `run` to its end. `deadline_ns` is the lease deadline given by the claim.
-pub async fn execute(ctx: Arc<Context>, run: Run, deadline_ns: u64, mut commands: mpsc::Receiver<RunCommand>) {
+///
+/// Everything happens in the run's span (`run`, with `run_id` and `worker`), so every log line about the run
+/// carries both; when traces are exported it continues the trace stored on the run (the API's request), and the
+/// worker's `TRACEPARENT` is this span, so the worker's own spans are its children.
+pub async fn execute(ctx: Arc<Context>, run: Run, deadline_ns: u64, commands: mpsc::Receiver<RunCommand>) {
+    let span = tracing::info_span!("run", run_id = %run.id, worker = %run.worker);
+    telemetry::continue_trace(&span, run.trace_context.as_deref(), None);
+    ctx.metrics.run_began();
+    execute_in_span(ctx.clone(), run, deadline_ns, commands).instrument(span).await;
+    ctx.metrics.run_ended();
+}
+
+async fn execute_in_span(ctx: Arc<Context>, run: Run, deadline_ns: u64, mut commands: mpsc::Receiver<RunCommand>) {
     let Some(spec) = ctx.settings.catalogue.worker(&run.worker) else {
         let error = format!("worker {:?} is not in the catalogue of daemon {}", run.worker, ctx.daemon_id);
         return write_ledger(&ctx, &run, &failed(error)).await;
     };
-    let traceparent = invocation::traceparent(run.trace_context.as_deref());
+    // Without exported spans the stored context is passed on as it is, so the worker still joins the trace.
+    let traceparent = telemetry::traceparent_of(&tracing::Span::current())
+        .unwrap_or_else(|| invocation::traceparent(run.trace_context.as_deref()));
     let invocation =
         Invocation::run(spec, &ctx.exe_dir, &ctx.settings.daemon.worker_env, run.id, &run.config, &traceparent);
     let (child, mut frames, controls) = match spawn_supervisor(&ctx, &run, &invocation, deadline_ns) {
         Ok(spawned) => spawned,
         Err(e) => return write_ledger(&ctx, &run, &failed(format!("could not start the run's supervisor: {e}"))).await,
     };
-    tracing::info!(run_id = %run.id, worker = %run.worker, program = %invocation.program.display(), %traceparent, "starting the worker");
-    let mut lease = Lease::spawn(ctx.clone(), run.id, controls.clone(), deadline_ns);
+    tracing::info!(program = %invocation.program.display(), %traceparent, "starting the worker");
+    let mut lease = Lease::spawn(ctx.clone(), &run, controls.clone(), deadline_ns);
     let mut session = Session::new(&ctx, &run, controls);
     let report = session.follow(&mut frames, &mut commands, &mut lease).await;
     reap(child).await;
@@ -171,13 +187,13 @@ impl Session {
                     None => return self.supervisor_lost(),
                 },
                 Some(command) = commands.recv() => {
-                    tracing::info!(run_id = %self.run, worker = %self.worker, ?command, "stopping the worker");
+                    tracing::info!(?command, "stopping the worker");
                     self.control(if command == RunCommand::Cancel { Control::Cancel } else { Control::Terminate }).await;
                 }
                 lost = &mut lease.lost, if lease_open => {
                     lease_open = false;
                     if let Ok(reason) = lost {
-                        tracing::error!(run_id = %self.run, worker = %self.worker, %reason, "lease lost; the worker is killed");
+                        tracing::error!(%reason, "lease lost; the worker is killed");
                         self.lease_lost = Some(reason);
                     }
                 }
@@ -193,21 +209,30 @@ impl Session {
 
     async fn started(&mut self, pid: i32) {
         self.pid = Some(pid);
-        tracing::info!(run_id = %self.run, worker = %self.worker, pid, "worker started");
+        tracing::info!(pid, "worker started");
         let log_key = self.log.prefix();
         let marked = self.ctx.db.mark_started(self.run, self.ctx.daemon_id, &log_key);
         match tokio::time::timeout(Duration::from_secs(5), marked).await {
-            Ok(Ok(_)) => {}
+            Ok(Ok(run)) => {
+                let queued = run.started_at.and_then(|s| (s - run.requested_at).to_std().ok());
+                self.ctx.metrics.worker_started(&self.worker, queued.map(|q| q.as_secs_f64()));
+            }
             Ok(Err(DbError::LeaseLost { .. })) => {
                 self.lose("the run was no longer this daemon's when its worker started").await
             }
-            Ok(Err(e)) => tracing::warn!(run_id = %self.run, error = %e, "could not record the worker's start"),
-            Err(_) => tracing::warn!(run_id = %self.run, "recording the worker's start timed out"),
+            Ok(Err(e)) => {
+                self.ctx.metrics.worker_started(&self.worker, None);
+                tracing::warn!(error = %e, "could not record the worker's start");
+            }
+            Err(_) => {
+                self.ctx.metrics.worker_started(&self.worker, None);
+                tracing::warn!("recording the worker's start timed out");
+            }
         }
     }
 
     async fn lose(&mut self, reason: &str) {
-        tracing::error!(run_id = %self.run, worker = %self.worker, %reason, "lease lost; the worker is killed");
+        tracing::error!(%reason, "lease lost; the worker is killed");
         self.lease_lost.get_or_insert_with(|| reason.to_owned());
         self.control(Control::Kill).await;
     }
@@ -220,8 +245,9 @@ impl Session {
         }
     }
 
+    /// A line of the worker's output: logged in the run's span (so with `run_id` and `worker`) and kept in the run log.
     async fn text(&mut self, stream: &'static str, line: &str) {
-        tracing::info!(run_id = %self.run, worker = %self.worker, stream, "{line}");
+        tracing::info!(stream, "{line}");
         if stream == "stderr" {
             self.tail.push(line);
         }
@@ -241,7 +267,7 @@ impl Session {
         if let Some(pid) = self.pid.filter(|&p| p > 1) {
             let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
         }
-        tracing::error!(run_id = %self.run, worker = %self.worker, "the run's supervisor ended without a report; its worker was killed");
+        tracing::error!("the run's supervisor ended without a report; its worker was killed");
         ExitReport {
             spawn_error: Some("the run's supervisor ended without a report".to_owned()),
             ..ExitReport::default()
@@ -273,33 +299,43 @@ impl Session {
 
 /// Writes the terminal state, fenced by ownership: a run another daemon recovered is left as it is. Retries
 /// while the database is unreachable (the lease is still being renewed meanwhile), up to twice the lease.
+/// Counts the outcome and marks the run's span failed unless it succeeded.
 async fn write_ledger(ctx: &Context, run: &Run, finish: &Finish) {
     let give_up = tokio::time::Instant::now() + (ctx.settings.daemon.lease() * 2).max(Duration::from_secs(10));
+    let span = tracing::Span::current();
     loop {
         match ctx.db.finish_run(run.id, ctx.daemon_id, finish).await {
             Ok(done) => {
                 let (state, duration_ms, exit_code) = (done.state.as_str(), done.duration_ms, done.exit_code);
                 match done.error.as_deref() {
-                    None => {
-                        tracing::info!(run_id = %run.id, worker = %run.worker, state, duration_ms, exit_code, "run finished")
-                    }
-                    Some(error) => {
-                        tracing::info!(run_id = %run.id, worker = %run.worker, state, duration_ms, exit_code, error, "run finished");
-                    }
+                    None => tracing::info!(state, duration_ms, exit_code, "run finished"),
+                    Some(error) => tracing::info!(state, duration_ms, exit_code, error, "run finished"),
+                }
+                let seconds = duration_ms.map(|ms| ms as f64 / 1000.0);
+                ctx.metrics.run_finished(&run.worker, state, seconds);
+                if done.state != RunState::Succeeded {
+                    telemetry::mark_failed(&span, done.error.as_deref().unwrap_or(state));
                 }
                 return;
             }
             Err(DbError::LeaseLost { .. }) => {
                 let state = finish.state.as_str();
-                tracing::warn!(run_id = %run.id, worker = %run.worker, would_be = state, "the run is no longer this daemon's (another daemon recovered it); its ledger entry is left as it is");
+                tracing::warn!(
+                    would_be = state,
+                    "the run is no longer this daemon's (another daemon recovered it); its ledger entry is left as it is"
+                );
+                ctx.metrics.run_finished(&run.worker, "lost", None);
+                telemetry::mark_failed(&span, "another daemon recovered the run");
                 return;
             }
             Err(e) if tokio::time::Instant::now() < give_up => {
-                tracing::warn!(run_id = %run.id, worker = %run.worker, error = %e, "could not write the run's end; retrying");
+                tracing::warn!(error = %e, "could not write the run's end; retrying");
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
             Err(e) => {
-                tracing::error!(run_id = %run.id, worker = %run.worker, error = %e, "gave up writing the run's end; recovery will mark it interrupted");
+                tracing::error!(error = %e, "gave up writing the run's end; recovery will mark it interrupted");
+                ctx.metrics.run_finished(&run.worker, "unrecorded", None);
+                telemetry::mark_failed(&span, "the run's end could not be written");
                 return;
             }
         }

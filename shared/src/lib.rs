@@ -1,5 +1,5 @@
 //! What the Scrinalia API and daemon share: the worker catalogue, layered configuration, configuration
-//! resolution, the database layer over PostgreSQL and SQLite, the run-log store, tokens and telemetry.
+//! resolution, the database layer over PostgreSQL and SQLite, the run-log store, tokens, telemetry and metrics.
 #![warn(missing_docs)]
 
 pub mod auth;
@@ -7,6 +7,7 @@ pub mod catalogue;
 pub mod config;
 pub mod db;
 pub mod logstore;
+pub mod metrics;
 pub mod resolve;
 pub mod telemetry;
 

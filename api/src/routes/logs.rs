@@ -79,6 +79,7 @@ pub(crate) async fn run_log(
         return Ok(text_response(Body::from(text)));
     }
     let token = state.shutdown_token().clone();
+    let worker = run.worker;
     let stream = async_stream::stream! {
         // After the run ends, one more read a poll later catches a last chunk flushed just after the end.
         let mut last_pass = false;
@@ -87,7 +88,7 @@ pub(crate) async fn run_log(
             let ended = match state.db().get_run(id).await {
                 Ok(run) => run.is_none_or(|r| r.state.is_terminal()),
                 Err(e) => {
-                    tracing::warn!(run.id = %id, error = %e, "log follow: cannot read the run");
+                    tracing::warn!(run_id = %id, worker = %worker, error = %e, "log follow: cannot read the run");
                     false
                 }
             };
@@ -95,7 +96,7 @@ pub(crate) async fn run_log(
                 Ok(chunk) if !chunk.is_empty() => yield Ok::<Bytes, std::io::Error>(chunk),
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::warn!(run.id = %id, error = %e, "log follow: cannot read the log");
+                    tracing::warn!(run_id = %id, worker = %worker, error = %e, "log follow: cannot read the log");
                     yield Ok(Bytes::from(format!("\n[scrinalia: the log cannot be read: {e}]\n")));
                     break;
                 }

@@ -6,6 +6,7 @@ pub mod health;
 pub mod logs;
 pub mod me;
 pub mod meta;
+pub mod metrics;
 pub mod overrides;
 pub mod runs;
 pub mod workers;

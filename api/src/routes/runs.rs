@@ -124,7 +124,7 @@ pub(crate) async fn trigger_run(
         }
         other => other.into(),
     })?;
-    tracing::info!(run.id = %run.id, worker = %run.worker, actor = %caller.name, "run requested");
+    tracing::info!(run_id = %run.id, worker = %run.worker, actor = %caller.name, traceparent = run.trace_context.as_deref().unwrap_or_default(), "run requested");
     Ok((StatusCode::CREATED, [(header::LOCATION, format!("/api/runs/{}", run.id))], Json(run)))
 }
 
@@ -269,6 +269,6 @@ pub(crate) async fn cancel_run(
         Some(CancelOutcome::Cancelled(run)) => (CancelKind::Cancelled, run),
         Some(CancelOutcome::Requested(run)) => (CancelKind::Requested, run),
     };
-    tracing::info!(run.id = %id, worker = %run.worker, actor = %caller.name, outcome = ?outcome, "run cancellation");
+    tracing::info!(run_id = %id, worker = %run.worker, actor = %caller.name, outcome = ?outcome, "run cancellation");
     Ok((StatusCode::ACCEPTED, Json(CancelView { outcome, run })))
 }

@@ -1,0 +1,160 @@
+//! `GET /metrics` (unless `api.metrics = false`): Prometheus text of what the database says now, read at scrape
+//! time with four cheap queries: daemons by state, runs queued and running, how long the oldest request has
+//! waited, and the queue measurements the daemons store. Every API process reports the same values (take `max`,
+//! not `sum`, across them). What runs did (started, finished by outcome, durations, queue waits, lease renewals)
+//! is counted by the daemon that ran them, on its own `/metrics`.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{
+    Router,
+    extract::State,
+    http::header,
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use scrinalia_shared::{
+    db::{DaemonState, RunState},
+    metrics::{CONTENT_TYPE, GaugeSeries, Labels, render_gauges},
+};
+
+use crate::{
+    error::{ApiResult, ErrorBody},
+    routes::daemons::daemon_view,
+    state::AppState,
+};
+
+const DAEMONS: &str = "scrinalia_daemons";
+const DAEMONS_ALIVE: &str = "scrinalia_daemons_alive";
+const IN_FLIGHT: &str = "scrinalia_runs_in_flight";
+const OLDEST_QUEUED: &str = "scrinalia_queue_oldest_wait_seconds";
+const PENDING: &str = "scrinalia_queue_pending";
+const DONE: &str = "scrinalia_queue_done";
+const MEASURED_AGE: &str = "scrinalia_queue_measurement_age_seconds";
+
+/// Every gauge of `/metrics`, with its help.
+pub const GAUGES: &[(&str, &str)] = &[
+    (
+        DAEMONS,
+        "Daemons by state (active, draining, gone; gone counts those stopped or silent within the last day), \
+         by the database clock",
+    ),
+    (DAEMONS_ALIVE, "Daemons active or draining, by the database clock"),
+    (IN_FLIGHT, "Runs queued or running, by worker and state (all daemons)"),
+    (OLDEST_QUEUED, "How long the oldest queued request of each worker has waited (0 when none is queued)"),
+    (PENDING, "Units of work waiting, by worker, as last measured by a daemon (count-pending)"),
+    (DONE, "Units of work done, by worker, when the worker reports it"),
+    (MEASURED_AGE, "Seconds since each worker's queue was last measured"),
+];
+
+/// The routes of this module; none when `enabled` is false.
+pub fn router(enabled: bool) -> Router<AppState> {
+    match enabled {
+        true => Router::new().route("/metrics", get(metrics)),
+        false => Router::new(),
+    }
+}
+
+#[utoipa::path(get, path = "/metrics", tag = "meta",
+    responses((status = 200, content_type = "text/plain; version=0.0.4; charset=utf-8",
+            description = "Prometheus text: daemons, runs in flight and queue measurements from the database"),
+        (status = 503, body = ErrorBody, description = "The database does not answer")))]
+pub(crate) async fn metrics(State(state): State<AppState>) -> ApiResult<Response> {
+    let series = measure(&state).await?;
+    Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], render_gauges(&series)).into_response())
+}
+
+fn series(name: &'static str) -> GaugeSeries {
+    let help = GAUGES.iter().find(|(n, _)| *n == name).map_or("", |(_, h)| h);
+    GaugeSeries { name, help, samples: Vec::new() }
+}
+
+fn worker(name: &str) -> Labels {
+    vec![("worker", name.to_owned())]
+}
+
+/// Reads every gauge from the database.
+pub async fn measure(state: &AppState) -> ApiResult<Vec<GaugeSeries>> {
+    let db = state.db();
+    let (daemons, in_flight, counts, now) =
+        tokio::try_join!(db.list_daemons(), db.runs_in_flight(), db.queue_counts(), db.now())?;
+    let seconds = |t: chrono::DateTime<chrono::Utc>| (now - t).num_milliseconds().max(0) as f64 / 1000.0;
+
+    let mut by_state: BTreeMap<&str, f64> = [("active", 0.0), ("draining", 0.0), ("gone", 0.0)].into();
+    for daemon in daemons {
+        let state = match daemon_view(state, daemon, now).state {
+            DaemonState::Active => "active",
+            DaemonState::Draining => "draining",
+            DaemonState::Gone => "gone",
+        };
+        *by_state.entry(state).or_default() += 1.0;
+    }
+    let mut daemons = series(DAEMONS);
+    daemons.samples = by_state.iter().map(|(s, n)| (vec![("state", (*s).to_owned())], *n)).collect();
+    let mut alive = series(DAEMONS_ALIVE);
+    alive.samples = vec![(Vec::new(), by_state["active"] + by_state["draining"])];
+
+    // Every catalogue worker has its series, at zero when idle, so that a change shows from the first run.
+    let names: Vec<&str> = state.catalogue().workers.iter().map(|w| w.name.as_str()).collect();
+    let mut runs: BTreeMap<(String, &str), f64> = BTreeMap::new();
+    let mut oldest: BTreeMap<String, f64> = names.iter().map(|w| ((*w).to_owned(), 0.0)).collect();
+    for name in &names {
+        runs.insert(((*name).to_owned(), "queued"), 0.0);
+        runs.insert(((*name).to_owned(), "running"), 0.0);
+    }
+    for run in in_flight {
+        let state = if run.state == RunState::Queued { "queued" } else { "running" };
+        *runs.entry((run.worker.clone(), state)).or_default() += 1.0;
+        if run.state == RunState::Queued {
+            let waited = seconds(run.requested_at);
+            let slot = oldest.entry(run.worker).or_default();
+            *slot = slot.max(waited);
+        }
+    }
+    let mut in_flight = series(IN_FLIGHT);
+    in_flight.samples = runs.into_iter().map(|((w, s), n)| (vec![("worker", w), ("state", s.to_owned())], n)).collect();
+    let mut oldest_queued = series(OLDEST_QUEUED);
+    oldest_queued.samples = oldest.into_iter().map(|(w, s)| (worker(&w), s)).collect();
+
+    let (mut pending, mut done, mut age) = (series(PENDING), series(DONE), series(MEASURED_AGE));
+    for count in counts {
+        if let Some(n) = count.pending {
+            pending.samples.push((worker(&count.worker), n as f64));
+        }
+        if let Some(n) = count.done {
+            done.samples.push((worker(&count.worker), n as f64));
+        }
+        age.samples.push((worker(&count.worker), seconds(count.measured_at)));
+    }
+    Ok(vec![daemons, alive, in_flight, oldest_queued, pending, done, age])
+}
+
+/// For the OTLP export: measures every `OTEL_METRIC_EXPORT_INTERVAL` (60 s by default) into `last`, which the
+/// observable gauges read, until the process shuts down.
+pub async fn refresh(state: AppState, last: Arc<Mutex<Vec<GaugeSeries>>>) {
+    let every = std::env::var("OTEL_METRIC_EXPORT_INTERVAL")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(Duration::from_secs(60), Duration::from_millis)
+        .max(Duration::from_millis(100));
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = state.shutdown_token().cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match measure(&state).await {
+            Ok(series) => {
+                if let Ok(mut slot) = last.lock() {
+                    *slot = series;
+                }
+            }
+            Err(e) => tracing::debug!(error = ?e, "could not measure the gauges for the OTLP export"),
+        }
+    }
+}

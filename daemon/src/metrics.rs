@@ -1,0 +1,148 @@
+//! The daemon's metrics, held by its [`Context`](crate::Context): what its runs did, counted where it happens
+//! (runner, lease), served as Prometheus text on `daemon.metrics_listen` (`GET /metrics`, nothing else) and
+//! exported over OTLP when configured. Queue counts and daemons alive are read from the database by the API
+//! (`GET /metrics` there), since any daemon or API process would report the same values.
+
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicI64, Ordering},
+    },
+};
+
+use anyhow::Context as _;
+use axum::{Router, extract::State, http::header, response::IntoResponse, routing::get};
+use opentelemetry::metrics::Meter;
+use scrinalia_shared::metrics::{Buckets, CounterVec, GaugeVec, HistogramVec, Metrics};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// How a lease renewal went.
+#[derive(Debug, Clone, Copy)]
+pub enum Renewal {
+    /// The database extended the lease.
+    Renewed,
+    /// The database did not answer or failed; retried.
+    Failed,
+    /// The database refused it, or it could not be renewed in time: the worker is killed.
+    Lost,
+}
+
+/// The daemon's instruments.
+#[derive(Debug)]
+pub struct DaemonMetrics {
+    metrics: Metrics,
+    started: CounterVec,
+    finished: CounterVec,
+    duration: HistogramVec,
+    queue_wait: HistogramVec,
+    renewals: CounterVec,
+    in_flight_gauge: GaugeVec,
+    in_flight: AtomicI64,
+}
+
+impl DaemonMetrics {
+    /// Registers every instrument; `meter` when OTLP metrics export is configured.
+    pub fn new(meter: Option<Meter>, daemon_id: Uuid, capacity: u32) -> Self {
+        let mut metrics = Metrics::new(meter);
+        let info = metrics.gauge("scrinalia_daemon_info", "This daemon: 1, labelled with its id and version");
+        let capacity_gauge = metrics.gauge("scrinalia_daemon_capacity", "How many runs this daemon takes at once");
+        let this = Self {
+            started: metrics.counter("scrinalia_runs_started", "Runs whose worker process started, by worker"),
+            finished: metrics.counter(
+                "scrinalia_runs_finished",
+                "Runs this daemon ended, by worker and outcome (succeeded, failed, cancelled, interrupted; \
+                 lost: another daemon had recovered it; unrecorded: the ledger could not be written)",
+            ),
+            duration: metrics.histogram(
+                "scrinalia_run_duration_seconds",
+                "Run duration from the worker's start to its end (database clock), by worker and outcome",
+                Buckets::RunDuration,
+            ),
+            queue_wait: metrics.histogram(
+                "scrinalia_queue_wait_seconds",
+                "Time from the request to the worker's start (database clock), by worker",
+                Buckets::Wait,
+            ),
+            renewals: metrics.counter(
+                "scrinalia_lease_renewals",
+                "Lease renewals by worker and result (renewed, failed: retried, lost: the worker was killed)",
+            ),
+            in_flight_gauge: metrics.gauge("scrinalia_runs_in_flight", "Runs this daemon holds now"),
+            in_flight: AtomicI64::new(0),
+            metrics,
+        };
+        info.set(&[("daemon_id", &daemon_id.to_string()), ("version", scrinalia_shared::VERSION)], 1);
+        capacity_gauge.set(&[], i64::from(capacity));
+        this.in_flight_gauge.set(&[], 0);
+        this
+    }
+
+    /// A run was claimed and its task starts.
+    pub fn run_began(&self) {
+        let n = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.in_flight_gauge.set(&[], n);
+    }
+
+    /// A run's task ends.
+    pub fn run_ended(&self) {
+        let n = self.in_flight.fetch_sub(1, Ordering::Relaxed) - 1;
+        self.in_flight_gauge.set(&[], n);
+    }
+
+    /// The worker process of a run started, `queued_s` after the request.
+    pub fn worker_started(&self, worker: &str, queued_s: Option<f64>) {
+        self.started.inc(&[("worker", worker)]);
+        if let Some(seconds) = queued_s {
+            self.queue_wait.observe(&[("worker", worker)], seconds.max(0.0));
+        }
+    }
+
+    /// A run ended with `outcome` after `duration_s`.
+    pub fn run_finished(&self, worker: &str, outcome: &str, duration_s: Option<f64>) {
+        let labels = [("worker", worker), ("outcome", outcome)];
+        self.finished.inc(&labels);
+        if let Some(seconds) = duration_s {
+            self.duration.observe(&labels, seconds.max(0.0));
+        }
+    }
+
+    /// A lease renewal of a run of `worker`.
+    pub fn renewal(&self, worker: &str, result: Renewal) {
+        let result = match result {
+            Renewal::Renewed => "renewed",
+            Renewal::Failed => "failed",
+            Renewal::Lost => "lost",
+        };
+        self.renewals.inc(&[("worker", worker), ("result", result)]);
+    }
+
+    /// The Prometheus text.
+    pub fn render(&self) -> String {
+        self.metrics.render()
+    }
+}
+
+/// Serves `GET /metrics` on `listen` until `stop`. Binding happens before this returns, so a taken port stops the
+/// daemon at start with a sentence.
+pub async fn serve(
+    listen: SocketAddr,
+    metrics: Arc<crate::Context>,
+    stop: CancellationToken,
+) -> anyhow::Result<impl Future<Output = ()>> {
+    let listener =
+        tokio::net::TcpListener::bind(listen).await.with_context(|| format!("listen for /metrics on {listen}"))?;
+    tracing::info!(listen = %listener.local_addr().unwrap_or(listen), "serving /metrics");
+    let app = Router::new().route("/metrics", get(render)).with_state(metrics);
+    Ok(async move {
+        let served = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await;
+        if let Err(e) = served {
+            tracing::warn!(error = %e, "the /metrics listener failed");
+        }
+    })
+}
+
+async fn render(State(ctx): State<Arc<crate::Context>>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, scrinalia_shared::metrics::CONTENT_TYPE)], ctx.metrics.render())
+}
