@@ -35,6 +35,7 @@ pub struct DaemonMetrics {
     metrics: Metrics,
     started: CounterVec,
     finished: CounterVec,
+    recovered: CounterVec,
     duration: HistogramVec,
     queue_wait: HistogramVec,
     renewals: CounterVec,
@@ -54,6 +55,10 @@ impl DaemonMetrics {
                 "scrinalia_runs_finished",
                 "Runs this daemon ended, by worker and outcome (succeeded, failed, cancelled, interrupted; \
                  lost: another daemon had recovered it; unrecorded: the ledger could not be written)",
+            ),
+            recovered: metrics.counter(
+                "scrinalia_runs_recovered",
+                "Runs of another (dead or frozen) daemon whose lease expired, recorded interrupted by this one, by worker",
             ),
             duration: metrics.histogram(
                 "scrinalia_run_duration_seconds",
@@ -106,6 +111,11 @@ impl DaemonMetrics {
         if let Some(seconds) = duration_s {
             self.duration.observe(&labels, seconds.max(0.0));
         }
+    }
+
+    /// A run of `worker` whose lease had expired was recorded interrupted by this daemon's recovery.
+    pub fn run_recovered(&self, worker: &str) {
+        self.recovered.inc(&[("worker", worker)]);
     }
 
     /// A lease renewal of a run of `worker`.

@@ -41,6 +41,7 @@ async fn sweep(ctx: &Context) {
                 let owner = run.daemon_id.map(|d| d.to_string()).unwrap_or_default();
                 let reason = run.error.unwrap_or_default();
                 tracing::warn!(run_id = %run.id, worker = %run.worker, owner = %owner, %reason, "recovered a run whose lease expired: interrupted");
+                ctx.metrics.run_recovered(&run.worker);
             }
         }
         Err(e) => tracing::warn!(error = %e, "could not recover expired runs"),

@@ -1,7 +1,8 @@
 //! `/metrics` with the real binaries: the API's and the daemon's answers parse as the Prometheus text format
 //! (version 0.0.4, checked by the strict parser below), and they move after a run: on the daemon, runs started
 //! and finished by worker and outcome, the run-duration and queue-wait histograms and lease renewals (the run
-//! lasts longer than a third of the lease); on the API, daemons alive and runs in flight from the database.
+//! lasts longer than a third of the lease); on the API, daemons alive and runs in flight from the database. A run
+//! whose daemon died is counted by the daemon that recovered it.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -10,7 +11,7 @@ use scrinalia_tests::{
     TestDb,
     api_harness::free_port,
     backend_tests,
-    daemon_harness::{Setup, wait_finished},
+    daemon_harness::{Setup, wait_finished, wait_started},
     eventually,
     process::Process,
 };
@@ -364,4 +365,29 @@ async fn metrics_of_both_processes_move_after_a_run(db: &TestDb) {
     for (name, kind) in [("scrinalia_daemons", "gauge"), ("scrinalia_runs_in_flight", "gauge")] {
         assert_eq!(api_after.types.get(name).map(String::as_str), Some(kind), "{name}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovered_run_is_counted_by_the_daemon_that_recovered_it() {
+    let db = TestDb::postgres().await;
+    let setup = Setup::new(&db, &[], "");
+    let victim = setup.start_daemon("victim", &[]);
+    let run = setup.request(&db.db, "probe-1", json!({"duration_ms": 60_000})).await;
+    wait_started(&db.db, run.id, Duration::from_secs(10)).await;
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let rescuer = setup.start_daemon("rescuer", &[("SCRINALIA__DAEMON__METRICS_LISTEN", &listen)]);
+    victim.signal(nix::sys::signal::Signal::SIGKILL);
+    let done = wait_finished(&db.db, run.id, Duration::from_secs(20)).await;
+    assert_eq!(done.state, RunState::Interrupted, "{done:?}\n{}", rescuer.output());
+    let client = reqwest::Client::new();
+    let url = format!("http://{listen}/metrics");
+    let after = eventually(Duration::from_secs(5), "the rescuer to count the recovered run", || async {
+        let after = scrape(&client, &url).await;
+        (after.value("scrinalia_runs_recovered_total", &[("worker", "probe-1")]) == Some(1.0)).then_some(after)
+    })
+    .await;
+    let finished = after.samples.iter().filter(|s| s.name == "scrinalia_runs_finished_total").count();
+    assert_eq!(finished, 0, "the rescuer ended no run of its own");
+    db.cleanup().await;
 }
