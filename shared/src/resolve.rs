@@ -197,11 +197,13 @@ pub fn resolve(
                 known: join(catalogue.engines.keys()),
             })?;
             let model = match preset {
-                Some(p) => Some(declared.presets.get(&p.value).cloned().ok_or_else(|| ResolveError::UnknownPreset {
-                    engine: e.value.clone(),
-                    preset: p.value.clone(),
-                    known: join(declared.presets.keys()),
-                })?),
+                Some(p) => {
+                    Some(declared.presets.get(&p.value).cloned().ok_or_else(|| ResolveError::UnknownPreset {
+                        engine: e.value.clone(),
+                        preset: p.value.clone(),
+                        known: join(declared.presets.keys()),
+                    })?)
+                }
                 None => None,
             };
             (model, declared.url.clone())
@@ -245,7 +247,8 @@ pub fn check_override(catalogue: &Catalogue, worker: &WorkerSpec, values: &Overr
             source_sentence: sentence.clone(),
         });
     }
-    let as_explicit = ExplicitArgs { engine: values.engine.clone(), preset: values.preset.clone(), options: values.options.clone() };
+    let as_explicit =
+        ExplicitArgs { engine: values.engine.clone(), preset: values.preset.clone(), options: values.options.clone() };
     resolve(catalogue, worker, &as_explicit, None).map(|_| ())
 }
 
@@ -256,7 +259,11 @@ fn check_option(worker: &WorkerSpec, name: &str, value: &Value) -> Result<(), Re
         known: if worker.options.is_empty() { "none".to_owned() } else { join(worker.options.iter().map(|o| &o.name)) },
     })?;
     if !spec.kind.admits(value) {
-        return Err(ResolveError::WrongType { option: name.to_owned(), expected: spec.kind.noun(), got: describe(value) });
+        return Err(ResolveError::WrongType {
+            option: name.to_owned(),
+            expected: spec.kind.noun(),
+            got: describe(value),
+        });
     }
     if let Some(choices) = spec.choices.as_ref().filter(|c| !c.contains(value)) {
         return Err(ResolveError::NotAChoice {
