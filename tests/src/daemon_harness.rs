@@ -153,6 +153,12 @@ log_filter = "info"
 
 /// Probe worker declarations with every steering option.
 fn probe_catalogue(bin: &Path) -> String {
+    probe_workers(bin, &[("probe-1", 120), ("probe-2", 120), ("probe-3", 2)])
+}
+
+/// `[[workers]]` tables of probes (`probe-<n>`, each with its timeout in seconds) run by `bin` (the demo worker),
+/// with every steering option, for `Setup::new`'s `extra_workers`.
+pub fn probe_workers(bin: &Path, probes: &[(&str, u64)]) -> String {
     let options = r#"options = [
   { name = "duration_ms", type = "integer", default = 200 },
   { name = "exit_code", type = "integer" },
@@ -162,7 +168,7 @@ fn probe_catalogue(bin: &Path) -> String {
   { name = "output_lines", type = "integer" },
   { name = "note", type = "string" },
 ]"#;
-    [("probe-1", 120), ("probe-2", 120), ("probe-3", 2)]
+    probes
         .iter()
         .map(|(name, timeout)| {
             format!("[[workers]]\nname = \"{name}\"\ncommand = [\"{}\", \"{name}\"]\ntimeout_seconds = {timeout}\n{options}\n\n", bin.display())

@@ -6,6 +6,7 @@
 
 pub mod api_harness;
 pub mod browser;
+pub mod chaos;
 pub mod daemon_harness;
 pub mod fixtures;
 pub mod process;
@@ -109,11 +110,9 @@ async fn connect(url: &str) -> Database {
 }
 
 fn scratch() -> TempDir {
-    let dir = tempfile::Builder::new().prefix("scrinalia-test-").tempdir().expect("a scratch folder");
-    if std::env::var_os("SCRINALIA_KEEP_TEST_FILES").is_some() {
-        let kept = dir.keep();
-        return tempfile::Builder::new().prefix("kept-").tempdir_in(kept).expect("a scratch folder");
-    }
+    let mut dir = tempfile::Builder::new().prefix("scrinalia-test-").tempdir().expect("a scratch folder");
+    // Kept with its files (the folder is still a `TempDir`, so callers need not know).
+    dir.disable_cleanup(std::env::var_os("SCRINALIA_KEEP_TEST_FILES").is_some());
     dir
 }
 
