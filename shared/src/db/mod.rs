@@ -69,6 +69,12 @@ pub enum DbError {
 }
 
 impl DbError {
+    /// Whether the connection broke under the statement (as opposed to no connection being available at all),
+    /// so that the same statement on a fresh connection may well succeed.
+    pub fn is_connection_lost(&self) -> bool {
+        self.is_unavailable() && !matches!(self, Self::Sqlx(sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed))
+    }
+
     /// Whether the error means the database could not be reached (as opposed to a refused statement).
     pub fn is_unavailable(&self) -> bool {
         matches!(
@@ -104,6 +110,21 @@ macro_rules! on_backend {
         match $self {
             Database::Postgres(pool) => postgres::$f(pool, $($arg),*).await,
             Database::Sqlite(pool) => sqlite::$f(pool, $($arg),*).await,
+        }
+    };
+}
+
+/// Like `on_backend!`, for statements that are safe to repeat: a statement whose connection was cut while it ran
+/// (a server restart, a terminated backend) is tried once more on a fresh connection, so a request in flight at
+/// that moment gets its answer instead of an error. Not for writes whose repetition would change the outcome.
+macro_rules! on_backend_retrying {
+    ($self:expr, $f:ident ( $($arg:expr),* $(,)? )) => {
+        match on_backend!($self, $f($($arg),*)) {
+            Err(e) if e.is_connection_lost() => {
+                tracing::warn!(error = %e, "database connection lost during a statement; trying it once more");
+                on_backend!($self, $f($($arg),*))
+            }
+            other => other,
         }
     };
 }
@@ -204,18 +225,22 @@ impl Database {
 
     /// Runs a trivial query; used by health and readiness.
     pub async fn ping(&self) -> Result<()> {
-        on_backend!(self, ping())
+        on_backend_retrying!(self, ping())
     }
 
     /// Inserts a run request. A second request for a worker with a run in flight is
     /// [`DbError::Conflict`], carrying the blocking run.
     pub async fn insert_run(&self, new: &NewRun) -> Result<Run> {
         for _ in 0..3 {
-            if let Some(run) = on_backend!(self, try_insert_run(new))? {
+            if let Some(run) = on_backend_retrying!(self, try_insert_run(new))? {
                 return Ok(run);
             }
             // The blocking run may have finished in between; then the insert is simply tried again.
-            if let Some(blocking) = on_backend!(self, in_flight_of(&new.worker))? {
+            if let Some(blocking) = on_backend_retrying!(self, in_flight_of(&new.worker))? {
+                if blocking.id == new.id {
+                    // The first attempt committed before its connection was cut: the request is ours.
+                    return Ok(blocking);
+                }
                 return Err(DbError::Conflict {
                     worker: new.worker.clone(),
                     run_id: blocking.id,
@@ -275,7 +300,7 @@ impl Database {
     /// Asks for a run to be cancelled: a queued run is cancelled at once; a running one is flagged for its daemon.
     /// `None` if there is no such run.
     pub async fn request_cancel(&self, run: Uuid, actor: &str) -> Result<Option<CancelOutcome>> {
-        if let Some(changed) = on_backend!(self, request_cancel(run, actor))? {
+        if let Some(changed) = on_backend_retrying!(self, request_cancel(run, actor))? {
             return Ok(Some(if changed.state == RunState::Cancelled {
                 CancelOutcome::Cancelled(changed)
             } else {
@@ -287,7 +312,7 @@ impl Database {
 
     /// Runs held by `daemon` whose cancellation was requested.
     pub async fn cancel_requests(&self, daemon: Uuid) -> Result<Vec<Uuid>> {
-        on_backend!(self, cancel_requests(daemon))
+        on_backend_retrying!(self, cancel_requests(daemon))
     }
 
     /// Moves every running run whose lease expired to `interrupted`, with the reason. A run with a live lease is
@@ -305,18 +330,18 @@ impl Database {
 
     /// One run.
     pub async fn get_run(&self, id: Uuid) -> Result<Option<Run>> {
-        on_backend!(self, get_run(id))
+        on_backend_retrying!(self, get_run(id))
     }
 
     /// A run's progress history, oldest first.
     pub async fn run_progress(&self, id: Uuid) -> Result<Vec<ProgressEntry>> {
-        on_backend!(self, run_progress(id))
+        on_backend_retrying!(self, run_progress(id))
     }
 
     /// A page of the ledger, newest first.
     pub async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage> {
         let limit = filter.limit.clamp(1, 500);
-        let mut runs = on_backend!(self, list_runs(filter, limit + 1))?;
+        let mut runs = on_backend_retrying!(self, list_runs(filter, limit + 1))?;
         let next = (runs.len() > limit as usize).then(|| {
             runs.truncate(limit as usize);
             runs.last().map(|r| Cursor { requested_at: r.requested_at, id: r.id }.encode())
@@ -326,22 +351,22 @@ impl Database {
 
     /// Every run queued or running.
     pub async fn runs_in_flight(&self) -> Result<Vec<Run>> {
-        on_backend!(self, runs_in_flight())
+        on_backend_retrying!(self, runs_in_flight())
     }
 
     /// The last finished run of each of `workers`.
     pub async fn last_finished(&self, workers: &[String]) -> Result<Vec<Run>> {
-        on_backend!(self, last_finished(workers))
+        on_backend_retrying!(self, last_finished(workers))
     }
 
     /// One worker's override.
     pub async fn get_override(&self, worker: &str) -> Result<Option<Override>> {
-        on_backend!(self, get_override(worker))
+        on_backend_retrying!(self, get_override(worker))
     }
 
     /// Every override.
     pub async fn list_overrides(&self) -> Result<Vec<Override>> {
-        on_backend!(self, list_overrides())
+        on_backend_retrying!(self, list_overrides())
     }
 
     /// Replaces a worker's override (an empty one removes it) and appends the change to the audit trail, in one
@@ -359,7 +384,7 @@ impl Database {
 
     /// A worker's audit trail, newest first.
     pub async fn audit_trail(&self, worker: &str, limit: u32) -> Result<Vec<AuditEntry>> {
-        on_backend!(self, audit_trail(worker, limit.clamp(1, 1000)))
+        on_backend_retrying!(self, audit_trail(worker, limit.clamp(1, 1000)))
     }
 
     /// Registers a daemon.
@@ -375,7 +400,7 @@ impl Database {
 
     /// Asks a daemon to drain. `None` if there is no such daemon or it is gone.
     pub async fn request_drain(&self, daemon: Uuid, actor: &str) -> Result<Option<Daemon>> {
-        on_backend!(self, request_drain(daemon, actor))
+        on_backend_retrying!(self, request_drain(daemon, actor))
     }
 
     /// Records that a daemon stopped cleanly.
@@ -390,12 +415,12 @@ impl Database {
 
     /// Daemons that are alive, or stopped within the last day.
     pub async fn list_daemons(&self) -> Result<Vec<Daemon>> {
-        on_backend!(self, list_daemons())
+        on_backend_retrying!(self, list_daemons())
     }
 
     /// One daemon.
     pub async fn get_daemon(&self, id: Uuid) -> Result<Option<Daemon>> {
-        on_backend!(self, get_daemon(id))
+        on_backend_retrying!(self, get_daemon(id))
     }
 
     /// Stores a queue measurement (replacing the previous one).
@@ -405,12 +430,12 @@ impl Database {
 
     /// Every worker's last queue measurement.
     pub async fn queue_counts(&self) -> Result<Vec<QueueCount>> {
-        on_backend!(self, queue_counts())
+        on_backend_retrying!(self, queue_counts())
     }
 
     /// The database's clock, for callers that compare ages.
     pub async fn now(&self) -> Result<chrono::DateTime<chrono::Utc>> {
-        on_backend!(self, now())
+        on_backend_retrying!(self, now())
     }
 
     /// SQLite has no notifications: a dedicated connection that tells when any other connection (of this or
