@@ -1,0 +1,316 @@
+//! Draining a backlog of `--backlog` (10,000) requests, one per worker of a generated catalogue of as many
+//! no-op probe workers (`probe-1` … `probe-10000`; one run in flight per worker is the rule, so a backlog needs
+//! as many workers as requests).
+//!
+//! - The claim path alone: the daemon's claim loop needs a whole daemon around it, so the bench drives the
+//!   daemon's own claim function, `scrinalia_daemon::claimer::claim_batch` (the one `Claimer::claim` calls:
+//!   one statement claiming as many requests as there are free slots) on a `Database::dedicated()` connection
+//!   per simulated daemon, in a loop until the backlog is empty. No process starts and claimed runs are
+//!   simply counted, so every claim finds all `--capacity` slots free.
+//! - The full path: real `scrinalia-daemon` processes (capacity `--capacity`) start real supervisors and
+//!   no-op probes and write the ledger; runs per second come from the ledger (first request → last end).
+
+use std::{path::Path, time::Duration};
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use scrinalia_daemon::claimer::claim_batch;
+use scrinalia_shared::{Database, Settings};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use crate::{
+    env::{Backend, BenchDb, ConfigSpec, Env, Proc, cpu_time, seed_backlog, with_db, write_config},
+    report::{Bound, Figure, number},
+};
+
+/// Options of `scrinalia-bench drain`.
+#[derive(Debug, Clone, Args)]
+pub struct Opts {
+    /// Requests in the backlog (and probe workers in the catalogue).
+    #[arg(long, default_value_t = 10_000)]
+    pub backlog: usize,
+    /// Each daemon's capacity (runs at once), hence the size of a claim when every slot is free.
+    #[arg(long, default_value_t = 32)]
+    pub capacity: u32,
+    /// The full path stops after this many seconds and reports the rate so far.
+    #[arg(long, default_value_t = 80)]
+    pub full_seconds: u64,
+    /// Skip the full path (real daemons and processes).
+    #[arg(long)]
+    pub claims_only: bool,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Self { backlog: 10_000, capacity: 32, full_seconds: 80, claims_only: false }
+    }
+}
+
+const BENCH: &str = "drain";
+/// The backlog of the single-row claim passes.
+const SINGLE_ROW_BACKLOG: usize = 3_000;
+
+/// Runs the claim path on both backends, then the full path on PostgreSQL.
+pub async fn run(env: &Env, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
+    let mut figures = Vec::new();
+    let dir = env.folder("drain-pg")?;
+    figures.extend(
+        with_db(env, Backend::Postgres, &dir, async |db| {
+            let (path, settings) = write_config(env, db, &dir, "bench", &config(opts))?;
+            let mut figures = Vec::new();
+            for (daemons, capacity) in [(1, opts.capacity), (3, opts.capacity), (1, 1), (3, 1)] {
+                figures.push(
+                    claim_path(
+                        db,
+                        &settings,
+                        daemons,
+                        capacity,
+                        opts.backlog,
+                        capacity == opts.capacity && daemons == 3,
+                    )
+                    .await?,
+                );
+            }
+            if !opts.claims_only {
+                for daemons in [1, 3] {
+                    figures.extend(full_path(env, db, &dir, &path, daemons, opts).await?);
+                }
+            }
+            Ok(figures)
+        })
+        .await?,
+    );
+    let dir = env.folder("drain-sqlite")?;
+    figures.extend(
+        with_db(env, Backend::Sqlite, &dir, async |db| {
+            let (_, settings) = write_config(env, db, &dir, "bench", &config(opts))?;
+            let mut figures = Vec::new();
+            for daemons in [1, 3] {
+                figures.push(claim_path(db, &settings, daemons, opts.capacity, opts.backlog, false).await?);
+            }
+            Ok(figures)
+        })
+        .await?,
+    );
+    Ok(figures)
+}
+
+fn config(opts: &Opts) -> ConfigSpec {
+    ConfigSpec {
+        probes: opts.backlog,
+        // Queue counts of 10,000 workers every hour, 50 ms apart: about 20 short processes a second per daemon.
+        daemon: vec![("capacity", opts.capacity.to_string()), ("queue_count_interval_seconds", "3600".into())],
+        ..ConfigSpec::default()
+    }
+}
+
+/// Empties the ledger.
+async fn reset(db: &BenchDb) -> anyhow::Result<()> {
+    match &db.db {
+        Database::Postgres(pool) => {
+            sqlx::query("truncate worker_runs, run_progress").execute(pool).await?;
+        }
+        Database::Sqlite(pool) => {
+            sqlx::query("delete from run_progress").execute(pool).await?;
+            sqlx::query("delete from worker_runs").execute(pool).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn claim_path(
+    db: &BenchDb,
+    settings: &Settings,
+    daemons: usize,
+    capacity: u32,
+    backlog: usize,
+    with_target: bool,
+) -> anyhow::Result<Figure> {
+    // Single-row claims are slow enough that a part of the backlog says as much as all of it.
+    let backlog = if capacity == 1 { backlog.min(SINGLE_ROW_BACKLOG) } else { backlog };
+    reset(db).await?;
+    seed_backlog(db, settings, backlog).await?;
+    let mut daemon_settings = settings.daemon.clone();
+    daemon_settings.capacity = capacity;
+    let mut connections = Vec::new();
+    for _ in 0..daemons {
+        // Each simulated daemon claims on a connection of its own, as a daemon does (`Context::claims`); on
+        // SQLite each gets a pool of its own, as a separate process would.
+        connections.push(match db.backend {
+            Backend::Postgres => db.db.dedicated().await?,
+            Backend::Sqlite => db.another_pool(2).await?,
+        });
+    }
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for claims in connections.clone() {
+        let daemon_settings = daemon_settings.clone();
+        tasks.spawn(async move {
+            let (id, mut claimed, mut statements) = (Uuid::now_v7(), 0usize, 0usize);
+            loop {
+                let got = claim_batch(&claims, id, &daemon_settings, 0).await?;
+                statements += 1;
+                if got.is_empty() {
+                    return anyhow::Ok((claimed, statements));
+                }
+                claimed += got.len();
+            }
+        });
+    }
+    let (mut claimed, mut statements) = (0, 0);
+    while let Some(done) = tasks.join_next().await {
+        let (c, s) = done??;
+        claimed += c;
+        statements += s;
+    }
+    let elapsed = start.elapsed();
+    for c in connections {
+        c.close().await;
+    }
+    if claimed != backlog {
+        bail!("{claimed} claims for a backlog of {backlog}");
+    }
+    let running = count_state(db, "running").await?;
+    if running != backlog as i64 {
+        bail!("{running} runs running after {backlog} claims");
+    }
+    let rate = claimed as f64 / elapsed.as_secs_f64();
+    eprintln!(
+        "drain: claim path, {}, {daemons} daemon(s), up to {capacity} per claim: {} claims/s",
+        db.backend.name(),
+        number(rate)
+    );
+    let what = format!(
+        "claim path alone: claims/s, {daemons} daemon{}, up to {capacity} per claim (capacity {capacity})",
+        if daemons == 1 { "" } else { "s" }
+    );
+    let mut figure = Figure::info(BENCH, db.backend.name(), what, rate, "claims/s")
+        .detail(format!("{claimed} claims in {:.2} s, {statements} statements", elapsed.as_secs_f64()));
+    if with_target {
+        figure = figure.target(Bound::Above(10_000.0));
+    }
+    Ok(figure)
+}
+
+async fn count_state(db: &BenchDb, state: &str) -> anyhow::Result<i64> {
+    Ok(match &db.db {
+        Database::Postgres(pool) => {
+            sqlx::query_scalar("select count(*) from worker_runs where state = $1").bind(state).fetch_one(pool).await?
+        }
+        Database::Sqlite(pool) => {
+            sqlx::query_scalar("select count(*) from worker_runs where state = ?1").bind(state).fetch_one(pool).await?
+        }
+    })
+}
+
+#[derive(sqlx::FromRow)]
+struct Span {
+    done: i64,
+    succeeded: i64,
+    daemons: i64,
+    claims_s: Option<f64>,
+    starts_s: Option<f64>,
+    ends_s: Option<f64>,
+}
+
+async fn full_path(
+    env: &Env,
+    db: &BenchDb,
+    dir: &Path,
+    config: &Path,
+    daemons: usize,
+    opts: &Opts,
+) -> anyhow::Result<Vec<Figure>> {
+    let Some(pool) = db.pg() else { bail!("the full path runs on PostgreSQL") };
+    reset(db).await?;
+    let mut procs = Vec::new();
+    for i in 0..daemons {
+        procs.push(Proc::daemon(env, &format!("drain-{daemons}-daemon-{i}"), dir, config, &[])?);
+    }
+    for p in &mut procs {
+        p.wait_for("daemon started", Duration::from_secs(60)).await?;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    eprintln!("drain: full path, {daemons} daemon(s) of capacity {}, {} requests", opts.capacity, opts.backlog);
+    let settings = Settings::load_from(Some(config), Vec::new()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    seed_backlog(db, &settings, opts.backlog).await?;
+    let deadline = Instant::now() + Duration::from_secs(opts.full_seconds);
+    let mut done = 0;
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        done = sqlx::query_scalar::<_, i64>("select count(*) from worker_runs where finished_at is not null")
+            .fetch_one(pool)
+            .await?;
+        if done as usize >= opts.backlog {
+            break;
+        }
+    }
+    // CPU of each daemon with its reaped children: its supervisors, their probes, and its queue counts.
+    let mut cpu = Duration::ZERO;
+    for p in &procs {
+        cpu += cpu_time(p.pid()?)?;
+    }
+    for p in procs {
+        p.stop(Duration::from_secs(10)).await;
+    }
+    let span: Span = sqlx::query_as(
+        "select count(*) filter (where finished_at is not null) as done, \
+             count(*) filter (where state = 'succeeded') as succeeded, \
+             count(distinct claimed_by) as daemons, \
+             extract(epoch from max(claimed_at) - min(requested_at))::float8 as claims_s, \
+             extract(epoch from max(started_at) - min(requested_at))::float8 as starts_s, \
+             extract(epoch from max(finished_at) - min(requested_at))::float8 as ends_s \
+         from worker_runs",
+    )
+    .fetch_one(pool)
+    .await
+    .context("read the drain's ledger")?;
+    let complete = span.done as usize >= opts.backlog;
+    if span.succeeded != span.done {
+        let failed: Option<String> = sqlx::query_scalar(
+            "select error from worker_runs where finished_at is not null and state <> 'succeeded' limit 1",
+        )
+        .fetch_optional(pool)
+        .await?
+        .flatten();
+        bail!("{} of {} finished runs did not succeed, e.g.: {failed:?}", span.done - span.succeeded, span.done);
+    }
+    let plural = if daemons == 1 { "" } else { "s" };
+    let runs_rate = span.done as f64 / span.ends_s.unwrap_or(f64::NAN);
+    let claims: i64 =
+        sqlx::query_scalar("select count(*) from worker_runs where claimed_at is not null").fetch_one(pool).await?;
+    let claim_rate = claims as f64 / span.claims_s.unwrap_or(f64::NAN);
+    let note = if complete {
+        String::new()
+    } else {
+        format!(" (stopped after {} s: {done} of {} done)", opts.full_seconds, opts.backlog)
+    };
+    eprintln!("drain: full path, {daemons} daemon(s): {} runs/s{note}", number(runs_rate));
+    Ok(vec![
+        Figure::info(
+            BENCH,
+            "PostgreSQL",
+            format!("full path: runs/s (no-op probes), {daemons} daemon{plural} of capacity {}", opts.capacity),
+            runs_rate,
+            "runs/s",
+        )
+        .detail(format!(
+            "{} runs requested → ended in {:.1} s; last start at {:.1} s; {} daemons claimed; daemons' CPU (with \
+                 supervisors, probes, queue counts) {:.1} ms a run{note}",
+            span.done,
+            span.ends_s.unwrap_or(f64::NAN),
+            span.starts_s.unwrap_or(f64::NAN),
+            span.daemons,
+            cpu.as_secs_f64() * 1000.0 / span.done.max(1) as f64
+        )),
+        Figure::info(
+            BENCH,
+            "PostgreSQL",
+            format!("full path: claims/s, {daemons} daemon{plural}"),
+            claim_rate,
+            "claims/s",
+        )
+        .detail(format!("{claims} claims in {:.1} s (claims wait for free slots)", span.claims_s.unwrap_or(f64::NAN))),
+    ])
+}

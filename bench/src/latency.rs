@@ -1,0 +1,426 @@
+//! Request → claimed and request → worker started against an otherwise idle daemon, one request every
+//! `--spacing-ms` (20 ms), each to a worker with nothing in flight (the catalogue's 20 probes in turn, so a
+//! worker's previous run ended long before).
+//!
+//! - PostgreSQL, ledger clock: the bench inserts each request itself (`Database::insert_run` on a connection of
+//!   its own, as the API does) and reads `requested_at → claimed_at` and `requested_at → started_at` from the
+//!   ledger afterwards: the database's own timestamps, no client in the figure.
+//! - PostgreSQL through the HTTP API, client clock: `POST /api/workers/{name}/runs` to the real API; the figure
+//!   runs from just before the POST is sent to the moment the claim's commit is heard on `LISTEN
+//!   scrinalia_events` (the runs trigger notifies every state change at commit), so it includes the HTTP hop,
+//!   the API's work, and the notification's delivery to the bench.
+//! - SQLite, ledger clock, as on PostgreSQL (SQLite's timestamps have millisecond resolution).
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+use chrono::{DateTime, Utc};
+use clap::Args;
+use scrinalia_shared::{Database, DbError, Settings, db::Run};
+use serde::Deserialize;
+use sqlx::postgres::PgListener;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use crate::{
+    env::{Backend, BenchDb, ConfigSpec, Env, OPERATOR, Proc, eventually, free_port, new_run, runs, with_db},
+    report::{Bound, Figure, Samples},
+};
+
+/// Options of `scrinalia-bench latency`.
+#[derive(Debug, Clone, Args)]
+pub struct Opts {
+    /// Measured requests per pass.
+    #[arg(long, default_value_t = 200)]
+    pub requests: usize,
+    /// Requests sent first and left out of the figures.
+    #[arg(long, default_value_t = 20)]
+    pub warmup: usize,
+    /// Milliseconds between two requests.
+    #[arg(long, default_value_t = 20)]
+    pub spacing_ms: u64,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Self { requests: 200, warmup: 20, spacing_ms: 20 }
+    }
+}
+
+const PROBES: usize = 20;
+const BENCH: &str = "latency";
+
+/// Runs the three passes.
+pub async fn run(env: &Env, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
+    let mut figures = Vec::new();
+    let dir = env.folder("latency-pg")?;
+    figures.extend(with_db(env, Backend::Postgres, &dir, async |db| postgres(env, db, &dir, opts).await).await?);
+    let dir = env.folder("latency-sqlite")?;
+    figures.extend(with_db(env, Backend::Sqlite, &dir, async |db| sqlite(env, db, &dir, opts).await).await?);
+    Ok(figures)
+}
+
+fn config(port: Option<u16>) -> ConfigSpec {
+    ConfigSpec {
+        probes: PROBES,
+        daemon: vec![("capacity", "8".into())],
+        api_listen: port.map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], p))),
+        ..ConfigSpec::default()
+    }
+}
+
+async fn start_daemon(env: &Env, dir: &std::path::Path, config: &std::path::Path) -> anyhow::Result<Proc> {
+    let mut daemon = Proc::daemon(env, "daemon", dir, config, &[])?;
+    daemon.wait_for("daemon started", Duration::from_secs(20)).await?;
+    // Let the start-up work pass (the first round of queue counts: one process per probe, 50 ms apart).
+    tokio::time::sleep(Duration::from_millis(50 * PROBES as u64 + 1500)).await;
+    Ok(daemon)
+}
+
+async fn postgres(env: &Env, db: &BenchDb, dir: &std::path::Path, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
+    let port = free_port()?;
+    let (path, settings) = crate::env::write_config(env, db, dir, "bench", &config(Some(port)))?;
+    let mut figures = vec![commit_floor(db).await?];
+    let daemon = start_daemon(env, dir, &path).await?;
+
+    eprintln!("latency: PostgreSQL, {} requests {} ms apart, inserted by the bench", opts.requests, opts.spacing_ms);
+    let Some(pool) = db.pg() else { bail!("PostgreSQL expected") };
+    let heard = Heard::listen(pool).await?;
+    let producer = db.db.dedicated().await?;
+    let inserted = direct_pass(&producer, &settings, opts).await?;
+    producer.close().await;
+    let measured = &inserted[opts.warmup..];
+    let ids: Vec<Uuid> = measured.iter().map(|i| i.id).collect();
+    let ledger = finished(&db.db, &ids).await?;
+    figures.extend(ledger_figures(Backend::Postgres, "", &ledger, true));
+    // Where the time goes: the producer's insert and commit, then everything after the commit (the notification to
+    // the daemon, its claim and the claim's commit, and the claim's notification to the bench).
+    let inserts = Samples::from_durations(measured.iter().map(|i| i.returned - i.before));
+    let after_commit = Samples::from_durations(heard.claims_after(measured.iter().map(|i| (i.id, i.returned))).await?);
+    figures.push(
+        Figure::info(
+            BENCH,
+            "PostgreSQL",
+            "breakdown: the request's insert and commit, round trip p50 (bench clock)",
+            inserts.p50(),
+            "ms",
+        )
+        .detail(inserts.summary()),
+    );
+    figures.push(
+        Figure::info(
+            BENCH,
+            "PostgreSQL",
+            "breakdown: insert committed → claim committed, heard by LISTEN, p50 (bench clock)",
+            after_commit.p50(),
+            "ms",
+        )
+        .detail(after_commit.summary()),
+    );
+
+    eprintln!("latency: PostgreSQL through the HTTP API, {} requests {} ms apart", opts.requests, opts.spacing_ms);
+    let mut api = Proc::start(&env.bin("scrinalia-api"), "api", dir, &["--config", &path.display().to_string()], &[])?;
+    api.wait_for("API listening", Duration::from_secs(20)).await?;
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::builder().build()?;
+    eventually(Duration::from_secs(20), "the API to be ready", || async {
+        Ok(client.get(format!("{base}/readyz")).send().await.ok().filter(|r| r.status().is_success()))
+    })
+    .await?;
+    let sent = http_pass(&client, &base, opts).await?;
+    let measured = &sent[opts.warmup..];
+    let ids: Vec<Uuid> = measured.iter().map(|s| s.id).collect();
+    let ledger = finished(&db.db, &ids).await?;
+    let client_claimed = Samples::from_durations(heard.claims_after(measured.iter().map(|s| (s.id, s.before))).await?);
+    figures.push(
+        Figure::info(
+            BENCH,
+            "PostgreSQL",
+            "HTTP request → claim committed p50 (client clock: before the POST → claim heard by LISTEN)",
+            client_claimed.p50(),
+            "ms",
+        )
+        .target(Bound::Below(1.5))
+        .detail(client_claimed.summary()),
+    );
+    let responses = Samples::from_durations(measured.iter().map(|s| s.answered - s.before));
+    figures.push(
+        Figure::info(
+            BENCH,
+            "PostgreSQL",
+            "POST /api/workers/{name}/runs answered p50 (client clock)",
+            responses.p50(),
+            "ms",
+        )
+        .detail(responses.summary()),
+    );
+    let wall = Samples::from_ms(
+        measured.iter().zip(&ledger).filter_map(|(s, run)| run.claimed_at.map(|c| ms(c - s.before_wall))),
+    );
+    figures.push(
+        Figure::info(
+            BENCH,
+            "PostgreSQL",
+            "HTTP request → claimed p50 (before the POST, wall clock → ledger claimed_at)",
+            wall.p50(),
+            "ms",
+        )
+        .detail(wall.summary()),
+    );
+    figures.extend(ledger_figures(Backend::Postgres, " (requests through the API)", &ledger, false));
+    heard.stop();
+    api.stop(Duration::from_secs(5)).await;
+    daemon.stop(Duration::from_secs(10)).await;
+    Ok(figures)
+}
+
+async fn sqlite(env: &Env, db: &BenchDb, dir: &std::path::Path, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
+    let (path, settings) = crate::env::write_config(env, db, dir, "bench", &config(None))?;
+    let floor = commit_floor(db).await?;
+    let daemon = start_daemon(env, dir, &path).await?;
+    eprintln!("latency: SQLite, {} requests {} ms apart, inserted by the bench", opts.requests, opts.spacing_ms);
+    let producer = db.another_pool(2).await?;
+    let inserted = direct_pass(&producer, &settings, opts).await?;
+    producer.close().await;
+    let ids: Vec<Uuid> = inserted[opts.warmup..].iter().map(|i| i.id).collect();
+    let ledger = finished(&db.db, &ids).await?;
+    let mut figures = vec![floor];
+    figures.extend(ledger_figures(Backend::Sqlite, "", &ledger, true));
+    daemon.stop(Duration::from_secs(10)).await;
+    Ok(figures)
+}
+
+/// The round trip of a one-row insert committed on its own, on a connection of its own, 20 ms apart like the
+/// requests: the floor under request → claimed, which holds two commits (the request's, whose flush comes
+/// between `requested_at` and the notification, and the claim's, after `claimed_at`) and two wake-ups.
+async fn commit_floor(db: &BenchDb) -> anyhow::Result<Figure> {
+    const N: usize = 100;
+    let mut took = Vec::with_capacity(N);
+    match &db.db {
+        Database::Postgres(_) => {
+            use sqlx::Connection as _;
+            let mut conn = sqlx::PgConnection::connect(&db.url).await?;
+            sqlx::query("create table bench_commit (id bigserial primary key, at timestamptz not null default now())")
+                .execute(&mut conn)
+                .await?;
+            for _ in 0..N {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let start = Instant::now();
+                sqlx::query("insert into bench_commit default values").execute(&mut conn).await?;
+                took.push(start.elapsed());
+            }
+            sqlx::query("drop table bench_commit").execute(&mut conn).await?;
+            let _ = conn.close().await;
+        }
+        Database::Sqlite(pool) => {
+            sqlx::query("create table bench_commit (id integer primary key, at text)").execute(pool).await?;
+            for _ in 0..N {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let start = Instant::now();
+                sqlx::query("insert into bench_commit (at) values (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))")
+                    .execute(pool)
+                    .await?;
+                took.push(start.elapsed());
+            }
+            sqlx::query("drop table bench_commit").execute(pool).await?;
+        }
+    }
+    let samples = Samples::from_durations(took);
+    let name = db.backend.name();
+    eprintln!("latency: {name}: a lone one-row commit takes {}", samples.summary());
+    Ok(Figure::info(
+        BENCH,
+        name,
+        "one-row insert committed alone, round trip p50 (the commit floor, bench clock)",
+        samples.p50(),
+        "ms",
+    )
+    .detail(samples.summary()))
+}
+
+/// A request inserted by the bench.
+struct Inserted {
+    id: Uuid,
+    before: Instant,
+    returned: Instant,
+}
+
+/// Inserts `warmup + requests` requests `spacing` apart on a fixed schedule; returns them in order.
+async fn direct_pass(producer: &Database, settings: &Settings, opts: &Opts) -> anyhow::Result<Vec<Inserted>> {
+    let spacing = Duration::from_millis(opts.spacing_ms);
+    let start = Instant::now();
+    let mut ids = Vec::new();
+    for i in 0..opts.warmup + opts.requests {
+        tokio::time::sleep_until(start + spacing * u32::try_from(i)?).await;
+        let new = new_run(settings, &format!("probe-{}", i % PROBES + 1), serde_json::json!({}))?;
+        let before = Instant::now();
+        let inserted = producer.insert_run(&new).await;
+        let returned = Instant::now();
+        match inserted {
+            Ok(run) => ids.push(Inserted { id: run.id, before, returned }),
+            Err(DbError::Conflict { worker, .. }) => {
+                bail!("{worker} still had a run in flight {} ms later", PROBES as u64 * opts.spacing_ms)
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(ids)
+}
+
+/// One request sent through the API.
+struct Sent {
+    id: Uuid,
+    before: Instant,
+    before_wall: DateTime<Utc>,
+    answered: Instant,
+}
+
+#[derive(Deserialize)]
+struct Created {
+    id: Uuid,
+}
+
+async fn http_pass(client: &reqwest::Client, base: &str, opts: &Opts) -> anyhow::Result<Vec<Sent>> {
+    let spacing = Duration::from_millis(opts.spacing_ms);
+    let start = Instant::now();
+    let mut sent = Vec::new();
+    for i in 0..opts.warmup + opts.requests {
+        tokio::time::sleep_until(start + spacing * u32::try_from(i)?).await;
+        let url = format!("{base}/api/workers/probe-{}/runs", i % PROBES + 1);
+        let request = client.post(url).bearer_auth(OPERATOR).header("content-type", "application/json").body("{}");
+        let (before, before_wall) = (Instant::now(), Utc::now());
+        let response = request.send().await?;
+        let answered = Instant::now();
+        let status = response.status();
+        if status != reqwest::StatusCode::CREATED {
+            bail!("POST answered {status}: {}", response.text().await.unwrap_or_default());
+        }
+        let created: Created = response.json().await?;
+        sent.push(Sent { id: created.id, before, before_wall, answered });
+    }
+    Ok(sent)
+}
+
+/// When the claim of each run was heard on `scrinalia_events`.
+struct Heard {
+    claimed: Arc<Mutex<HashMap<Uuid, Instant>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Deserialize)]
+struct Event {
+    kind: String,
+    run: Option<Uuid>,
+    state: Option<String>,
+}
+
+impl Heard {
+    async fn listen(pool: &sqlx::PgPool) -> anyhow::Result<Self> {
+        let mut listener = PgListener::connect_with(pool).await?;
+        listener.listen("scrinalia_events").await?;
+        let claimed = Arc::new(Mutex::new(HashMap::new()));
+        let map = claimed.clone();
+        let task = tokio::spawn(async move {
+            while let Ok(n) = listener.recv().await {
+                let at = Instant::now();
+                if let Ok(Event { kind, run: Some(run), state: Some(state) }) = serde_json::from_str(n.payload())
+                    && kind == "run"
+                    && state == "running"
+                    && let Ok(mut map) = map.lock()
+                {
+                    map.entry(run).or_insert(at);
+                }
+            }
+        });
+        Ok(Self { claimed, task })
+    }
+
+    /// For each `(run, since)`: how long after `since` its claim was heard (waiting for the last ones).
+    async fn claims_after(&self, runs: impl Iterator<Item = (Uuid, Instant)>) -> anyhow::Result<Vec<Duration>> {
+        let runs: Vec<(Uuid, Instant)> = runs.collect();
+        eventually(Duration::from_secs(10), "the claims' notifications", || async {
+            let heard = self.claimed.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+            Ok(runs
+                .iter()
+                .map(|(id, since)| heard.get(id).map(|at| at.saturating_duration_since(*since)))
+                .collect::<Option<Vec<_>>>())
+        })
+        .await
+    }
+
+    fn stop(self) {
+        self.task.abort();
+    }
+}
+
+/// Waits for every run to end; returns them in order.
+async fn finished(db: &Database, ids: &[Uuid]) -> anyhow::Result<Vec<Run>> {
+    eventually(Duration::from_secs(60), "every run to end", || async {
+        let all = runs(db, ids).await?;
+        Ok(all.iter().all(|r| r.state.is_terminal()).then_some(all))
+    })
+    .await
+    .and_then(|all| {
+        let failed: Vec<&Run> = all.iter().filter(|r| r.state != scrinalia_shared::db::RunState::Succeeded).collect();
+        match failed.first() {
+            Some(r) => {
+                Err(anyhow::anyhow!("{} runs did not succeed, e.g. {} {}: {:?}", failed.len(), r.id, r.state, r.error))
+            }
+            None => Ok(all),
+        }
+    })
+    .context("the latency runs")
+}
+
+fn ms(d: chrono::TimeDelta) -> f64 {
+    d.num_microseconds().unwrap_or(i64::MAX) as f64 / 1000.0
+}
+
+fn ledger_figures(backend: Backend, suffix: &str, ledger: &[Run], targets: bool) -> Vec<Figure> {
+    let claimed = Samples::from_ms(ledger.iter().filter_map(|r| r.claimed_at.map(|c| ms(c - r.requested_at))));
+    let started = Samples::from_ms(ledger.iter().filter_map(|r| r.started_at.map(|s| ms(s - r.requested_at))));
+    let name = backend.name();
+    let mut figures = Vec::new();
+    let mut p50 = Figure::info(
+        BENCH,
+        name,
+        format!("request → claimed p50 (ledger requested_at → claimed_at){suffix}"),
+        claimed.p50(),
+        "ms",
+    )
+    .detail(claimed.summary());
+    let mut p99 = Figure::info(BENCH, name, format!("request → claimed p99 (ledger){suffix}"), claimed.p99(), "ms");
+    if targets {
+        match backend {
+            Backend::Postgres => {
+                p50 = p50.target(Bound::Below(0.8));
+                p99 = p99.target(Bound::Below(2.0));
+            }
+            Backend::Sqlite => p50 = p50.target(Bound::Below(5.0)),
+        }
+    }
+    figures.push(p50);
+    figures.push(p99);
+    figures.push(
+        Figure::info(
+            BENCH,
+            name,
+            format!("request → worker started p50 (ledger requested_at → started_at){suffix}"),
+            started.p50(),
+            "ms",
+        )
+        .detail(started.summary()),
+    );
+    figures.push(Figure::info(
+        BENCH,
+        name,
+        format!("request → worker started p99 (ledger){suffix}"),
+        started.p99(),
+        "ms",
+    ));
+    figures
+}

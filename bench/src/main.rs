@@ -1,0 +1,100 @@
+//! `scrinalia-bench`: the scheduler's benchmarks against real PostgreSQL, real SQLite files and the real release
+//! binaries. Each subcommand prints Markdown table rows (or JSON with `--json`); `all` runs them one after the
+//! other. Build the binaries first: `cargo build --release --workspace && target/release/scrinalia-bench all`.
+//! docs/benchmarks.md explains every figure.
+
+mod drain;
+mod env;
+mod http;
+mod idle;
+mod latency;
+mod machine;
+mod recovery;
+mod report;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::{env::Env, report::Report};
+
+/// Benchmarks of Scrinalia Scheduler (see docs/benchmarks.md).
+#[derive(Debug, Parser)]
+#[command(name = "scrinalia-bench", version)]
+struct Cli {
+    #[command(flatten)]
+    common: Common,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Args)]
+struct Common {
+    /// A PostgreSQL server the bench may create (and drop) databases `scrinalia_bench_<uuid>` on.
+    #[arg(
+        long,
+        global = true,
+        env = "SCRINALIA_BENCH_PG",
+        default_value = "postgres://postgres@127.0.0.1:5432/postgres"
+    )]
+    pg: String,
+    /// The folder of the release binaries (default: the folder of this executable, i.e. target/release).
+    #[arg(long, global = true)]
+    bin_dir: Option<PathBuf>,
+    /// Print one JSON document instead of Markdown rows.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Keep the scratch folder (configurations, daemon and API logs, SQLite files).
+    #[arg(long, global = true)]
+    keep: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Request → claimed and request → worker started, one request every 20 ms to an idle daemon.
+    Latency(latency::Opts),
+    /// Draining a backlog over a generated catalogue: the claim path alone, then the full path.
+    Drain(drain::Opts),
+    /// `GET /api/workers` and `GET /api/runs` over a large ledger, at a fixed rate and at full speed.
+    Http(http::Opts),
+    /// A daemon's death (SIGKILL) → its run `interrupted` by a sibling.
+    Recovery(recovery::Opts),
+    /// An idle daemon's CPU, queries per second and resident memory.
+    Idle(idle::Opts),
+    /// Everything above, with the default options.
+    All,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let bin_dir = match cli.common.bin_dir {
+        Some(dir) => dir,
+        None => std::env::current_exe()?.parent().map(PathBuf::from).unwrap_or_default(),
+    };
+    let env = Env::new(bin_dir, cli.common.pg, cli.common.keep)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let machine = machine::describe(&env).await;
+        let mut figures = Vec::new();
+        match cli.command {
+            Command::Latency(o) => figures.extend(latency::run(&env, &o).await?),
+            Command::Drain(o) => figures.extend(drain::run(&env, &o).await?),
+            Command::Http(o) => figures.extend(http::run(&env, &o).await?),
+            Command::Recovery(o) => figures.extend(recovery::run(&env, &o).await?),
+            Command::Idle(o) => figures.extend(idle::run(&env, &o).await?),
+            Command::All => {
+                let started = std::time::Instant::now();
+                figures.extend(latency::run(&env, &latency::Opts::default()).await?);
+                figures.extend(drain::run(&env, &drain::Opts::default()).await?);
+                figures.extend(http::run(&env, &http::Opts::default()).await?);
+                figures.extend(recovery::run(&env, &recovery::Opts::default()).await?);
+                figures.extend(idle::run(&env, &idle::Opts::default()).await?);
+                eprintln!("all benches took {:.0} s", started.elapsed().as_secs_f64());
+            }
+        }
+        let mut machine = machine;
+        machine::finish(&mut machine);
+        Report { machine, figures }.print(cli.common.json);
+        anyhow::Ok(())
+    })
+}
