@@ -10,6 +10,9 @@
 //!   scrinalia_events` (the runs trigger notifies every state change at commit), so it includes the HTTP hop,
 //!   the API's work, and the notification's delivery to the bench.
 //! - SQLite, ledger clock, as on PostgreSQL (SQLite's timestamps have millisecond resolution).
+//! - The machine's floors, without the scheduler: `SELECT 1`, a one-row commit and `GET /api/me`, each 20 ms
+//!   apart and back to back (what a process answering after an idle spell costs on this machine), and a
+//!   breakdown of the PostgreSQL pass (the insert's round trip; from its return to the claim's commit heard).
 
 use std::{
     collections::HashMap,
@@ -84,7 +87,7 @@ async fn start_daemon(env: &Env, dir: &std::path::Path, config: &std::path::Path
 async fn postgres(env: &Env, db: &BenchDb, dir: &std::path::Path, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
     let port = free_port()?;
     let (path, settings) = crate::env::write_config(env, db, dir, "bench", &config(Some(port)))?;
-    let mut figures = vec![commit_floor(db).await?];
+    let mut figures = machine_floors(db).await?;
     let daemon = start_daemon(env, dir, &path).await?;
 
     eprintln!("latency: PostgreSQL, {} requests {} ms apart, inserted by the bench", opts.requests, opts.spacing_ms);
@@ -131,6 +134,7 @@ async fn postgres(env: &Env, db: &BenchDb, dir: &std::path::Path, opts: &Opts) -
         Ok(client.get(format!("{base}/readyz")).send().await.ok().filter(|r| r.status().is_success()))
     })
     .await?;
+    figures.extend(api_floors(&client, &base).await?);
     let sent = http_pass(&client, &base, opts).await?;
     let measured = &sent[opts.warmup..];
     let ids: Vec<Uuid> = measured.iter().map(|s| s.id).collect();
@@ -180,7 +184,7 @@ async fn postgres(env: &Env, db: &BenchDb, dir: &std::path::Path, opts: &Opts) -
 
 async fn sqlite(env: &Env, db: &BenchDb, dir: &std::path::Path, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
     let (path, settings) = crate::env::write_config(env, db, dir, "bench", &config(None))?;
-    let floor = commit_floor(db).await?;
+    let floors = machine_floors(db).await?;
     let daemon = start_daemon(env, dir, &path).await?;
     eprintln!("latency: SQLite, {} requests {} ms apart, inserted by the bench", opts.requests, opts.spacing_ms);
     let producer = db.another_pool(2).await?;
@@ -188,18 +192,19 @@ async fn sqlite(env: &Env, db: &BenchDb, dir: &std::path::Path, opts: &Opts) -> 
     producer.close().await;
     let ids: Vec<Uuid> = inserted[opts.warmup..].iter().map(|i| i.id).collect();
     let ledger = finished(&db.db, &ids).await?;
-    let mut figures = vec![floor];
+    let mut figures = floors;
     figures.extend(ledger_figures(Backend::Sqlite, "", &ledger, true));
     daemon.stop(Duration::from_secs(10)).await;
     Ok(figures)
 }
 
-/// The round trip of a one-row insert committed on its own, on a connection of its own, 20 ms apart like the
-/// requests: the floor under request → claimed, which holds two commits (the request's, whose flush comes
-/// between `requested_at` and the notification, and the claim's, after `claimed_at`) and two wake-ups.
-async fn commit_floor(db: &BenchDb) -> anyhow::Result<Figure> {
-    const N: usize = 100;
-    let mut took = Vec::with_capacity(N);
+/// What this machine charges any process that answers after an idle spell, measured without the scheduler: the
+/// same round trip 20 ms apart (each process on the path has gone idle) and back to back. The gap is the
+/// wake-up cost every step of request → claimed pays (the producer's backend, the listening backend, the
+/// daemon, the claiming backend).
+async fn machine_floors(db: &BenchDb) -> anyhow::Result<Vec<Figure>> {
+    let name = db.backend.name();
+    let mut figures = Vec::new();
     match &db.db {
         Database::Postgres(_) => {
             use sqlx::Connection as _;
@@ -207,39 +212,77 @@ async fn commit_floor(db: &BenchDb) -> anyhow::Result<Figure> {
             sqlx::query("create table bench_commit (id bigserial primary key, at timestamptz not null default now())")
                 .execute(&mut conn)
                 .await?;
-            for _ in 0..N {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                let start = Instant::now();
-                sqlx::query("insert into bench_commit default values").execute(&mut conn).await?;
-                took.push(start.elapsed());
+            for (what, sql) in
+                [("SELECT 1", "select 1"), ("one-row insert and commit", "insert into bench_commit default values")]
+            {
+                for spaced in [true, false] {
+                    let mut took = Vec::new();
+                    for _ in 0..100 {
+                        if spaced {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        let start = Instant::now();
+                        sqlx::query(sql).execute(&mut conn).await?;
+                        took.push(start.elapsed());
+                    }
+                    figures.push(floor(name, what, spaced, &Samples::from_durations(took)));
+                }
             }
             sqlx::query("drop table bench_commit").execute(&mut conn).await?;
             let _ = conn.close().await;
         }
         Database::Sqlite(pool) => {
             sqlx::query("create table bench_commit (id integer primary key, at text)").execute(pool).await?;
-            for _ in 0..N {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                let start = Instant::now();
-                sqlx::query("insert into bench_commit (at) values (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))")
-                    .execute(pool)
-                    .await?;
-                took.push(start.elapsed());
+            for spaced in [true, false] {
+                let mut took = Vec::new();
+                for _ in 0..100 {
+                    if spaced {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    let start = Instant::now();
+                    sqlx::query("insert into bench_commit (at) values (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))")
+                        .execute(pool)
+                        .await?;
+                    took.push(start.elapsed());
+                }
+                figures.push(floor(name, "one-row insert and commit", spaced, &Samples::from_durations(took)));
             }
             sqlx::query("drop table bench_commit").execute(pool).await?;
         }
     }
-    let samples = Samples::from_durations(took);
-    let name = db.backend.name();
-    eprintln!("latency: {name}: a lone one-row commit takes {}", samples.summary());
-    Ok(Figure::info(
-        BENCH,
-        name,
-        "one-row insert committed alone, round trip p50 (the commit floor, bench clock)",
-        samples.p50(),
-        "ms",
-    )
-    .detail(samples.summary()))
+    Ok(figures)
+}
+
+/// `GET /api/me` (no database: the token and the answer) 20 ms apart and back to back.
+async fn api_floors(client: &reqwest::Client, base: &str) -> anyhow::Result<Vec<Figure>> {
+    let mut figures = Vec::new();
+    for spaced in [true, false] {
+        let mut took = Vec::new();
+        for _ in 0..100 {
+            if spaced {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let start = Instant::now();
+            client
+                .get(format!("{base}/api/me"))
+                .bearer_auth(OPERATOR)
+                .send()
+                .await?
+                .error_for_status()?
+                .bytes()
+                .await?;
+            took.push(start.elapsed());
+        }
+        figures.push(floor("PostgreSQL", "GET /api/me (no database)", spaced, &Samples::from_durations(took)));
+    }
+    Ok(figures)
+}
+
+fn floor(backend: &'static str, what: &str, spaced: bool, samples: &Samples) -> Figure {
+    let how = if spaced { "20 ms apart" } else { "back to back" };
+    eprintln!("latency: machine: {what} ({backend}), {how}: {}", samples.summary());
+    Figure::info(BENCH, backend, format!("machine: {what}, round trip p50, {how} (bench clock)"), samples.p50(), "ms")
+        .detail(samples.summary())
 }
 
 /// A request inserted by the bench.
