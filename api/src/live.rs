@@ -4,7 +4,8 @@
 //! payload in the same transaction as each change, so every API process hears every change whoever made it. On
 //! SQLite, which cannot notify, a dedicated connection polls `PRAGMA data_version` (it changes when any other
 //! connection commits) and, on a change, compares a snapshot of the runs in flight, the last finished runs,
-//! the queue measurements and the daemons with the previous one, and sends the same payloads.
+//! the queue measurements, the daemons and the newest override change of each worker with the previous one, and
+//! sends the same payloads.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
@@ -27,7 +28,9 @@ const RECONNECT_DELAY: Duration = Duration::from_secs(1);
 /// `{"kind":"run","run":"…","worker":"…","state":"running"}`.
 #[derive(Debug, Clone)]
 pub struct LiveEvent {
-    /// `run`, `queue`, `daemon`, or `resync` (changes may have been missed: read everything again).
+    /// `run` (`run`, `worker`, `state`), `queue` (`worker`), `daemon` (`daemon`, `state`), `override` (`worker`,
+    /// `actor`, `action`: `set` or `clear`; an operator changed the worker's override), or `resync` (`reason`;
+    /// changes may have been missed: read everything again).
     pub kind: String,
     /// The JSON payload.
     pub data: Arc<str>,
@@ -165,14 +168,23 @@ struct Snapshot {
     in_flight: Vec<Uuid>,
     queues: HashMap<String, DateTime<Utc>>,
     daemons: HashMap<Uuid, (String, bool)>,
+    /// Each worker's newest audit entry: its id, actor and action. Every change of an override appends exactly one
+    /// entry, a clear included, so a new id is a change; the override table alone would not show a clear of a
+    /// worker that had no override.
+    overrides: HashMap<String, (i64, String, String)>,
 }
 
 impl Snapshot {
     async fn read(state: &AppState) -> scrinalia_shared::db::Result<Self> {
         let db = state.db();
         let names: Vec<String> = state.catalogue().workers.iter().map(|w| w.name.clone()).collect();
-        let (in_flight, finished, counts, daemons) =
-            tokio::try_join!(db.runs_in_flight(), db.last_finished(&names), db.queue_counts(), db.list_daemons())?;
+        let (in_flight, finished, counts, daemons, overrides) = tokio::try_join!(
+            db.runs_in_flight(),
+            db.last_finished(&names),
+            db.queue_counts(),
+            db.list_daemons(),
+            db.last_override_changes()
+        )?;
         let mut snapshot = Self { in_flight: in_flight.iter().map(|r| r.id).collect(), ..Self::default() };
         for run in in_flight.into_iter().chain(finished) {
             snapshot.runs.insert(run.id, (run.worker, run.state, run.progress));
@@ -182,6 +194,7 @@ impl Snapshot {
             .into_iter()
             .map(|d| (d.id, (format!("{:?}", d.state).to_lowercase(), d.drain_requested_at.is_some())))
             .collect();
+        snapshot.overrides = overrides.into_iter().map(|a| (a.worker, (a.id, a.actor, a.action))).collect();
         Ok(snapshot)
     }
 
@@ -212,6 +225,14 @@ impl Snapshot {
         for (id, (daemon_state, draining)) in &next.daemons {
             if self.daemons.get(id) != Some(&(daemon_state.clone(), *draining)) {
                 let payload = json!({ "kind": "daemon", "daemon": id, "state": daemon_state });
+                events.push(LiveEvent::from_payload(&payload.to_string()));
+            }
+        }
+        // Several changes of one override between two polls make one event, naming the last: clients re-read the
+        // override and its audit trail, which show them all.
+        for (worker, (id, actor, action)) in &next.overrides {
+            if self.overrides.get(worker).is_none_or(|(seen, _, _)| seen != id) {
+                let payload = json!({ "kind": "override", "worker": worker, "actor": actor, "action": action });
                 events.push(LiveEvent::from_payload(&payload.to_string()));
             }
         }

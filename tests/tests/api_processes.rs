@@ -1,6 +1,8 @@
 //! The real `scrinalia-api` binary: three processes on one PostgreSQL database take 200 concurrent triggers of
 //! one worker (exactly one 201, 199 × 409, no 5xx), an SSE client of one process sees a run triggered through
-//! another, and SIGTERM stops each cleanly even with a live stream open. Also the `token` command.
+//! another, and SIGTERM stops each cleanly even with a live stream open. On PostgreSQL and SQLite, an SSE client
+//! of one process sees each override set or cleared through another as one `override` event. Also the `token`
+//! command.
 
 use std::{
     net::SocketAddr,
@@ -13,11 +15,13 @@ use nix::sys::signal::Signal;
 use scrinalia_shared::auth::{hash_token, is_token_hash};
 use scrinalia_tests::{
     TestDb,
-    api_harness::{ApiConfig, OPERATOR, VIEWER, config_toml, free_port},
-    bin_path, eventually,
+    api_harness::{ADMIN, ApiConfig, OPERATOR, VIEWER, config_toml, free_port},
+    backend_tests, bin_path, eventually,
     process::Process,
 };
-use serde_json::Value;
+use serde_json::{Value, json};
+
+backend_tests!(an_override_set_or_cleared_through_one_api_process_is_one_override_event_on_another);
 
 /// Starts one API process on a free port; returns it and its base URL.
 fn start_api(t: &TestDb, name: &str) -> (Process, String) {
@@ -49,6 +53,113 @@ async fn read_until<B: AsRef<[u8]>>(
     };
     if tokio::time::timeout(Duration::from_secs(5), read).await.is_err() {
         panic!("no {needle:?} within 5 s; the stream said:\n{seen}");
+    }
+}
+
+/// The JSON payloads of the complete SSE events named `kind` in `seen`, in order (an event is complete once its
+/// blank line arrived).
+fn events_named(seen: &str, kind: &str) -> Vec<Value> {
+    let name = format!("event: {kind}");
+    let seen = seen.replace("\r\n", "\n");
+    let complete = seen.rfind("\n\n").map_or("", |end| &seen[..end]);
+    complete
+        .split("\n\n")
+        .filter(|block| block.lines().any(|l| l == name))
+        .map(|block| {
+            let data = block.lines().find_map(|l| l.strip_prefix("data:")).expect("a data line");
+            serde_json::from_str(data.trim()).unwrap_or_else(|e| panic!("a JSON payload ({e}): {block}"))
+        })
+        .collect()
+}
+
+/// Reads an SSE response until it holds `count` complete events named `kind`; returns their payloads.
+async fn read_events<B: AsRef<[u8]>>(
+    stream: &mut (impl futures::Stream<Item = reqwest::Result<B>> + Unpin),
+    seen: &mut String,
+    kind: &str,
+    count: usize,
+) -> Vec<Value> {
+    let read = async {
+        loop {
+            let events = events_named(seen, kind);
+            if events.len() >= count {
+                return events;
+            }
+            match stream.next().await {
+                Some(chunk) => seen.push_str(&String::from_utf8_lossy(chunk.expect("a chunk").as_ref())),
+                None => panic!("the stream ended before {count} {kind:?} events:\n{seen}"),
+            }
+        }
+    };
+    match tokio::time::timeout(Duration::from_secs(10), read).await {
+        Ok(events) => events,
+        Err(_) => panic!("no {count} {kind:?} events within 10 s; the stream said:\n{seen}"),
+    }
+}
+
+/// Another browser must learn of an override change: the event comes from the database (a trigger on PostgreSQL,
+/// the poller on SQLite), not from the process that made the change, so the watcher is a different process.
+async fn an_override_set_or_cleared_through_one_api_process_is_one_override_event_on_another(t: &TestDb) {
+    let (watcher, watched) = start_api(t, "api-watcher");
+    let (editor, edited) = start_api(t, "api-editor");
+    let client = reqwest::Client::new();
+    for (process, base) in [(&watcher, &watched), (&editor, &edited)] {
+        let ready = format!("{base}/readyz");
+        eventually(Duration::from_secs(30), &format!("{} to be ready:\n{}", process.name, process.output()), || {
+            let request = client.get(&ready).send();
+            async move { request.await.ok().filter(|r| r.status() == reqwest::StatusCode::OK) }
+        })
+        .await;
+    }
+    let events = client.get(format!("{watched}/api/events")).bearer_auth(VIEWER).send().await.expect("subscribe");
+    assert_eq!(events.status(), reqwest::StatusCode::OK);
+    let mut stream = events.bytes_stream();
+    let mut seen = String::new();
+    read_until(&mut stream, &mut seen, "event: ready").await;
+
+    let override_url = format!("{edited}/api/workers/tagger/override");
+    let set = client
+        .put(&override_url)
+        .bearer_auth(ADMIN)
+        .json(&json!({"preset": "big", "reason": "bigger model for the backlog"}))
+        .send()
+        .await
+        .expect("PUT the override");
+    assert_eq!(set.status(), reqwest::StatusCode::OK, "{}", set.text().await.unwrap_or_default());
+    let after_set = read_events(&mut stream, &mut seen, "override", 1).await;
+    assert_eq!(after_set, [json!({"kind": "override", "worker": "tagger", "actor": "ada-admin", "action": "set"})]);
+
+    let clear = client
+        .delete(format!("{override_url}?reason=back%20to%20the%20default"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .expect("DELETE the override");
+    assert_eq!(clear.status(), reqwest::StatusCode::OK, "{}", clear.text().await.unwrap_or_default());
+    // Exactly one event per change: the set was not repeated before the clear arrived.
+    let after_clear = read_events(&mut stream, &mut seen, "override", 2).await;
+    assert_eq!(after_clear.len(), 2, "one event per change:\n{seen}");
+    assert_eq!(
+        after_clear[1],
+        json!({"kind": "override", "worker": "tagger", "actor": "ada-admin", "action": "clear"})
+    );
+    let trail: Value = client
+        .get(format!("{edited}/api/workers/tagger/audit"))
+        .bearer_auth(VIEWER)
+        .send()
+        .await
+        .expect("the audit trail")
+        .json()
+        .await
+        .expect("JSON");
+    let actions: Vec<&Value> = trail["entries"].as_array().expect("entries").iter().map(|e| &e["action"]).collect();
+    assert_eq!(actions, ["clear", "set"], "one event per audit entry: {trail}");
+
+    drop(stream);
+    for mut process in [watcher, editor] {
+        process.signal(Signal::SIGTERM);
+        let code = process.wait(Duration::from_secs(15)).await;
+        assert_eq!(code, Some(0), "{} exits 0 on SIGTERM:\n{}", process.name, process.output());
     }
 }
 

@@ -1,6 +1,6 @@
-//! `GET /api/events`: Server-Sent Events of run, queue and daemon changes, whichever API process (or daemon)
-//! made them. Each event's name is its kind (`run`, `queue`, `daemon`, or `resync` when changes may have been
-//! missed and the client should read everything again) and its data the JSON payload.
+//! `GET /api/events`: Server-Sent Events of run, queue, daemon and override changes, whichever API process (or
+//! daemon) made them. Each event's name is its kind (`run`, `queue`, `daemon`, `override`, or `resync` when changes
+//! may have been missed and the client should read everything again) and its data the JSON payload.
 
 use std::{convert::Infallible, time::Duration};
 
@@ -28,8 +28,9 @@ pub fn router() -> Router<AppState> {
 
 #[utoipa::path(get, path = "/api/events", tag = "events",
     responses((status = 200, content_type = "text/event-stream", body = String,
-        description = "Events named run, queue, daemon or resync, with a JSON payload such as \
-            {\"kind\":\"run\",\"run\":\"…\",\"worker\":\"…\",\"state\":\"running\"}; the first event is `ready`"),
+        description = "Events named run, queue, daemon, override or resync, with a JSON payload such as \
+            {\"kind\":\"run\",\"run\":\"…\",\"worker\":\"…\",\"state\":\"running\"} or \
+            {\"kind\":\"override\",\"worker\":\"…\",\"actor\":\"…\",\"action\":\"set\"}; the first event is `ready`"),
         (status = 401, body = ErrorBody)),
     security(("bearer" = [])))]
 pub(crate) async fn events(_: Viewer, State(state): State<AppState>) -> Response {

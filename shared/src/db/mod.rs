@@ -387,6 +387,12 @@ impl Database {
         on_backend_retrying!(self, audit_trail(worker, limit.clamp(1, 1000)))
     }
 
+    /// The newest audit entry of each worker whose override was ever changed: the SQLite live-event poller
+    /// compares them between two polls to tell which overrides were set or cleared.
+    pub async fn last_override_changes(&self) -> Result<Vec<AuditEntry>> {
+        on_backend_retrying!(self, last_override_changes())
+    }
+
     /// Registers a daemon.
     pub async fn register_daemon(&self, daemon: &NewDaemon) -> Result<Daemon> {
         on_backend!(self, register_daemon(daemon))

@@ -389,6 +389,15 @@ pub(super) async fn audit_trail(pool: &SqlitePool, worker: &str, limit: u32) -> 
     .await?)
 }
 
+pub(super) async fn last_override_changes(pool: &SqlitePool) -> Result<Vec<AuditEntry>> {
+    Ok(sqlx::query_as(
+        "select id, worker, actor, at, action, before, after, reason from worker_override_audit \
+         where id in (select max(id) from worker_override_audit group by worker) order by worker",
+    )
+    .fetch_all(pool)
+    .await?)
+}
+
 macro_rules! daemon_columns {
     () => {
         "id, host, pid, version, capacity, workers, started_at, heartbeat_at, drain_requested_at, drain_requested_by, \

@@ -1,0 +1,8 @@
+-- Live `override` events need nothing in the SQLite schema: SQLite cannot notify, so the API's poller
+-- (api/src/live.rs) notices a new row of worker_override_audit and sends the same event as the PostgreSQL
+-- trigger of this version.
+--
+-- The two backends have separate migrators over separate directories, so a PostgreSQL-only migration would be
+-- valid too. This file exists so that both databases record the same migration versions: an operator comparing
+-- `_sqlx_migrations` across a PostgreSQL and a SQLite installation sees the same history, and the next migration
+-- that does touch both schemas needs no gap explained.
