@@ -69,8 +69,9 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let url = settings.database.redacted_url();
-    let db =
-        Database::connect(&settings.database).await.with_context(|| format!("cannot connect to the database {url}"))?;
+    let db = Database::connect_as(&settings.database, "scrinalia-api")
+        .await
+        .with_context(|| format!("cannot connect to the database {url}"))?;
     db.migrate().await.context("cannot apply the database migrations")?;
     let listen = settings.api.listen;
     let state = AppState::new(settings, db.clone());

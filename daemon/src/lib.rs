@@ -36,7 +36,8 @@ use crate::{claimer::Claimer, shutdown::Shutdown, systemd::Notifier};
 pub struct Context {
     /// The database.
     pub db: Database,
-    /// A connection of its own for claims, so that a claim costs one round trip (PostgreSQL; on SQLite, `db`).
+    /// A connection of its own for claims, so that a claim costs one round trip (PostgreSQL, used while the
+    /// listening connection that normally carries the claims is down; on SQLite, `db`).
     pub claims: Database,
     /// The configuration.
     pub settings: Settings,
@@ -86,7 +87,7 @@ pub async fn run(settings: Settings, telemetry: &Telemetry) -> anyhow::Result<()
 async fn connect(settings: &Settings, shutdown: &Shutdown, systemd: &Notifier) -> anyhow::Result<Option<Database>> {
     let mut wait = Duration::from_millis(500);
     loop {
-        match Database::connect(&settings.database).await {
+        match Database::connect_as(&settings.database, "scrinalia-daemon").await {
             Ok(db) => return Ok(Some(db)),
             Err(e) if e.is_unavailable() => {
                 tracing::warn!(url = %settings.database.redacted_url(), error = %e, "the database is unreachable; retrying");
@@ -118,7 +119,12 @@ async fn serve(ctx: Arc<Context>, shutdown: Shutdown, systemd: Notifier) -> anyh
     );
     tasks.spawn(rescuer::run(ctx.clone(), background.clone()).in_current_span());
     tasks.spawn(counts::run(ctx.clone(), background.clone()).in_current_span());
-    let wakeups = wakeup::start(&ctx.db, ctx.own_writes.clone(), background.clone(), &mut tasks)
+    let claim = wakeup::ClaimParams {
+        daemon_id: ctx.daemon_id,
+        lease: daemon.lease(),
+        workers: (!daemon.workers.is_empty()).then(|| daemon.workers.clone()),
+    };
+    let wakeups = wakeup::start(&ctx.db, ctx.own_writes.clone(), claim, background.clone(), &mut tasks)
         .context("start the wake-up source")?;
     systemd.ready("started");
     let inputs = claimer::Inputs { wakeups, shutdown, drain, heartbeat_now };

@@ -144,6 +144,92 @@ async fn terminated_database_connections_are_survived() {
     db.cleanup().await;
 }
 
+/// Claims are sent on the listening connection, whose backend PostgreSQL has just woken to deliver the request's
+/// notification; the daemon's spare claim connection is not used while the listener is up. When the listening
+/// connection is cut, a new one takes over the claims.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_ride_the_listening_connection() {
+    let db = TestDb::postgres().await;
+    let setup = Setup::new(&db, &[("poll_seconds", "60")], "");
+    let daemon = setup.start_daemon("daemon", &[]);
+    eventually(Duration::from_secs(10), "the daemon listening", || async {
+        daemon_backends(&db.url).await.into_iter().find(|b| b.app == "scrinalia-daemon listener")
+    })
+    .await;
+    let first = setup.request(&db.db, "probe-1", json!({"duration_ms": 50})).await;
+    let first = wait_finished(&db.db, first.id, Duration::from_secs(10)).await;
+    assert_eq!(first.state, RunState::Succeeded, "{first:?}\n{}", daemon.output());
+    let claimed_at = first.claimed_at.expect("claimed");
+
+    let backends = daemon_backends(&db.url).await;
+    let listener = backends.iter().find(|b| b.app == "scrinalia-daemon listener").expect("a listening connection");
+    assert!(listener.claimed_since(claimed_at), "the listener claims: {backends:#?}");
+    let spare = backends.iter().find(|b| b.app == "scrinalia-daemon claims").expect("a spare claim connection");
+    assert!(spare.idle_since(first.requested_at), "the spare claim connection stayed idle: {backends:#?}");
+
+    let mut admin = sqlx::PgConnection::connect(&postgres_admin_url()).await.expect("an admin connection");
+    let cut: bool = sqlx::query_scalar("select pg_terminate_backend($1)")
+        .bind(listener.pid)
+        .fetch_one(&mut admin)
+        .await
+        .expect("terminate the listener");
+    assert!(cut);
+    let old = listener.pid;
+    eventually(Duration::from_secs(10), "a new listening connection", || async {
+        daemon_backends(&db.url).await.into_iter().find(|b| b.app == "scrinalia-daemon listener" && b.pid != old)
+    })
+    .await;
+    let next = setup.request(&db.db, "probe-2", json!({"duration_ms": 50})).await;
+    let next = wait_finished(&db.db, next.id, Duration::from_secs(10)).await;
+    assert_eq!(next.state, RunState::Succeeded, "{next:?}\n{}", daemon.output());
+    let claimed_at = next.claimed_at.expect("claimed");
+    assert!(claimed_at - next.requested_at < chrono::TimeDelta::seconds(5), "claimed by the slow poll: {next:?}");
+    let backends = daemon_backends(&db.url).await;
+    assert!(
+        backends.iter().any(|b| b.app == "scrinalia-daemon listener" && b.pid != old && b.claimed_since(claimed_at)),
+        "the new listening connection claims: {backends:#?}"
+    );
+    let spare = backends.iter().find(|b| b.app == "scrinalia-daemon claims").expect("a spare claim connection");
+    assert!(spare.idle_since(next.requested_at), "the spare claim connection stayed idle: {backends:#?}");
+    drop(daemon);
+    db.cleanup().await;
+}
+
+/// A connection to the test database, from `pg_stat_activity`.
+#[derive(Debug, sqlx::FromRow)]
+struct Backend {
+    pid: i32,
+    app: String,
+    query: String,
+    query_start: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl Backend {
+    /// Whether this connection's last statement is a claim, made at `at` or later (a claim's `claimed_at` is
+    /// its statement's start; a later claim that found nothing may have followed).
+    fn claimed_since(&self, at: chrono::DateTime<chrono::Utc>) -> bool {
+        self.query.starts_with("update worker_runs set state = 'running'")
+            && self.query_start.is_some_and(|start| start >= at - chrono::TimeDelta::milliseconds(1))
+    }
+
+    /// Whether this connection has run nothing since `at`.
+    fn idle_since(&self, at: chrono::DateTime<chrono::Utc>) -> bool {
+        self.query_start.is_none_or(|start| start < at)
+    }
+}
+
+async fn daemon_backends(url: &str) -> Vec<Backend> {
+    let name = url.rsplit('/').next().expect("a database name");
+    let mut admin = sqlx::PgConnection::connect(&postgres_admin_url()).await.expect("an admin connection");
+    sqlx::query_as(
+        "select pid, application_name as app, query, query_start from pg_stat_activity where datname = $1 order by pid",
+    )
+    .bind(name)
+    .fetch_all(&mut admin)
+    .await
+    .expect("read pg_stat_activity")
+}
+
 /// Terminates every connection to the test database from an admin connection, as a failover or an operator
 /// would; returns how many.
 async fn terminate_connections(url: &str) -> i64 {

@@ -12,12 +12,14 @@ macro_rules! run_columns {
     };
 }
 
+mod listener;
 mod model;
 mod postgres;
 mod sqlite;
 
 use std::{str::FromStr, time::Duration};
 
+pub use listener::QueueListener;
 pub use model::*;
 use sqlx::{
     migrate::{MigrateError, Migrator},
@@ -84,6 +86,19 @@ impl DbError {
     }
 }
 
+/// The pool's connection options, the application name suffixed with what the connection is for.
+fn named(pool: &PgPool, purpose: &str) -> PgConnectOptions {
+    let options = pool.connect_options().as_ref().clone();
+    let name = format!("{} {purpose}", options.get_application_name().unwrap_or("scrinalia"));
+    options.application_name(&name)
+}
+
+/// Claimed runs in the order they were requested (an `UPDATE … RETURNING` returns them in no set order).
+fn in_request_order(mut runs: Vec<Run>) -> Vec<Run> {
+    runs.sort_by_key(|r| (r.requested_at, r.id));
+    runs
+}
+
 /// The result type of this layer.
 pub type Result<T, E = DbError> = std::result::Result<T, E>;
 
@@ -133,10 +148,17 @@ impl Database {
     /// Opens a pool. SQLite files (and their folder) are created if missing, in WAL mode with synchronous
     /// writes kept on (the ledger must survive a power cut) and a busy timeout.
     pub async fn connect(settings: &DatabaseSettings) -> Result<Self> {
+        Self::connect_as(settings, "scrinalia").await
+    }
+
+    /// As `connect`, naming the connections `application_name` on PostgreSQL, so that `pg_stat_activity` tells an
+    /// operator which program holds each one (a daemon's claim and listening connections add ` claims` and
+    /// ` listener` to it).
+    pub async fn connect_as(settings: &DatabaseSettings, application_name: &str) -> Result<Self> {
         let url = settings.url.as_str();
         let acquire = Duration::from_secs(settings.connect_timeout_seconds);
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let options = PgConnectOptions::from_str(url)?.application_name("scrinalia");
+            let options = PgConnectOptions::from_str(url)?.application_name(application_name);
             let pool = PgPoolOptions::new()
                 .max_connections(settings.max_connections)
                 .acquire_timeout(acquire)
@@ -191,7 +213,7 @@ impl Database {
     pub async fn dedicated(&self) -> Result<Self> {
         match self {
             Self::Postgres(pool) => {
-                let options = pool.connect_options().as_ref().clone();
+                let options = named(pool, "claims");
                 let dedicated = PgPoolOptions::new()
                     .max_connections(1)
                     .min_connections(1)
@@ -264,9 +286,23 @@ impl Database {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let mut runs = on_backend!(self, claim_runs(daemon, lease, limit, workers))?;
-        runs.sort_by_key(|r| (r.requested_at, r.id));
-        Ok(runs)
+        Ok(in_request_order(on_backend!(self, claim_runs(daemon, lease, limit, workers))?))
+    }
+
+    /// PostgreSQL: a connection of its own listening on `channel`, which can also claim (see `QueueListener`).
+    /// `None` on SQLite, which has no notifications.
+    pub async fn queue_listener(&self, channel: &str) -> Result<Option<QueueListener>> {
+        match self {
+            Self::Postgres(pool) => {
+                // A pool of one connection of its own, only so that the connection carries its own name.
+                let own = PgPoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(pool.options().get_acquire_timeout())
+                    .connect_lazy_with(named(pool, "listener"));
+                Ok(Some(QueueListener::connect(&own, channel).await?))
+            }
+            Self::Sqlite(_) => Ok(None),
+        }
     }
 
     /// Records that the worker process of a claimed run started, and where its log goes.

@@ -56,8 +56,9 @@ pub(super) async fn in_flight_of(pool: &PgPool, worker: &str) -> Result<Option<R
     .await?)
 }
 
-pub(super) async fn claim_runs(
-    pool: &PgPool,
+/// On the pool, or on the daemon's listening connection (`QueueListener`).
+pub(super) async fn claim_runs<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
     daemon: Uuid,
     lease: Duration,
     limit: u32,
@@ -76,7 +77,7 @@ pub(super) async fn claim_runs(
     .bind(lease.as_secs_f64())
     .bind(i64::from(limit))
     .bind(workers)
-    .fetch_all(pool)
+    .fetch_all(executor)
     .await?)
 }
 
