@@ -65,7 +65,7 @@ impl RunLog {
                 if !self.warned {
                     let error = failed.map_or_else(
                         |_| "timed out".to_owned(),
-                        |r| r.err().map(|e| e.to_string()).unwrap_or_default(),
+                        |r| r.err().map(|e| self.store.explain(&e)).unwrap_or_default(),
                     );
                     tracing::warn!(%key, %error, "could not write the run's log to the object store; retrying with the next chunk");
                     self.warned = true;

@@ -54,6 +54,12 @@ impl Secret {
     }
 }
 
+impl From<String> for Secret {
+    fn from(secret: String) -> Self {
+        Self(secret)
+    }
+}
+
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("[redacted]")
@@ -422,8 +428,9 @@ impl Settings {
                 problems.push(("daemon.workers".into(), format!("{name:?} is not a worker of the catalogue")));
             }
         }
-        if raw.object_store.kind == ObjectStoreKind::S3 && raw.object_store.bucket.is_none() {
-            problems.push(("object_store.bucket".into(), "an s3 object store needs a bucket".into()));
+        if raw.object_store.kind == ObjectStoreKind::S3 {
+            let found = crate::logstore::s3_problems(&raw.object_store);
+            problems.extend(found.into_iter().map(|(key, message)| (key.to_owned(), message)));
         }
         for (i, token) in raw.auth.tokens.iter().enumerate() {
             if !crate::auth::is_token_hash(&token.hash) {
@@ -544,6 +551,36 @@ mod tests {
         let plain_token = "[[auth.tokens]]\nname = \"ci\"\nrole = \"admin\"\nhash = \"scr_secret\"\n";
         let err = load(plain_token, &[]).expect_err("a plain token").to_string();
         assert!(err.contains("auth.tokens[0].hash") && !err.contains("scr_secret"), "{err}");
+    }
+
+    #[test]
+    fn s3_settings_are_checked_by_key_without_printing_secrets() {
+        let s3 = "[object_store]\nkind = \"s3\"\n";
+        let err = load(s3, &[]).expect_err("no bucket").to_string();
+        assert!(err.contains("`object_store.bucket`: an s3 object store needs a bucket"), "{err}");
+
+        let toml = format!(
+            "{s3}bucket = \"logs/run\"\nendpoint = \"minio:9000\"\nregion = \"\"\naccess_key_id = \"AKIDSECRETISH\"\n"
+        );
+        let err = load(&toml, &[]).expect_err("four mistakes").to_string();
+        for key in
+            ["object_store.bucket", "object_store.endpoint", "object_store.region", "object_store.secret_access_key"]
+        {
+            assert!(err.contains(&format!("`{key}`")), "{key} not named in {err}");
+        }
+        assert!(err.contains("\"minio:9000\" is not an http:// or https:// URL"), "{err}");
+        assert!(!err.contains("AKIDSECRETISH"), "a key is never printed: {err}");
+
+        let with_password = format!("{s3}bucket = \"b\"\nendpoint = \"https://u:hunter2@s3.example.com\"\n");
+        let err = load(&with_password, &[]).expect_err("credentials in the URL").to_string();
+        assert!(err.contains("`object_store.endpoint`") && !err.contains("hunter2"), "{err}");
+
+        let good = format!(
+            "{s3}bucket = \"run-logs\"\nendpoint = \"http://127.0.0.1:9000/\"\nsecret_access_key = \"wJalrSECRET\"\n"
+        );
+        let settings = load(&good, &[("SCRINALIA__OBJECT_STORE__ACCESS_KEY_ID", "AKIDSECRETISH")]).expect("valid");
+        let printed = format!("{settings:?}");
+        assert!(!printed.contains("AKIDSECRETISH") && !printed.contains("wJalrSECRET"), "{printed}");
     }
 
     #[test]

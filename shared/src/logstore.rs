@@ -1,12 +1,21 @@
-//! Where run output is kept: an object store (a local folder by default), one object per run, written in
-//! chunks while the run goes on so that it can be read before the run ends.
+//! Where run output is kept: an object store (a local folder by default, or an S3 bucket on AWS or any
+//! S3-compatible server), written in chunk objects while the run goes on so that it can be read before the run
+//! ends. The daemon writes and the API reads through this one type, so both agree on the keys.
 
-use std::sync::Arc;
+use std::{fmt, sync::Arc, time::Duration};
 
-use object_store::{ObjectStore, local::LocalFileSystem, path::Path};
+use object_store::{
+    BackoffConfig, ObjectStore, RetryConfig,
+    aws::{AmazonS3Builder, AmazonS3ConfigKey},
+    local::LocalFileSystem,
+    path::Path,
+};
 use uuid::Uuid;
 
-use crate::config::{ObjectStoreKind, ObjectStoreSettings};
+use crate::config::{ObjectStoreKind, ObjectStoreSettings, Secret};
+
+/// The region of an `s3` store whose configuration (and environment) names none: AWS's own default.
+pub const DEFAULT_REGION: &str = "us-east-1";
 
 /// Why the store could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -22,21 +31,47 @@ pub enum LogStoreError {
     /// The store said no.
     #[error("object store: {0}")]
     Store(#[from] object_store::Error),
-    /// The kind is configured but not built into this binary.
-    #[error("object store kind {0:?} is not supported by this build")]
-    Unsupported(String),
+    /// A setting is missing or wrong; `key` is its full name, e.g. `object_store.endpoint`. The message never
+    /// holds a secret.
+    #[error("`{key}`: {message}")]
+    Setting {
+        /// The configuration key.
+        key: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// The S3 client could not be built from otherwise valid settings (or from the `AWS_*` environment).
+    #[error("cannot set up the s3 object store (`object_store.*` and the AWS_* environment): {0}")]
+    S3(object_store::Error),
 }
 
 /// An opened object store with the configured key prefix.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct LogStore {
     store: Arc<dyn ObjectStore>,
     prefix: String,
+    /// For an `s3` store, where it is, so that errors can say so.
+    s3: Option<S3Place>,
+}
+
+/// An `s3` store's bucket and server, for messages.
+#[derive(Clone, Debug)]
+struct S3Place {
+    bucket: String,
+    server: String,
+}
+
+impl fmt::Debug for LogStore {
+    // The store's own `Debug` would print an S3 access key id; its `Display` names only the bucket or folder.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LogStore").field("store", &self.store.to_string()).field("prefix", &self.prefix).finish()
+    }
 }
 
 impl LogStore {
     /// Opens the configured store; a local folder is created if missing.
     pub fn open(settings: &ObjectStoreSettings) -> Result<Self, LogStoreError> {
+        let mut s3 = None;
         let store: Arc<dyn ObjectStore> = match settings.kind {
             ObjectStoreKind::Local => {
                 let folder = |source| LogStoreError::Folder { path: settings.path.display().to_string(), source };
@@ -44,9 +79,48 @@ impl LogStore {
                 let root = std::fs::canonicalize(&settings.path).map_err(folder)?;
                 Arc::new(LocalFileSystem::new_with_prefix(root)?)
             }
-            ObjectStoreKind::S3 => return Err(LogStoreError::Unsupported("s3".to_owned())),
+            ObjectStoreKind::S3 => {
+                let builder = s3_builder(settings)?;
+                let server = match builder.get_config_value(&AmazonS3ConfigKey::Endpoint) {
+                    Some(endpoint) => endpoint,
+                    None => format!(
+                        "AWS S3 ({})",
+                        builder.get_config_value(&AmazonS3ConfigKey::Region).as_deref().unwrap_or(DEFAULT_REGION)
+                    ),
+                };
+                let bucket = builder.get_config_value(&AmazonS3ConfigKey::Bucket).unwrap_or_default();
+                s3 = Some(S3Place { bucket, server });
+                Arc::new(builder.build().map_err(LogStoreError::S3)?)
+            }
         };
-        Ok(Self { store, prefix: settings.prefix.trim_matches('/').to_owned() })
+        Ok(Self { store, prefix: settings.prefix.trim_matches('/').to_owned(), s3 })
+    }
+
+    /// An error of the store as a readable phrase. An S3 server's answer is reduced to what it means (a missing
+    /// bucket names `object_store.bucket`, refused keys name the key settings) instead of its XML body; a
+    /// request that got no answer is reduced to its innermost cause ("Connection refused").
+    pub fn explain(&self, error: &object_store::Error) -> String {
+        let text = error.to_string();
+        let Some(S3Place { bucket, server }) = &self.s3 else { return text };
+        if let Some(code) = xml_field(&text, "Code") {
+            let message = xml_field(&text, "Message").unwrap_or("no message");
+            return match code {
+                "NoSuchBucket" => format!("the bucket {bucket:?} does not exist at {server} (object_store.bucket)"),
+                "InvalidAccessKeyId" | "SignatureDoesNotMatch" | "InvalidToken" | "ExpiredToken" => format!(
+                    "{server} refused the credentials ({code}: {message}); check object_store.access_key_id and \
+                     object_store.secret_access_key"
+                ),
+                "AccessDenied" | "AllAccessDisabled" => {
+                    format!("{server} denied access to the bucket {bucket:?} ({code}: {message})")
+                }
+                _ => format!("{server} answered {code}: {message}"),
+            };
+        }
+        let mut cause: &(dyn std::error::Error + 'static) = error;
+        while let Some(source) = cause.source() {
+            cause = source;
+        }
+        format!("the request to {server} failed: {cause}")
     }
 
     /// The store itself.
@@ -77,5 +151,181 @@ impl LogStore {
     pub fn probe_key(&self) -> Path {
         let name = format!("health/probe-{}", Uuid::new_v4());
         if self.prefix.is_empty() { Path::from(name) } else { Path::from(format!("{}/{name}", self.prefix)) }
+    }
+}
+
+/// How long the S3 client keeps retrying one request. The library's default (ten tries over three minutes)
+/// would hold a log reader of the API, or a health check, far beyond the caller's own timeouts.
+fn s3_retry() -> RetryConfig {
+    RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(2),
+            base: 2.0,
+        },
+        max_retries: 3,
+        retry_timeout: Duration::from_secs(15),
+    }
+}
+
+/// The S3 client's builder for `settings`, or the first problem of [`s3_problems`].
+///
+/// With both keys configured, only the configuration is used. With neither, the builder starts from
+/// `AmazonS3Builder::from_env()`, which reads every `AWS_*` variable it knows (`AWS_ACCESS_KEY_ID`,
+/// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`/`AWS_DEFAULT_REGION`, `AWS_ENDPOINT`, …); when those
+/// hold no keys either, the client falls back to web identity, container (ECS/EKS) and then instance-metadata
+/// credentials, fetched at the first request. Configured values win over the environment in both cases, and
+/// configured keys never mix with an `AWS_SESSION_TOKEN` meant for other keys.
+pub fn s3_builder(settings: &ObjectStoreSettings) -> Result<AmazonS3Builder, LogStoreError> {
+    if let Some((key, message)) = s3_problems(settings).into_iter().next() {
+        return Err(LogStoreError::Setting { key, message });
+    }
+    let exposed = |s: &Option<Secret>| s.as_ref().map(|k| k.expose().to_owned()).filter(|k| !k.is_empty());
+    let keys = exposed(&settings.access_key_id).zip(exposed(&settings.secret_access_key));
+    let from_env = keys.is_none();
+    let mut builder = match keys {
+        Some((key_id, secret)) => AmazonS3Builder::new().with_access_key_id(key_id).with_secret_access_key(secret),
+        None => AmazonS3Builder::from_env(),
+    };
+    let bucket = settings.bucket.as_deref().unwrap_or_default().trim();
+    builder = builder.with_bucket_name(bucket).with_retry(s3_retry());
+    match settings.region.as_deref().map(str::trim) {
+        Some(region) => builder = builder.with_region(region),
+        None if !from_env => builder = builder.with_region(DEFAULT_REGION),
+        // AWS_REGION or AWS_DEFAULT_REGION when set; otherwise the builder itself falls back to us-east-1.
+        None => {}
+    }
+    if let Some(endpoint) = settings.endpoint.as_deref().map(clean_endpoint) {
+        // S3-compatible servers (MinIO, Ceph, moto) are addressed as `<endpoint>/<bucket>/<key>`: the bucket is
+        // rarely resolvable as a subdomain of their host.
+        builder = builder.with_endpoint(endpoint).with_virtual_hosted_style_request(false);
+        if endpoint.starts_with("http://") {
+            builder = builder.with_allow_http(true);
+        }
+    }
+    Ok(builder)
+}
+
+/// What is wrong with the `s3` settings, each with its full key; empty when nothing is. Configuration
+/// validation reports them all at load; [`LogStore::open`] refuses the first.
+pub fn s3_problems(settings: &ObjectStoreSettings) -> Vec<(&'static str, String)> {
+    let mut problems = Vec::new();
+    let bucket = settings.bucket.as_deref().unwrap_or_default().trim();
+    if bucket.is_empty() {
+        problems.push(("object_store.bucket", "an s3 object store needs a bucket".to_owned()));
+    } else if bucket.contains(['/', '?', '#']) || bucket.chars().any(char::is_whitespace) {
+        // Only what would break the request URL is refused: S3-compatible servers differ in the finer rules.
+        let message = "a bucket name has no '/', '?', '#' or spaces (a folder inside it goes in object_store.prefix)";
+        problems.push(("object_store.bucket", message.to_owned()));
+    }
+    let set = |s: &Option<Secret>| s.as_ref().is_some_and(|k| !k.expose().is_empty());
+    match (set(&settings.access_key_id), set(&settings.secret_access_key)) {
+        (true, false) => {
+            problems.push(("object_store.secret_access_key", "is needed with object_store.access_key_id".to_owned()))
+        }
+        (false, true) => {
+            problems.push(("object_store.access_key_id", "is needed with object_store.secret_access_key".to_owned()))
+        }
+        _ => {}
+    }
+    if settings.region.as_deref().is_some_and(|r| r.trim().is_empty()) {
+        problems.push(("object_store.region", format!("must not be empty; leave it out for {DEFAULT_REGION}")));
+    }
+    if let Some(problem) = settings.endpoint.as_deref().and_then(|e| endpoint_problem(clean_endpoint(e))) {
+        problems.push(("object_store.endpoint", problem));
+    }
+    problems
+}
+
+/// The text of the first `<name>` element of an S3 error body within `text`.
+fn xml_field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    let start = text.find(&format!("<{name}>"))? + name.len() + 2;
+    let len = text[start..].find(&format!("</{name}>"))?;
+    Some(text[start..start + len].trim()).filter(|v| !v.is_empty())
+}
+
+/// The endpoint as the client gets it: no surrounding spaces, no trailing slash.
+fn clean_endpoint(endpoint: &str) -> &str {
+    endpoint.trim().trim_end_matches('/')
+}
+
+/// Why `endpoint` is not a usable S3 endpoint, if it is not: it must be an http(s) URL with a host.
+fn endpoint_problem(endpoint: &str) -> Option<String> {
+    let shown = crate::config::redact_url(endpoint);
+    let url = match reqwest::Url::parse(endpoint) {
+        Ok(url) => url,
+        Err(e) => return Some(format!("{shown:?} is not a URL ({e}); write e.g. \"http://127.0.0.1:9000\"")),
+    };
+    if !matches!(url.scheme(), "http" | "https") {
+        return Some(format!("{shown:?} is not an http:// or https:// URL"));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Some(format!("{shown:?} has no host"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Some("must not hold credentials: set object_store.access_key_id and secret_access_key".to_owned());
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Some(format!("{shown:?} must not have a query or a fragment"));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s3(endpoint: Option<&str>) -> ObjectStoreSettings {
+        ObjectStoreSettings {
+            kind: ObjectStoreKind::S3,
+            bucket: Some("run-logs".to_owned()),
+            endpoint: endpoint.map(str::to_owned),
+            access_key_id: Some(Secret::from("AKIDEXAMPLEKEY".to_owned())),
+            secret_access_key: Some(Secret::from("wJalrEXAMPLESECRET".to_owned())),
+            prefix: "/scrinalia/".to_owned(),
+            ..ObjectStoreSettings::default()
+        }
+    }
+
+    #[test]
+    fn an_s3_store_opens_without_a_request_and_never_prints_its_keys() {
+        let store = LogStore::open(&s3(Some("http://127.0.0.1:9/"))).expect("opens");
+        let printed = format!("{store:?}");
+        assert!(printed.contains("run-logs"), "{printed}");
+        assert!(!printed.contains("AKIDEXAMPLEKEY") && !printed.contains("wJalrEXAMPLESECRET"), "{printed}");
+        let run = Uuid::nil();
+        assert_eq!(store.chunk_key("tagger", run, 2).as_ref(), format!("scrinalia/runs/tagger/{run}/00000002.log"));
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_s3_server_is_explained_by_its_innermost_cause() {
+        // A loopback port nothing listens on: bound, then released.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a port").port();
+        let endpoint = format!("http://127.0.0.1:{port}");
+        let store = LogStore::open(&s3(Some(&endpoint))).expect("opens");
+        let started = std::time::Instant::now();
+        let error = store.store().put(&store.probe_key(), b"x".to_vec().into()).await.expect_err("nothing listens");
+        assert!(started.elapsed() < Duration::from_secs(20), "retries are bounded: {:?}", started.elapsed());
+        let explained = store.explain(&error);
+        assert!(explained.starts_with(&format!("the request to {endpoint} failed: ")), "{explained}");
+        assert!(explained.to_lowercase().contains("refused"), "{explained}");
+    }
+
+    #[test]
+    fn a_bad_s3_setting_is_refused_by_its_key() {
+        let key_of = |settings: &ObjectStoreSettings| match LogStore::open(settings) {
+            Err(LogStoreError::Setting { key, message }) => {
+                assert!(!message.contains("SECRET") && !message.contains("AKID"), "{message}");
+                key
+            }
+            other => panic!("expected a setting error, got {other:?}"),
+        };
+        assert_eq!(key_of(&s3(Some("ftp://127.0.0.1:9000"))), "object_store.endpoint");
+        assert_eq!(key_of(&s3(Some("https://AKIDEXAMPLEKEY:wJalrEXAMPLESECRET@h"))), "object_store.endpoint");
+        assert_eq!(key_of(&ObjectStoreSettings { bucket: None, ..s3(None) }), "object_store.bucket");
+        let half = ObjectStoreSettings { secret_access_key: None, ..s3(None) };
+        assert_eq!(key_of(&half), "object_store.secret_access_key");
+        let message = LogStore::open(&half).expect_err("half the keys").to_string();
+        assert_eq!(message, "`object_store.secret_access_key`: is needed with object_store.access_key_id");
     }
 }

@@ -9,6 +9,7 @@ pub mod browser;
 pub mod chaos;
 pub mod daemon_harness;
 pub mod fixtures;
+pub mod moto;
 pub mod process;
 
 use std::{

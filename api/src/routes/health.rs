@@ -125,13 +125,13 @@ async fn object_store(state: &AppState) -> Outcome {
             .store()
             .put(&key, PutPayload::from(payload.clone()))
             .await
-            .map_err(|e| format!("cannot be written: {e}"))?;
-        let read = store.store().get(&key).await.map_err(|e| format!("cannot be read: {e}"))?;
-        let bytes = read.bytes().await.map_err(|e| format!("cannot be read: {e}"))?;
+            .map_err(|e| format!("cannot be written: {}", store.explain(&e)))?;
+        let read = store.store().get(&key).await.map_err(|e| format!("cannot be read: {}", store.explain(&e)))?;
+        let bytes = read.bytes().await.map_err(|e| format!("cannot be read: {}", store.explain(&e)))?;
         if bytes.as_ref() != payload.as_slice() {
             return Err("returned something else than what was written".to_owned());
         }
-        store.store().delete(&key).await.map_err(|e| format!("cannot delete what it wrote: {e}"))
+        store.store().delete(&key).await.map_err(|e| format!("cannot delete what it wrote: {}", store.explain(&e)))
     };
     match probe.await {
         Ok(()) => (Status::Ok, None, Value::Null),

@@ -75,7 +75,8 @@ pub(crate) async fn run_log(
     })?;
     let mut reader = LogReader::new(store.clone(), store.run_prefix(&run.worker, id));
     if !follow || run.state.is_terminal() {
-        let text = reader.read_new().await.map_err(|e| anyhow::anyhow!("read the log of run {id}: {e}"))?;
+        let text =
+            reader.read_new().await.map_err(|e| anyhow::anyhow!("read the log of run {id}: {}", store.explain(&e)))?;
         return Ok(text_response(Body::from(text)));
     }
     let token = state.shutdown_token().clone();
@@ -96,6 +97,7 @@ pub(crate) async fn run_log(
                 Ok(chunk) if !chunk.is_empty() => yield Ok::<Bytes, std::io::Error>(chunk),
                 Ok(_) => {}
                 Err(e) => {
+                    let e = reader.store.explain(&e);
                     tracing::warn!(run_id = %id, worker = %worker, error = %e, "log follow: cannot read the log");
                     yield Ok(Bytes::from(format!("\n[scrinalia: the log cannot be read: {e}]\n")));
                     break;
