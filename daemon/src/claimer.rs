@@ -27,7 +27,7 @@ use crate::{
     runner::{self, RunCommand},
     shutdown::Shutdown,
     systemd::Notifier,
-    wakeup::{ListenerClaims, Wake, Wakeups},
+    wakeup::{Wake, Wakeups},
 };
 
 /// After a SQLite file change, the first look comes as soon as a queued request is visible (the writer may still
@@ -93,8 +93,6 @@ pub struct Claimer {
     watcher: Option<ChangeWatcher>,
     /// SQLite: when to look for a visible request again while a change settles.
     probe_at: Instant,
-    /// PostgreSQL: claims go over the listening connection while it is up.
-    listener_claims: Option<ListenerClaims>,
 }
 
 /// How many requests a claim asks for: every free slot.
@@ -133,7 +131,6 @@ impl Claimer {
             maybe_queued: true,
             watcher: None,
             probe_at: far(),
-            listener_claims: None,
         }
     }
 
@@ -154,7 +151,6 @@ impl Claimer {
                 }
             };
         }
-        self.listener_claims = inputs.wakeups.claims.clone();
         let (shutdown, drain) = (inputs.shutdown.clone(), inputs.drain.clone());
         loop {
             self.report_status(&inputs.wakeups);
@@ -308,15 +304,7 @@ impl Claimer {
             return;
         }
         let sent = clock::monotonic_ns();
-        let on_listener = match &self.listener_claims {
-            Some(listener) => listener.claim(free).await,
-            None => None,
-        };
-        let claimed = match on_listener {
-            Some(claimed) => claimed,
-            None => claim_batch(&self.ctx.claims, self.ctx.daemon_id, daemon, self.runs.len()).await,
-        };
-        match claimed {
+        match claim_batch(&self.ctx.claims, self.ctx.daemon_id, daemon, self.runs.len()).await {
             Ok(claimed) => {
                 self.claim_failures = 0;
                 self.maybe_queued = claimed.len() >= free as usize;

@@ -144,56 +144,30 @@ async fn terminated_database_connections_are_survived() {
     db.cleanup().await;
 }
 
-/// Claims are sent on the listening connection, whose backend PostgreSQL has just woken to deliver the request's
-/// notification; the daemon's spare claim connection is not used while the listener is up. When the listening
-/// connection is cut, a new one takes over the claims.
+/// An operator reading `pg_stat_activity` sees which program holds each connection, and the daemon's claims go
+/// over the connection kept for them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claims_ride_the_listening_connection() {
+async fn the_daemons_connections_are_named_and_claims_use_their_own() {
     let db = TestDb::postgres().await;
     let setup = Setup::new(&db, &[("poll_seconds", "60")], "");
     let daemon = setup.start_daemon("daemon", &[]);
-    eventually(Duration::from_secs(10), "the daemon listening", || async {
-        daemon_backends(&db.url).await.into_iter().find(|b| b.app == "scrinalia-daemon listener")
-    })
-    .await;
-    let first = setup.request(&db.db, "probe-1", json!({"duration_ms": 50})).await;
-    let first = wait_finished(&db.db, first.id, Duration::from_secs(10)).await;
-    assert_eq!(first.state, RunState::Succeeded, "{first:?}\n{}", daemon.output());
-    let claimed_at = first.claimed_at.expect("claimed");
+    let run = setup.request(&db.db, "probe-1", json!({"duration_ms": 50})).await;
+    let run = wait_finished(&db.db, run.id, Duration::from_secs(10)).await;
+    assert_eq!(run.state, RunState::Succeeded, "{run:?}\n{}", daemon.output());
 
     let backends = daemon_backends(&db.url).await;
-    let listener = backends.iter().find(|b| b.app == "scrinalia-daemon listener").expect("a listening connection");
-    assert!(listener.claimed_since(claimed_at), "the listener claims: {backends:#?}");
-    let spare = backends.iter().find(|b| b.app == "scrinalia-daemon claims").expect("a spare claim connection");
-    assert!(spare.idle_since(first.requested_at), "the spare claim connection stayed idle: {backends:#?}");
-
-    let mut admin = sqlx::PgConnection::connect(&postgres_admin_url()).await.expect("an admin connection");
-    let cut: bool = sqlx::query_scalar("select pg_terminate_backend($1)")
-        .bind(listener.pid)
-        .fetch_one(&mut admin)
-        .await
-        .expect("terminate the listener");
-    assert!(cut);
-    let old = listener.pid;
-    eventually(Duration::from_secs(10), "a new listening connection", || async {
-        daemon_backends(&db.url).await.into_iter().find(|b| b.app == "scrinalia-daemon listener" && b.pid != old)
-    })
-    .await;
-    let next = setup.request(&db.db, "probe-2", json!({"duration_ms": 50})).await;
-    let next = wait_finished(&db.db, next.id, Duration::from_secs(10)).await;
-    assert_eq!(next.state, RunState::Succeeded, "{next:?}\n{}", daemon.output());
-    let claimed_at = next.claimed_at.expect("claimed");
-    assert!(claimed_at - next.requested_at < chrono::TimeDelta::seconds(5), "claimed by the slow poll: {next:?}");
-    let backends = daemon_backends(&db.url).await;
+    let claims = backends.iter().find(|b| b.app == "scrinalia-daemon claims").expect("a claim connection");
+    assert!(claims.claimed_since(run.claimed_at.expect("claimed")), "{backends:#?}");
+    assert!(backends.iter().filter(|b| b.app == "scrinalia-daemon").count() >= 2, "the pool and LISTEN: {backends:#?}");
     assert!(
-        backends.iter().any(|b| b.app == "scrinalia-daemon listener" && b.pid != old && b.claimed_since(claimed_at)),
-        "the new listening connection claims: {backends:#?}"
+        !backends.iter().any(|b| b.app == "scrinalia-daemon" && b.query.starts_with(CLAIM)),
+        "only the claim connection claims: {backends:#?}"
     );
-    let spare = backends.iter().find(|b| b.app == "scrinalia-daemon claims").expect("a spare claim connection");
-    assert!(spare.idle_since(next.requested_at), "the spare claim connection stayed idle: {backends:#?}");
     drop(daemon);
     db.cleanup().await;
 }
+
+const CLAIM: &str = "update worker_runs set state = 'running'";
 
 /// A connection to the test database, from `pg_stat_activity`.
 #[derive(Debug, sqlx::FromRow)]
@@ -208,13 +182,8 @@ impl Backend {
     /// Whether this connection's last statement is a claim, made at `at` or later (a claim's `claimed_at` is
     /// its statement's start; a later claim that found nothing may have followed).
     fn claimed_since(&self, at: chrono::DateTime<chrono::Utc>) -> bool {
-        self.query.starts_with("update worker_runs set state = 'running'")
+        self.query.starts_with(CLAIM)
             && self.query_start.is_some_and(|start| start >= at - chrono::TimeDelta::milliseconds(1))
-    }
-
-    /// Whether this connection has run nothing since `at`.
-    fn idle_since(&self, at: chrono::DateTime<chrono::Utc>) -> bool {
-        self.query_start.is_none_or(|start| start < at)
     }
 }
 

@@ -12,14 +12,12 @@ macro_rules! run_columns {
     };
 }
 
-mod listener;
 mod model;
 mod postgres;
 mod sqlite;
 
 use std::{str::FromStr, time::Duration};
 
-pub use listener::QueueListener;
 pub use model::*;
 use sqlx::{
     migrate::{MigrateError, Migrator},
@@ -86,19 +84,6 @@ impl DbError {
     }
 }
 
-/// The pool's connection options, the application name suffixed with what the connection is for.
-fn named(pool: &PgPool, purpose: &str) -> PgConnectOptions {
-    let options = pool.connect_options().as_ref().clone();
-    let name = format!("{} {purpose}", options.get_application_name().unwrap_or("scrinalia"));
-    options.application_name(&name)
-}
-
-/// Claimed runs in the order they were requested (an `UPDATE … RETURNING` returns them in no set order).
-fn in_request_order(mut runs: Vec<Run>) -> Vec<Run> {
-    runs.sort_by_key(|r| (r.requested_at, r.id));
-    runs
-}
-
 /// The result type of this layer.
 pub type Result<T, E = DbError> = std::result::Result<T, E>;
 
@@ -152,8 +137,7 @@ impl Database {
     }
 
     /// As `connect`, naming the connections `application_name` on PostgreSQL, so that `pg_stat_activity` tells an
-    /// operator which program holds each one (a daemon's claim and listening connections add ` claims` and
-    /// ` listener` to it).
+    /// operator which program holds each one (a daemon's claim connection adds ` claims` to it).
     pub async fn connect_as(settings: &DatabaseSettings, application_name: &str) -> Result<Self> {
         let url = settings.url.as_str();
         let acquire = Duration::from_secs(settings.connect_timeout_seconds);
@@ -213,7 +197,10 @@ impl Database {
     pub async fn dedicated(&self) -> Result<Self> {
         match self {
             Self::Postgres(pool) => {
-                let options = named(pool, "claims");
+                // Named apart in `pg_stat_activity`: `<program> claims`.
+                let options = pool.connect_options().as_ref().clone();
+                let name = format!("{} claims", options.get_application_name().unwrap_or("scrinalia"));
+                let options = options.application_name(&name);
                 let dedicated = PgPoolOptions::new()
                     .max_connections(1)
                     .min_connections(1)
@@ -286,23 +273,9 @@ impl Database {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        Ok(in_request_order(on_backend!(self, claim_runs(daemon, lease, limit, workers))?))
-    }
-
-    /// PostgreSQL: a connection of its own listening on `channel`, which can also claim (see `QueueListener`).
-    /// `None` on SQLite, which has no notifications.
-    pub async fn queue_listener(&self, channel: &str) -> Result<Option<QueueListener>> {
-        match self {
-            Self::Postgres(pool) => {
-                // A pool of one connection of its own, only so that the connection carries its own name.
-                let own = PgPoolOptions::new()
-                    .max_connections(1)
-                    .acquire_timeout(pool.options().get_acquire_timeout())
-                    .connect_lazy_with(named(pool, "listener"));
-                Ok(Some(QueueListener::connect(&own, channel).await?))
-            }
-            Self::Sqlite(_) => Ok(None),
-        }
+        let mut runs = on_backend!(self, claim_runs(daemon, lease, limit, workers))?;
+        runs.sort_by_key(|r| (r.requested_at, r.id));
+        Ok(runs)
     }
 
     /// Records that the worker process of a claimed run started, and where its log goes.

@@ -56,9 +56,8 @@ pub(super) async fn in_flight_of(pool: &PgPool, worker: &str) -> Result<Option<R
     .await?)
 }
 
-/// On the pool, or on the daemon's listening connection (`QueueListener`).
-pub(super) async fn claim_runs<'e>(
-    executor: impl sqlx::PgExecutor<'e>,
+pub(super) async fn claim_runs(
+    pool: &PgPool,
     daemon: Uuid,
     lease: Duration,
     limit: u32,
@@ -77,7 +76,7 @@ pub(super) async fn claim_runs<'e>(
     .bind(lease.as_secs_f64())
     .bind(i64::from(limit))
     .bind(workers)
-    .fetch_all(executor)
+    .fetch_all(pool)
     .await?)
 }
 
