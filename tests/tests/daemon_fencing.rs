@@ -172,7 +172,6 @@ const CLAIM: &str = "update worker_runs set state = 'running'";
 /// A connection to the test database, from `pg_stat_activity`.
 #[derive(Debug, sqlx::FromRow)]
 struct Backend {
-    pid: i32,
     app: String,
     query: String,
     query_start: Option<chrono::DateTime<chrono::Utc>>,
@@ -191,7 +190,7 @@ async fn daemon_backends(url: &str) -> Vec<Backend> {
     let name = url.rsplit('/').next().expect("a database name");
     let mut admin = sqlx::PgConnection::connect(&postgres_admin_url()).await.expect("an admin connection");
     sqlx::query_as(
-        "select pid, application_name as app, query, query_start from pg_stat_activity where datname = $1 order by pid",
+        "select application_name as app, query, query_start from pg_stat_activity where datname = $1 order by pid",
     )
     .bind(name)
     .fetch_all(&mut admin)
