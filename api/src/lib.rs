@@ -24,7 +24,7 @@ use std::{
 
 use anyhow::Context;
 use axum::{Router, extract::DefaultBodyLimit};
-use scrinalia_shared::{Database, Settings, telemetry::Telemetry};
+use scrinalia_shared::{Database, Settings, db::Pings, telemetry::Telemetry};
 pub use state::AppState;
 use tokio::net::TcpListener;
 
@@ -69,7 +69,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let url = settings.database.redacted_url();
-    let db = Database::connect_as(&settings.database, "scrinalia-api")
+    let db = Database::connect_as(&settings.database, "scrinalia-api", Pings::OnlyAfterUse)
         .await
         .with_context(|| format!("cannot connect to the database {url}"))?;
     db.migrate().await.context("cannot apply the database migrations")?;

@@ -23,7 +23,7 @@ pub mod wakeup;
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
-use scrinalia_shared::{Database, Settings, logstore::LogStore, telemetry::Telemetry};
+use scrinalia_shared::{Database, Settings, db::Pings, logstore::LogStore, telemetry::Telemetry};
 use tokio::{sync::Notify, task::JoinSet};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -89,7 +89,7 @@ pub async fn run(settings: Settings, telemetry: &Telemetry) -> anyhow::Result<()
 async fn connect(settings: &Settings, shutdown: &Shutdown, systemd: &Notifier) -> anyhow::Result<Option<Database>> {
     let mut wait = Duration::from_millis(500);
     loop {
-        match Database::connect_as(&settings.database, "scrinalia-daemon").await {
+        match Database::connect_as(&settings.database, "scrinalia-daemon", Pings::BeforeEachUse).await {
             Ok(db) => return Ok(Some(db)),
             Err(e) if e.is_unavailable() => {
                 tracing::warn!(url = %settings.database.redacted_url(), error = %e, "the database is unreachable; retrying");

@@ -115,36 +115,55 @@ macro_rules! on_backend {
 }
 
 /// Like `on_backend!`, for statements that are safe to repeat: a statement whose connection was cut while it ran
-/// (a server restart, a terminated backend) is tried once more on a fresh connection, so a request in flight at
-/// that moment gets its answer instead of an error. Not for writes whose repetition would change the outcome.
+/// (a server restart, a terminated backend) is tried again on another connection, so a request in flight at that
+/// moment gets its answer instead of an error. Each failed try uses up one cut connection (the pool drops it), so
+/// a pool whose every idle connection was cut is through them in at most its size, then opens a fresh one. Not for
+/// writes whose repetition would change the outcome.
 macro_rules! on_backend_retrying {
-    ($self:expr, $f:ident ( $($arg:expr),* $(,)? )) => {
-        match on_backend!($self, $f($($arg),*)) {
-            Err(e) if e.is_connection_lost() => {
-                tracing::warn!(error = %e, "database connection lost during a statement; trying it once more");
-                on_backend!($self, $f($($arg),*))
+    ($self:expr, $f:ident ( $($arg:expr),* $(,)? )) => {{
+        let mut attempt = 1;
+        loop {
+            match on_backend!($self, $f($($arg),*)) {
+                Err(e) if e.is_connection_lost() && attempt < $self.tries_on_lost_connection() => {
+                    tracing::warn!(error = %e, attempt, "database connection lost during a statement; trying it again");
+                    attempt += 1;
+                }
+                other => break other,
             }
-            other => other,
         }
-    };
+    }};
+}
+
+/// How a PostgreSQL pool makes sure a connection it hands out is alive. sqlx pings every connection when it is
+/// released, so what is left to guard against is one that died while idle in the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pings {
+    /// Ping again before each use: one more round trip per statement, and no statement ever meets a connection
+    /// that died while idle (the daemon, whose fenced writes are not all safe to repeat).
+    BeforeEachUse,
+    /// Do not: a statement that meets a dead connection fails and is tried again on another. Only for a caller
+    /// whose statements all go through the retrying path or begin with a side-effect-free step (the API).
+    OnlyAfterUse,
 }
 
 impl Database {
     /// Opens a pool. SQLite files (and their folder) are created if missing, in WAL mode with synchronous
     /// writes kept on (the ledger must survive a power cut) and a busy timeout.
     pub async fn connect(settings: &DatabaseSettings) -> Result<Self> {
-        Self::connect_as(settings, "scrinalia").await
+        Self::connect_as(settings, "scrinalia", Pings::BeforeEachUse).await
     }
 
     /// As `connect`, naming the connections `application_name` on PostgreSQL, so that `pg_stat_activity` tells an
     /// operator which program holds each one (a daemon's claim connection adds ` claims` to it).
-    pub async fn connect_as(settings: &DatabaseSettings, application_name: &str) -> Result<Self> {
+    /// `pings` says how the pool checks its idle connections (PostgreSQL only; see `Pings`).
+    pub async fn connect_as(settings: &DatabaseSettings, application_name: &str, pings: Pings) -> Result<Self> {
         let url = settings.url.as_str();
         let acquire = Duration::from_secs(settings.connect_timeout_seconds);
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let options = PgConnectOptions::from_str(url)?.application_name(application_name);
             let pool = PgPoolOptions::new()
                 .max_connections(settings.max_connections)
+                .test_before_acquire(pings == Pings::BeforeEachUse)
                 .acquire_timeout(acquire)
                 .connect_with(options)
                 .await?;
@@ -213,6 +232,15 @@ impl Database {
                 Ok(Self::Postgres(dedicated))
             }
             Self::Sqlite(_) => Ok(self.clone()),
+        }
+    }
+
+    /// How many times a statement safe to repeat is tried when its connection is lost: once per connection the
+    /// pool can hold, plus one on a fresh connection.
+    fn tries_on_lost_connection(&self) -> u32 {
+        match self {
+            Self::Postgres(pool) => pool.options().get_max_connections() + 1,
+            Self::Sqlite(_) => 2,
         }
     }
 

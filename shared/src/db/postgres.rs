@@ -23,6 +23,18 @@ pub(super) async fn now(pool: &PgPool) -> Result<DateTime<Utc>> {
     Ok(sqlx::query_scalar("select now()").fetch_one(pool).await?)
 }
 
+/// Begins a transaction, on another connection when the first one is found cut: nothing has happened yet, so
+/// trying again is always safe (an API pool does not ping connections before use, see `Pings`).
+async fn begin(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
+    let mut attempt = 1;
+    loop {
+        match pool.begin().await.map_err(super::DbError::from) {
+            Err(e) if e.is_connection_lost() && attempt <= pool.options().get_max_connections() => attempt += 1,
+            other => return other,
+        }
+    }
+}
+
 /// Inserts a request; `None` when the one-in-flight index refuses it.
 pub(super) async fn try_insert_run(pool: &PgPool, new: &NewRun) -> Result<Option<Run>> {
     let inserted = sqlx::query_as::<_, Run>(concat!(
@@ -278,7 +290,7 @@ pub(super) async fn change_override(
     reason: &str,
     next: &(dyn Fn(Option<&OverrideValues>) -> Result<OverrideValues, ResolveError> + Sync),
 ) -> Result<Result<Option<Override>, ResolveError>> {
-    let mut tx = pool.begin().await?;
+    let mut tx = begin(pool).await?;
     // Serialises edits of one worker even when it has no override row yet.
     sqlx::query("select pg_advisory_xact_lock(hashtext('scrinalia.override.' || $1))")
         .bind(worker)
