@@ -1,0 +1,121 @@
+//! Loading and validating the configuration: layers, errors that name the file and key, secrets kept out.
+
+use super::*;
+
+fn load(toml: &str, env: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("scrinalia.toml");
+    std::fs::write(&path, toml).expect("write");
+    Settings::load_from(Some(&path), env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect())
+}
+
+const WORKER: &str = r#"
+    [engines.ollama]
+    url = "http://127.0.0.1:11434"
+    presets = { fast = "llama3.2:1b" }
+
+    [[workers]]
+    name = "summarize"
+    command = ["demo", "summarize"]
+    engine = "ollama"
+    preset = "fast"
+    options = [{ name = "batch_size", type = "integer", default = 10 }]
+"#;
+
+#[test]
+fn defaults_file_and_environment_layer_in_that_order() {
+    let settings = load(
+        &format!("[daemon]\ncapacity = 5\nlease_seconds = 20\n{WORKER}"),
+        &[("SCRINALIA__DAEMON__CAPACITY", "7"), ("SCRINALIA__DATABASE__URL", "postgres://app:hunter2@db/scrinalia")],
+    )
+    .expect("loads");
+    assert_eq!(settings.daemon.capacity, 7, "the environment wins over the file");
+    assert_eq!(settings.daemon.lease_seconds, 20, "the file wins over the default");
+    assert_eq!(settings.daemon.drain_seconds, 60, "the default stays");
+    assert_eq!(settings.catalogue.workers[0].options[0].default, Some(serde_json::json!(10)));
+    let printed = format!("{settings:?}");
+    assert!(!printed.contains("hunter2") && printed.contains("app:***@db"), "secrets are never printed");
+}
+
+#[test]
+fn a_wrong_type_names_the_file_and_the_key() {
+    let err = load("[daemon]\ncapacity = \"many\"\n", &[]).expect_err("a string is not a capacity").to_string();
+    assert!(err.contains("scrinalia.toml") && err.contains("daemon.capacity"), "{err}");
+}
+
+#[test]
+fn an_unknown_key_is_named() {
+    let err = load("[daemon]\ncapasity = 3\n", &[]).expect_err("typo").to_string();
+    assert!(err.contains("capasity") && err.contains("scrinalia.toml"), "{err}");
+}
+
+#[test]
+fn catalogue_mistakes_are_each_named_by_key() {
+    let toml = format!(
+        "{WORKER}
+        [[workers]]
+        name = \"summarize\"
+        command = []
+        engine = \"ollama\"
+        preset = \"slow\"
+        options = [{{ name = \"depth\", type = \"integer\", default = \"deep\" }}]
+        "
+    );
+    let err = load(&toml, &[]).expect_err("four mistakes").to_string();
+    for expected in [
+        "`workers[1].name`: the worker name \"summarize\" is declared twice",
+        "`workers[1].command`: worker \"summarize\" has an empty command",
+        "`workers[1].preset`: worker \"summarize\" uses the unknown preset \"slow\" of engine \"ollama\"",
+        "`workers[1].options[0].default`: the default \"deep\" of option \"depth\" is not a whole number",
+    ] {
+        assert!(err.contains(expected), "missing {expected:?} in {err}");
+    }
+}
+
+#[test]
+fn settings_that_do_not_fit_together_are_refused() {
+    let err = load("[database]\nurl = \"mysql://x\"\n[daemon]\nlease_seconds = 1\nworkers = [\"nope\"]\n", &[])
+        .expect_err("invalid")
+        .to_string();
+    for key in ["database.url", "daemon.lease_seconds", "daemon.workers"] {
+        assert!(err.contains(key), "{key} not named in {err}");
+    }
+    let plain_token = "[[auth.tokens]]\nname = \"ci\"\nrole = \"admin\"\nhash = \"scr_secret\"\n";
+    let err = load(plain_token, &[]).expect_err("a plain token").to_string();
+    assert!(err.contains("auth.tokens[0].hash") && !err.contains("scr_secret"), "{err}");
+}
+
+#[test]
+fn s3_settings_are_checked_by_key_without_printing_secrets() {
+    let s3 = "[object_store]\nkind = \"s3\"\n";
+    let err = load(s3, &[]).expect_err("no bucket").to_string();
+    assert!(err.contains("`object_store.bucket`: an s3 object store needs a bucket"), "{err}");
+
+    let toml = format!(
+        "{s3}bucket = \"logs/run\"\nendpoint = \"minio:9000\"\nregion = \"\"\naccess_key_id = \"AKIDSECRETISH\"\n"
+    );
+    let err = load(&toml, &[]).expect_err("four mistakes").to_string();
+    for key in ["object_store.bucket", "object_store.endpoint", "object_store.region", "object_store.secret_access_key"]
+    {
+        assert!(err.contains(&format!("`{key}`")), "{key} not named in {err}");
+    }
+    assert!(err.contains("\"minio:9000\" is not an http:// or https:// URL"), "{err}");
+    assert!(!err.contains("AKIDSECRETISH"), "a key is never printed: {err}");
+
+    let with_password = format!("{s3}bucket = \"b\"\nendpoint = \"https://u:hunter2@s3.example.com\"\n");
+    let err = load(&with_password, &[]).expect_err("credentials in the URL").to_string();
+    assert!(err.contains("`object_store.endpoint`") && !err.contains("hunter2"), "{err}");
+
+    let good = format!(
+        "{s3}bucket = \"run-logs\"\nendpoint = \"http://127.0.0.1:9000/\"\nsecret_access_key = \"wJalrSECRET\"\n"
+    );
+    let settings = load(&good, &[("SCRINALIA__OBJECT_STORE__ACCESS_KEY_ID", "AKIDSECRETISH")]).expect("valid");
+    let printed = format!("{settings:?}");
+    assert!(!printed.contains("AKIDSECRETISH") && !printed.contains("wJalrSECRET"), "{printed}");
+}
+
+#[test]
+fn a_missing_file_is_named() {
+    let err = Settings::load_from(Some(Path::new("/nonexistent/scrinalia.toml")), Vec::new()).expect_err("missing");
+    assert!(err.to_string().contains("/nonexistent/scrinalia.toml"), "{err}");
+}
