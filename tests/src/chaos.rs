@@ -33,7 +33,7 @@ use crate::{
     api_harness::{ADMIN, OPERATOR, VIEWER, free_port},
     bin_path,
     daemon_harness::{Setup, alive, at_ns, probe_workers, realtime_ns},
-    eventually, postgres_admin_url,
+    eventually,
     process::Process,
 };
 
@@ -487,20 +487,6 @@ impl Fleet {
 pub fn tail(text: &str) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(15)..].join("\n")
-}
-
-/// Terminates every connection to the test database from an admin connection, as a failover would; returns how
-/// many.
-pub async fn cut_connections(url: &str) -> i64 {
-    let name = url.rsplit('/').next().expect("a database name");
-    let mut admin = sqlx::PgConnection::connect(&postgres_admin_url()).await.expect("an admin connection");
-    sqlx::query_scalar(
-        "select count(pg_terminate_backend(pid)) from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()",
-    )
-    .bind(name)
-    .fetch_one(&mut admin)
-    .await
-    .expect("terminate the connections")
 }
 
 /// The reads a panel makes, by index.

@@ -27,6 +27,22 @@ pub fn postgres_admin_url() -> String {
     std::env::var("SCRINALIA_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
 }
 
+/// Terminates the connections to the PostgreSQL test database at `url` from an admin connection, as a failover or
+/// an operator would: all of them, or only those whose `application_name` is `program`. Returns how many.
+pub async fn terminate_connections(url: &str, program: Option<&str>) -> i64 {
+    let name = url.rsplit('/').next().expect("a database name");
+    let mut admin = PgConnection::connect(&postgres_admin_url()).await.expect("an admin connection");
+    sqlx::query_scalar(
+        "select count(pg_terminate_backend(pid)) from pg_stat_activity \
+         where datname = $1 and pid <> pg_backend_pid() and ($2::text is null or application_name = $2)",
+    )
+    .bind(name)
+    .bind(program)
+    .fetch_one(&mut admin)
+    .await
+    .expect("terminate the connections")
+}
+
 /// Which backend a test database uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {

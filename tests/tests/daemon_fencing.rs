@@ -12,6 +12,7 @@ use scrinalia_tests::{
     daemon_harness::{Setup, alive, at_ns, realtime_ns, wait_finished, wait_run, wait_started},
     eventually, postgres_admin_url,
     process::Process,
+    terminate_connections,
 };
 use serde_json::json;
 use sqlx::Connection;
@@ -118,7 +119,7 @@ async fn terminated_database_connections_are_survived() {
     let run = setup.request(&db.db, "probe-1", json!({"duration_ms": 4_000, "progress_steps": 8})).await;
     wait_started(&db.db, run.id, Duration::from_secs(10)).await;
 
-    assert!(terminate_connections(&db.url).await > 0);
+    assert!(terminate_connections(&db.url, None).await > 0);
     let done = wait_finished(&db.db, run.id, Duration::from_secs(15)).await;
     assert_eq!(
         done.state,
@@ -127,7 +128,7 @@ async fn terminated_database_connections_are_survived() {
         daemon.output()
     );
 
-    assert!(terminate_connections(&db.url).await > 0);
+    assert!(terminate_connections(&db.url, None).await > 0);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let _ = db.db.ping().await;
     let next = setup.request(&db.db, "probe-2", json!({"duration_ms": 100})).await;
@@ -196,20 +197,6 @@ async fn daemon_backends(url: &str) -> Vec<Backend> {
     .fetch_all(&mut admin)
     .await
     .expect("read pg_stat_activity")
-}
-
-/// Terminates every connection to the test database from an admin connection, as a failover or an operator
-/// would; returns how many.
-async fn terminate_connections(url: &str) -> i64 {
-    let name = url.rsplit('/').next().expect("a database name");
-    let mut admin = sqlx::PgConnection::connect(&postgres_admin_url()).await.expect("an admin connection");
-    sqlx::query_scalar(
-        "select count(pg_terminate_backend(pid)) from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()",
-    )
-    .bind(name)
-    .fetch_one(&mut admin)
-    .await
-    .expect("terminate the connections")
 }
 
 async fn stop(daemon: &mut Process) {

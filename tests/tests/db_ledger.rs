@@ -218,7 +218,6 @@ async fn queue_snapshots_replace_the_previous_one(t: &TestDb) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_that_does_not_ping_before_use_survives_all_its_connections_cut() {
     use scrinalia_shared::{Database, config::DatabaseSettings, db::Pings};
-    use sqlx::Connection;
 
     let t = TestDb::postgres().await;
     let settings = DatabaseSettings { url: t.url.clone(), max_connections: 5, ..DatabaseSettings::default() };
@@ -227,28 +226,14 @@ async fn a_pool_that_does_not_ping_before_use_survives_all_its_connections_cut()
         tokio::try_join!(db.list_overrides(), db.queue_counts(), db.runs_in_flight(), db.list_daemons(), db.now())
     };
     five_at_once().await.expect("five reads");
-    let name = t.url.rsplit('/').next().expect("a database name").to_owned();
-    let mut admin = sqlx::PgConnection::connect(&scrinalia_tests::postgres_admin_url()).await.expect("admin");
-    let cut: i64 = sqlx::query_scalar(
-        "select count(pg_terminate_backend(pid)) from pg_stat_activity where datname = $1 and application_name = 'scrinalia-api'",
-    )
-    .bind(&name)
-    .fetch_one(&mut admin)
-    .await
-    .expect("terminate the pool's connections");
+    let cut = scrinalia_tests::terminate_connections(&t.url, Some("scrinalia-api")).await;
     assert!(cut >= 2, "the pool held several connections: {cut}");
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     five_at_once().await.expect("five reads after the cut");
     let run = db.insert_run(&request("summarize")).await.expect("a request after the cut");
     assert_eq!(run.state, RunState::Queued);
-    sqlx::query_scalar::<_, i64>(
-        "select count(pg_terminate_backend(pid)) from pg_stat_activity where datname = $1 and application_name = 'scrinalia-api'",
-    )
-    .bind(&name)
-    .fetch_one(&mut admin)
-    .await
-    .expect("terminate again");
+    scrinalia_tests::terminate_connections(&t.url, Some("scrinalia-api")).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let patch: OverridePatch = serde_json::from_value(json!({"preset": "thorough"})).expect("patch");
     let changed = db.change_override("summarize", "ada", "after a cut", &|cur| Ok(patch.apply(cur))).await;
