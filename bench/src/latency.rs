@@ -223,38 +223,23 @@ async fn machine_floors(db: &BenchDb) -> anyhow::Result<Vec<Figure>> {
             for (what, sql) in
                 [("SELECT 1", "select 1"), ("one-row insert and commit", "insert into bench_commit default values")]
             {
-                for spaced in [true, false] {
-                    let mut took = Vec::new();
-                    for _ in 0..100 {
-                        if spaced {
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                        }
-                        let start = Instant::now();
-                        sqlx::query(sql).execute(&mut conn).await?;
-                        took.push(start.elapsed());
-                    }
-                    figures.push(floor(name, what, spaced, &Samples::from_durations(took)));
-                }
+                let once = async || -> anyhow::Result<()> {
+                    sqlx::query(sql).execute(&mut conn).await?;
+                    Ok(())
+                };
+                figures.extend(floors_of(name, what, once).await?);
             }
             sqlx::query("drop table bench_commit").execute(&mut conn).await?;
             let _ = conn.close().await;
         }
         Database::Sqlite(pool) => {
             sqlx::query("create table bench_commit (id integer primary key, at text)").execute(pool).await?;
-            for spaced in [true, false] {
-                let mut took = Vec::new();
-                for _ in 0..100 {
-                    if spaced {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                    let start = Instant::now();
-                    sqlx::query("insert into bench_commit (at) values (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))")
-                        .execute(pool)
-                        .await?;
-                    took.push(start.elapsed());
-                }
-                figures.push(floor(name, "one-row insert and commit", spaced, &Samples::from_durations(took)));
-            }
+            let insert = "insert into bench_commit (at) values (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))";
+            let once = async || -> anyhow::Result<()> {
+                sqlx::query(insert).execute(pool).await?;
+                Ok(())
+            };
+            figures.extend(floors_of(name, "one-row insert and commit", once).await?);
             sqlx::query("drop table bench_commit").execute(pool).await?;
         }
     }
@@ -263,6 +248,20 @@ async fn machine_floors(db: &BenchDb) -> anyhow::Result<Vec<Figure>> {
 
 /// `GET /api/me` (no database: the token and the answer) 20 ms apart and back to back.
 async fn api_floors(client: &reqwest::Client, base: &str) -> anyhow::Result<Vec<Figure>> {
+    let once = async || -> anyhow::Result<()> {
+        let answer = client.get(format!("{base}/api/me")).bearer_auth(OPERATOR).send().await?;
+        answer.error_for_status()?.bytes().await?;
+        Ok(())
+    };
+    floors_of("PostgreSQL", "GET /api/me (no database)", once).await
+}
+
+/// Times `once` 100 times 20 ms apart, then 100 times back to back: the two floor figures of `what`.
+async fn floors_of(
+    backend: &'static str,
+    what: &str,
+    mut once: impl AsyncFnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<Figure>> {
     let mut figures = Vec::new();
     for spaced in [true, false] {
         let mut took = Vec::new();
@@ -271,17 +270,10 @@ async fn api_floors(client: &reqwest::Client, base: &str) -> anyhow::Result<Vec<
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             let start = Instant::now();
-            client
-                .get(format!("{base}/api/me"))
-                .bearer_auth(OPERATOR)
-                .send()
-                .await?
-                .error_for_status()?
-                .bytes()
-                .await?;
+            once().await?;
             took.push(start.elapsed());
         }
-        figures.push(floor("PostgreSQL", "GET /api/me (no database)", spaced, &Samples::from_durations(took)));
+        figures.push(floor(backend, what, spaced, &Samples::from_durations(took)));
     }
     Ok(figures)
 }
