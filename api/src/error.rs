@@ -7,7 +7,7 @@ use axum::{
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use scrinalia_shared::{DbError, auth::Role};
+use scrinalia_shared::{DbError, Role, daemons::DrainError, overrides::OverrideError, runs::RequestError};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
@@ -33,8 +33,9 @@ pub enum ApiError {
     Client { status: StatusCode, code: &'static str, message: String, details: Map<String, Value> },
     /// No or an unknown bearer token.
     Unauthorized(String),
-    /// The database cannot be reached; a 503 that the client may retry.
-    Unavailable(String),
+    /// Something the request needs cannot be reached (the database, the run-log store): a 503 with `code` that
+    /// the client may retry.
+    Unavailable { code: &'static str, message: String },
     /// Anything else: logged in full, answered with an opaque 500.
     Internal(anyhow::Error),
 }
@@ -43,8 +44,9 @@ pub enum ApiError {
 pub type ApiResult<T> = Result<T, ApiError>;
 
 impl ApiError {
-    /// A client error without extra fields.
+    /// A client error (a 4xx `status`) without extra fields.
     pub fn client(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        debug_assert!(status.is_client_error(), "{status} is not a client error");
         Self::Client { status, code, message: message.into(), details: Map::new() }
     }
 
@@ -81,6 +83,11 @@ impl ApiError {
         .with("required_role", needed)
     }
 
+    /// 503 with `code`.
+    pub fn unavailable(code: &'static str, message: impl Into<String>) -> Self {
+        Self::Unavailable { code, message: message.into() }
+    }
+
     /// 404 for a worker that is not in the catalogue. The name is quoted (and shortened), never interpreted.
     pub fn unknown_worker(name: &str) -> Self {
         Self::not_found(
@@ -111,7 +118,7 @@ impl ApiError {
         match self {
             Self::Client { status, .. } => *status,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -121,9 +128,52 @@ impl From<DbError> for ApiError {
     fn from(e: DbError) -> Self {
         if e.is_unavailable() {
             tracing::warn!(error = %e, "database unavailable");
-            return Self::Unavailable("The database cannot be reached right now; try again shortly.".to_owned());
+            return Self::unavailable("unavailable", "The database cannot be reached right now; try again shortly.");
         }
         Self::Internal(e.into())
+    }
+}
+
+impl From<RequestError> for ApiError {
+    fn from(e: RequestError) -> Self {
+        match e {
+            RequestError::UnknownWorker { worker } => Self::unknown_worker(&worker),
+            RequestError::InvalidArguments(e) => Self::bad_request("invalid_arguments", e.to_string()),
+            e @ RequestError::InvalidOverride { .. } => Self::conflict("invalid_override", e.to_string()),
+            RequestError::InFlight { run_id, state, daemon_id, .. } => Self::conflict("run_in_flight", e.to_string())
+                .with("run_id", run_id)
+                .with("state", state)
+                .with("daemon_id", daemon_id),
+            RequestError::Database(e) => e.into(),
+        }
+    }
+}
+
+impl From<OverrideError> for ApiError {
+    fn from(e: OverrideError) -> Self {
+        match e {
+            OverrideError::UnknownWorker { worker } => Self::unknown_worker(&worker),
+            OverrideError::Database(e) => e.into(),
+            refused => {
+                let code = match refused {
+                    OverrideError::ReasonRequired => "reason_required",
+                    OverrideError::ReasonHasNul => "reason_invalid",
+                    OverrideError::ReasonTooLong => "reason_too_long",
+                    _ => "invalid_override",
+                };
+                Self::bad_request(code, refused.to_string())
+            }
+        }
+    }
+}
+
+impl From<DrainError> for ApiError {
+    fn from(e: DrainError) -> Self {
+        match e {
+            DrainError::Unknown(_) => Self::not_found("unknown_daemon", e.to_string()),
+            DrainError::Gone(id) => Self::conflict("daemon_gone", e.to_string()).with("daemon_id", id),
+            DrainError::Database(e) => e.into(),
+        }
     }
 }
 
@@ -139,7 +189,7 @@ impl IntoResponse for ApiError {
         let (code, message, details) = match self {
             Self::Client { code, message, details, .. } => (code, message, details),
             Self::Unauthorized(message) => ("unauthorized", message, Map::new()),
-            Self::Unavailable(message) => ("unavailable", message, Map::new()),
+            Self::Unavailable { code, message } => (code, message, Map::new()),
             Self::Internal(e) => {
                 let reference = Uuid::new_v4();
                 tracing::error!(error.reference = %reference, error.message = %e, error.cause_chain = ?e, "request failed");
@@ -148,12 +198,23 @@ impl IntoResponse for ApiError {
                 ("internal", message, Map::new())
             }
         };
-        let mut response = (status, Json(ErrorBody { code: code.to_owned(), message, details })).into_response();
-        if status == StatusCode::UNAUTHORIZED {
-            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        response
+        error_response(status, code, &message, details)
     }
+}
+
+/// The answer of an error: `status` with the JSON body `{code, message, …details}` (and the challenge of a 401).
+pub fn error_response(
+    status: StatusCode,
+    code: &str,
+    message: impl Into<String>,
+    details: Map<String, Value>,
+) -> Response {
+    let body = ErrorBody { code: code.to_owned(), message: message.into(), details };
+    let mut response = (status, Json(body)).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    response
 }
 
 /// Quotes user input for a message: Rust's debug quoting escapes control characters, and long input is cut.

@@ -2,8 +2,8 @@
 //! reads the ledger; it never runs a worker and never marks a run interrupted.
 //!
 //! [`app`] builds the router from an [`AppState`] (tests drive it in-process); [`serve`] connects, migrates,
-//! starts the live-event listener (and, when OTLP metrics are exported, the gauges' refresh) and serves until
-//! `shutdown` completes.
+//! starts the live-event relay (and, when OTLP metrics are exported, the gauges' refresh) and serves until
+//! `shutdown` completes, then waits for those tasks.
 
 pub mod auth;
 pub mod error;
@@ -24,9 +24,9 @@ use std::{
 
 use anyhow::Context;
 use axum::{Router, extract::DefaultBodyLimit};
-use scrinalia_shared::{Database, Settings, db::Pings, telemetry::Telemetry};
+use scrinalia_shared::{Database, Pings, Settings, telemetry::Telemetry};
 pub use state::AppState;
-use tokio::net::TcpListener;
+use tokio::{net::TcpListener, task::JoinSet};
 
 /// The whole API as a router. The web panel's static files can be added with one more `.merge(...)` before the
 /// fallback.
@@ -40,6 +40,7 @@ pub fn app(state: AppState) -> Router {
         .merge(routes::health::router())
         .merge(routes::events::router())
         .merge(routes::meta::router())
+        .merge(openapi::router())
         .merge(routes::me::router())
         .merge(routes::metrics::router(state.settings().api.metrics))
         .merge(panel::router());
@@ -75,12 +76,13 @@ pub async fn serve(
     db.migrate().await.context("cannot apply the database migrations")?;
     let listen = settings.api.listen;
     let state = AppState::new(settings, db.clone());
-    let live = live::spawn(state.clone());
+    let mut background = JoinSet::new();
+    background.spawn(state.live_relay());
     // OTLP: the database gauges of `/metrics`, measured every export interval and observed by the exporter.
     let _gauges = telemetry.meter("scrinalia-api").map(|meter| {
         let last = Arc::new(Mutex::new(Vec::new()));
         let gauges = scrinalia_shared::metrics::observe_gauges(&meter, routes::metrics::GAUGES, last.clone());
-        tokio::spawn(routes::metrics::refresh(state.clone(), last));
+        background.spawn(routes::metrics::refresh(state.clone(), last));
         gauges
     });
     let listener = TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
@@ -94,7 +96,12 @@ pub async fn serve(
         })
         .await
         .context("the HTTP server failed")?;
-    let _ = tokio::time::timeout(Duration::from_secs(2), live).await;
+    // The live relay and the gauges' refresh end on the shutdown token; they are waited for, briefly.
+    let joined =
+        tokio::time::timeout(Duration::from_secs(2), async { while background.join_next().await.is_some() {} });
+    if joined.await.is_err() {
+        tracing::warn!("background tasks did not stop in time");
+    }
     db.close().await;
     tracing::info!("API stopped");
     Ok(())

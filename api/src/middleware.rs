@@ -12,10 +12,11 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use scrinalia_shared::telemetry;
+use serde_json::Map;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::{
-    error::{ApiError, sentence},
+    error::{ApiError, error_response, sentence},
     state::AppState,
 };
 
@@ -58,12 +59,8 @@ pub async fn timeout(State(state): State<AppState>, request: Request, next: Next
         Ok(response) => response,
         Err(_) => {
             tracing::warn!(timeout_seconds = seconds, "request timed out");
-            ApiError::client(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "timeout",
-                format!("The request took longer than {seconds} seconds and was abandoned; try again."),
-            )
-            .into_response()
+            let message = format!("The request took longer than {seconds} seconds and was abandoned; try again.");
+            ApiError::unavailable("timeout", message).into_response()
         }
     }
 }
@@ -95,7 +92,7 @@ pub async fn json_errors(request: Request, next: Next) -> Response {
         _ if text.is_empty() => ("bad_request", "The request is not valid.".to_owned()),
         _ => ("bad_request", format!("The request is not valid: {}", sentence(text))),
     };
-    let mut rewritten = ApiError::client(status, code, message).into_response();
+    let mut rewritten = error_response(status, code, message, Map::new());
     for name in [header::ALLOW, header::WWW_AUTHENTICATE] {
         if let Some(value) = parts.headers.get(&name) {
             rewritten.headers_mut().insert(name, value.clone());

@@ -1,11 +1,27 @@
-//! The OpenAPI 3.1 document, generated from the handlers' `#[utoipa::path]` attributes and the types they use.
+//! The OpenAPI 3.1 document, generated from the handlers' `#[utoipa::path]` attributes and the types they use,
+//! and served at `/api/openapi.json`.
 
+use axum::{Json, Router, routing::get};
+use scrinalia_shared::Change;
 use utoipa::{
     Modify, OpenApi,
     openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
 };
 
-use crate::routes::{daemons, events, health, logs, me, meta, metrics, overrides, runs, workers};
+use crate::{
+    routes::{daemons, events, health, logs, me, meta, metrics, overrides, runs, workers},
+    state::AppState,
+};
+
+/// The route of the document.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/api/openapi.json", get(document))
+}
+
+#[utoipa::path(get, path = "/api/openapi.json", tag = "meta", responses((status = 200, description = "This document (OpenAPI 3.1)")))]
+pub(crate) async fn document() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}
 
 /// The API's document.
 #[derive(OpenApi)]
@@ -22,10 +38,10 @@ use crate::routes::{daemons, events, health, logs, me, meta, metrics, overrides,
         overrides::set_override, overrides::clear_override, overrides::audit_trail,
         daemons::list_daemons, daemons::drain_daemon,
         health::health, events::events,
-        me::me, meta::healthz, meta::readyz, meta::openapi, metrics::metrics,
+        me::me, meta::healthz, meta::readyz, document, metrics::metrics,
     ),
-    components(schemas(crate::error::ErrorBody, scrinalia_shared::auth::Role)),
-    modifiers(&BearerAuth),
+    components(schemas(crate::error::ErrorBody, scrinalia_shared::Role, Change)),
+    modifiers(&BearerAuth, &EventNames),
     tags(
         (name = "workers", description = "The catalogue with effective configuration, queue and runs"),
         (name = "runs", description = "Trigger, list, read, cancel and tail runs"),
@@ -48,5 +64,22 @@ impl Modify for BearerAuth {
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
         openapi.info.version = scrinalia_shared::VERSION.to_owned();
+    }
+}
+
+/// Names the live events in the description of `GET /api/events` from [`Change::PANEL_KINDS`], the one list the
+/// panel and every other client can rely on.
+struct EventNames;
+
+impl Modify for EventNames {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let Some(get) = openapi.paths.paths.get_mut("/api/events").and_then(|item| item.get.as_mut()) else { return };
+        let names: Vec<String> = Change::PANEL_KINDS.iter().map(|k| format!("`{k}`")).collect();
+        get.description = Some(format!(
+            "Server-Sent Events. The first event is `ready`; then each event is named by its kind, one of {}, and \
+             its data is the JSON of a `Change` (schema `Change`, tagged by `kind`). `resync` means changes may \
+             have been missed: read everything again.",
+            names.join(", ")
+        ));
     }
 }

@@ -1,13 +1,12 @@
-//! What every request handler shares: the settings, the database pool, the run-log store, an HTTP client for
+//! What every request handler shares: the settings, the database, the run-log store, an HTTP client for
 //! health checks, the live-event fan-out and the process's shutdown token. Cheap to clone.
 
 use std::{sync::Arc, time::Duration};
 
-use scrinalia_shared::{Catalogue, Database, Settings, logstore::LogStore};
-use tokio::sync::{broadcast, watch};
+use scrinalia_shared::{Catalogue, Database, Settings, changes::Topic, logstore::LogStore};
 use tokio_util::sync::CancellationToken;
 
-use crate::live::LiveEvent;
+use crate::live::Live;
 
 /// The state of the API, shared by every request.
 #[derive(Clone)]
@@ -18,8 +17,7 @@ struct Inner {
     db: Database,
     logs: Result<LogStore, String>,
     http: reqwest::Client,
-    events: broadcast::Sender<LiveEvent>,
-    live_ready: watch::Sender<bool>,
+    live: Arc<Live>,
     shutdown: CancellationToken,
 }
 
@@ -36,9 +34,8 @@ impl AppState {
             .timeout(Duration::from_secs(3))
             .build()
             .unwrap_or_default();
-        let (events, _) = broadcast::channel(1024);
-        let (live_ready, _) = watch::channel(false);
-        Self(Arc::new(Inner { settings, db, logs, http, events, live_ready, shutdown: CancellationToken::new() }))
+        let live = Arc::new(Live::default());
+        Self(Arc::new(Inner { settings, db, logs, http, live, shutdown: CancellationToken::new() }))
     }
 
     /// The configuration.
@@ -56,6 +53,11 @@ impl AppState {
         &self.0.db
     }
 
+    /// How long a daemon may stay silent before the registry calls it gone.
+    pub fn gone_after(&self) -> Duration {
+        self.0.settings.daemon.gone_after()
+    }
+
     /// The run-log store, or why it could not be opened.
     pub fn logs(&self) -> Result<&LogStore, &str> {
         self.0.logs.as_ref().map_err(String::as_str)
@@ -66,23 +68,16 @@ impl AppState {
         &self.0.http
     }
 
-    /// The sender of live events (one listener per process feeds it).
-    pub fn events(&self) -> &broadcast::Sender<LiveEvent> {
-        &self.0.events
+    /// This process's live events.
+    pub fn live(&self) -> &Live {
+        &self.0.live
     }
 
-    /// Whether this process's live-event listener is listening (set by the listener).
-    pub fn live_ready(&self) -> &watch::Sender<bool> {
-        &self.0.live_ready
-    }
-
-    /// Waits until the live-event listener hears every change (or the process shuts down).
-    pub async fn wait_live_ready(&self) {
-        let mut ready = self.0.live_ready.subscribe();
-        tokio::select! {
-            _ = ready.wait_for(|r| *r) => {}
-            () = self.0.shutdown.cancelled() => {}
-        }
+    /// Relays the database's changes to the live events until the process shuts down (its caller spawns it).
+    pub fn live_relay(&self) -> impl Future<Output = ()> + Send + 'static {
+        let (live, db, stop) = (self.0.live.clone(), self.0.db.clone(), self.0.shutdown.clone());
+        let topic = Topic::Events { sqlite_poll: Duration::from_millis(self.0.settings.api.events_poll_ms) };
+        async move { live.relay_until(db, topic, stop).await }
     }
 
     /// Cancelled when the process shuts down; live streams end on it.

@@ -3,7 +3,7 @@
 //! as many workers as requests).
 //!
 //! - The claim path alone: the daemon's claim loop needs a whole daemon around it, so the bench drives the
-//!   daemon's own claim function, `scrinalia_daemon::claimer::claim_batch` (the one `Claimer::claim` calls:
+//!   daemon's own claim function, `scrinalia_daemon::main_loop::claim_batch` (the one its main loop calls:
 //!   one statement claiming as many requests as there are free slots) on a `Database::dedicated()` connection
 //!   per simulated daemon, in a loop until the backlog is empty. No process starts and claimed runs are
 //!   simply counted, so every claim finds all `--capacity` slots free.
@@ -14,13 +14,14 @@ use std::{path::Path, time::Duration};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
-use scrinalia_daemon::claimer::claim_batch;
-use scrinalia_shared::{Database, Settings};
+use scrinalia_daemon::main_loop::claim_batch;
+use scrinalia_shared::{Settings, config::DaemonSettings};
+use scrinalia_testkit::{FreshDb, Kind, Process};
 use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::{
-    env::{Backend, BenchDb, ConfigSpec, Env, Proc, cpu_time, seed_backlog, with_db, write_config},
+    env::{ConfigSpec, Env, cpu_time, seed_backlog, sqlite_pool, with_db},
     report::{Bound, Figure, number},
 };
 
@@ -56,8 +57,8 @@ pub async fn run(env: &Env, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
     let mut figures = Vec::new();
     let dir = env.folder("drain-pg")?;
     figures.extend(
-        with_db(env, Backend::Postgres, &dir, async |db| {
-            let (path, settings) = write_config(env, db, &dir, "bench", &config(opts))?;
+        with_db(env, Kind::Postgres, &dir, async |db| {
+            let (path, settings) = config(opts).load(env, db, &dir, "bench")?;
             let mut figures = Vec::new();
             for (daemons, capacity) in [(1, opts.capacity), (3, opts.capacity), (1, 1), (3, 1)] {
                 figures.push(
@@ -83,8 +84,8 @@ pub async fn run(env: &Env, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
     );
     let dir = env.folder("drain-sqlite")?;
     figures.extend(
-        with_db(env, Backend::Sqlite, &dir, async |db| {
-            let (_, settings) = write_config(env, db, &dir, "bench", &config(opts))?;
+        with_db(env, Kind::Sqlite, &dir, async |db| {
+            let (_, settings) = config(opts).load(env, db, &dir, "bench")?;
             let mut figures = Vec::new();
             for daemons in [1, 3] {
                 figures.push(claim_path(db, &settings, daemons, opts.capacity, opts.backlog, false).await?);
@@ -100,27 +101,31 @@ fn config(opts: &Opts) -> ConfigSpec {
     ConfigSpec {
         probes: opts.backlog,
         // Queue counts of 10,000 workers every hour, 50 ms apart: about 20 short processes a second per daemon.
-        daemon: vec![("capacity", opts.capacity.to_string()), ("queue_count_interval_seconds", "3600".into())],
+        daemon: DaemonSettings {
+            capacity: opts.capacity,
+            queue_count_interval_seconds: 3600,
+            ..DaemonSettings::default()
+        },
         ..ConfigSpec::default()
     }
 }
 
 /// Empties the ledger.
-async fn reset(db: &BenchDb) -> anyhow::Result<()> {
-    match &db.db {
-        Database::Postgres(pool) => {
-            sqlx::query("truncate worker_runs, run_progress").execute(pool).await?;
+async fn reset(db: &FreshDb) -> anyhow::Result<()> {
+    match db.kind {
+        Kind::Postgres => {
+            db.execute("truncate worker_runs, run_progress").await?;
         }
-        Database::Sqlite(pool) => {
-            sqlx::query("delete from run_progress").execute(pool).await?;
-            sqlx::query("delete from worker_runs").execute(pool).await?;
+        Kind::Sqlite => {
+            db.execute("delete from run_progress").await?;
+            db.execute("delete from worker_runs").await?;
         }
     }
     Ok(())
 }
 
 async fn claim_path(
-    db: &BenchDb,
+    db: &FreshDb,
     settings: &Settings,
     daemons: usize,
     capacity: u32,
@@ -137,9 +142,9 @@ async fn claim_path(
     for _ in 0..daemons {
         // Each simulated daemon claims on a connection of its own, as a daemon does (`Context::claims`); on
         // SQLite each gets a pool of its own, as a separate process would.
-        connections.push(match db.backend {
-            Backend::Postgres => db.db.dedicated().await?,
-            Backend::Sqlite => db.another_pool(2).await?,
+        connections.push(match db.kind {
+            Kind::Postgres => db.db.dedicated().await?,
+            Kind::Sqlite => db.another_pool(2).await?,
         });
     }
     let start = Instant::now();
@@ -178,14 +183,14 @@ async fn claim_path(
     let rate = claimed as f64 / elapsed.as_secs_f64();
     eprintln!(
         "drain: claim path, {}, {daemons} daemon(s), up to {capacity} per claim: {} claims/s",
-        db.backend.name(),
+        db.kind.name(),
         number(rate)
     );
     let what = format!(
         "claim path alone: claims/s, {daemons} daemon{}, up to {capacity} per claim (capacity {capacity})",
         if daemons == 1 { "" } else { "s" }
     );
-    let mut figure = Figure::info(BENCH, db.backend.name(), what, rate, "claims/s")
+    let mut figure = Figure::info(BENCH, db.kind.name(), what, rate, "claims/s")
         .detail(format!("{claimed} claims in {:.2} s, {statements} statements", elapsed.as_secs_f64()));
     if with_target {
         figure = figure.target(Bound::Above(10_000.0));
@@ -193,13 +198,25 @@ async fn claim_path(
     Ok(figure)
 }
 
-async fn count_state(db: &BenchDb, state: &str) -> anyhow::Result<i64> {
-    Ok(match &db.db {
-        Database::Postgres(pool) => {
-            sqlx::query_scalar("select count(*) from worker_runs where state = $1").bind(state).fetch_one(pool).await?
+async fn count_state(db: &FreshDb, state: &str) -> anyhow::Result<i64> {
+    Ok(match db.kind {
+        Kind::Postgres => {
+            let pool = sqlx::PgPool::connect(&db.url).await?;
+            let count = sqlx::query_scalar("select count(*) from worker_runs where state = $1")
+                .bind(state)
+                .fetch_one(&pool)
+                .await?;
+            pool.close().await;
+            count
         }
-        Database::Sqlite(pool) => {
-            sqlx::query_scalar("select count(*) from worker_runs where state = ?1").bind(state).fetch_one(pool).await?
+        Kind::Sqlite => {
+            let pool = sqlite_pool(db).await?;
+            let count = sqlx::query_scalar("select count(*) from worker_runs where state = ?1")
+                .bind(state)
+                .fetch_one(&pool)
+                .await?;
+            pool.close().await;
+            count
         }
     })
 }
@@ -216,17 +233,21 @@ struct Span {
 
 async fn full_path(
     env: &Env,
-    db: &BenchDb,
+    db: &FreshDb,
     dir: &Path,
     config: &Path,
     daemons: usize,
     opts: &Opts,
 ) -> anyhow::Result<Vec<Figure>> {
-    let Some(pool) = db.pg() else { bail!("the full path runs on PostgreSQL") };
+    anyhow::ensure!(db.kind == Kind::Postgres, "the full path runs on PostgreSQL");
+    // The bench's own pool, opened before the daemons start, for its progress polls and the ledger's figures.
+    let pool = &sqlx::PgPool::connect(&db.url).await?;
     reset(db).await?;
+    let config_arg = config.display().to_string();
     let mut procs = Vec::new();
     for i in 0..daemons {
-        procs.push(Proc::daemon(env, &format!("drain-{daemons}-daemon-{i}"), dir, config, &[])?);
+        let name = format!("drain-{daemons}-daemon-{i}");
+        procs.push(Process::start(&env.bin("scrinalia-daemon"), &name, dir, &["--config", &config_arg], &[])?);
     }
     for p in &mut procs {
         p.wait_for("daemon started", Duration::from_secs(60)).await?;
@@ -249,7 +270,7 @@ async fn full_path(
     // CPU of each daemon with its reaped children: its supervisors, their probes, and its queue counts.
     let mut cpu = Duration::ZERO;
     for p in &procs {
-        cpu += cpu_time(p.pid()?)?;
+        cpu += cpu_time(p.pid().as_raw())?;
     }
     for p in procs {
         p.stop(Duration::from_secs(10)).await;
@@ -280,6 +301,7 @@ async fn full_path(
     let runs_rate = span.done as f64 / span.ends_s.unwrap_or(f64::NAN);
     let claims: i64 =
         sqlx::query_scalar("select count(*) from worker_runs where claimed_at is not null").fetch_one(pool).await?;
+    pool.close().await;
     let claim_rate = claims as f64 / span.claims_s.unwrap_or(f64::NAN);
     let note = if complete {
         String::new()

@@ -1,28 +1,27 @@
-//! What every bench needs: its own database (a fresh PostgreSQL database `scrinalia_bench_<uuid>`, dropped at
-//! the end, or a fresh SQLite file), configuration files with a generated catalogue of no-op probe workers, the
-//! real release binaries started as child processes, and readings of `/proc`.
+//! What every bench needs besides the test kit (`scrinalia-testkit`: fresh databases, typed configuration files,
+//! the real binaries as processes): where the binaries and the PostgreSQL server are, a scratch folder, the
+//! bench's catalogue of no-op probe workers, its own SQL for seeding a backlog, and readings of `/proc`.
 
 use std::{
     path::{Path, PathBuf},
-    process::Stdio,
+    str::FromStr as _,
     time::Duration,
 };
 
 use anyhow::{Context as _, bail};
-use nix::{
-    sys::signal::{Signal, kill},
-    unistd::Pid,
-};
 use scrinalia_shared::{
-    Database, ExplicitArgs, Settings,
-    auth::hash_token,
-    config::DatabaseSettings,
-    db::{NewRun, Run},
-    resolve,
+    Database, ExplicitArgs, OptionType, ResolvedConfig, Role, Run, Settings, WorkerSpec, config::DaemonSettings,
+    resolve, runs::RunRequest,
 };
-use sqlx::{Connection, Executor, PgConnection};
+use scrinalia_testkit::{
+    ConfigFile, FreshDb, Kind,
+    config::{option, worker},
+};
+use sqlx::{
+    SqlitePool,
+    sqlite::{SqliteConnectOptions, SqliteSynchronous},
+};
 use tempfile::TempDir;
-use tokio::process::{Child, Command};
 use uuid::Uuid;
 
 /// The viewer token of the bench's API.
@@ -34,7 +33,7 @@ pub const OPERATOR: &str = "scr_bench_operator_token";
 pub struct Env {
     /// The folder holding `scrinalia-daemon`, `scrinalia-api` and `scrinalia-demo-worker`.
     pub bin_dir: PathBuf,
-    /// A PostgreSQL URL whose server the bench may create databases on.
+    /// A PostgreSQL URL whose server the bench may add (and drop) databases on.
     pub pg_admin: String,
     /// Scratch files (configurations, logs, SQLite files, run logs).
     pub scratch: PathBuf,
@@ -83,130 +82,17 @@ impl Env {
     }
 }
 
-/// Which database a bench runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    /// PostgreSQL.
-    Postgres,
-    /// SQLite.
-    Sqlite,
-}
-
-impl Backend {
-    /// The name in the tables.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Postgres => "PostgreSQL",
-            Self::Sqlite => "SQLite",
-        }
-    }
-}
-
-/// A fresh, migrated database of one bench.
-pub struct BenchDb {
-    /// A pool on it (the bench's own view, like another process's).
-    pub db: Database,
-    /// Its URL, for configuration files.
-    pub url: String,
-    /// Which backend.
-    pub backend: Backend,
-    /// The PostgreSQL database's name, to drop it.
-    pg_name: Option<String>,
-    admin: String,
-}
-
-impl BenchDb {
-    /// A fresh database: `scrinalia_bench_<uuid>` on the PostgreSQL server, or a SQLite file in `dir`.
-    pub async fn new(env: &Env, backend: Backend, dir: &Path) -> anyhow::Result<Self> {
-        let (url, pg_name) = match backend {
-            Backend::Postgres => {
-                let mut conn = PgConnection::connect(&env.pg_admin).await.with_context(|| {
-                    format!(
-                        "connect to PostgreSQL at {} (pass --pg with a server the bench may create databases on)",
-                        env.pg_admin
-                    )
-                })?;
-                let name = format!("scrinalia_bench_{}", Uuid::new_v4().simple());
-                conn.execute(sqlx::AssertSqlSafe(format!("create database {name}")))
-                    .await
-                    .context("create the bench database")?;
-                let _ = conn.close().await;
-                let Some((server, _)) = env.pg_admin.rsplit_once('/') else {
-                    bail!("--pg must end with a database name")
-                };
-                (format!("{server}/{name}"), Some(name))
-            }
-            Backend::Sqlite => (format!("sqlite://{}", dir.join("scrinalia.sqlite").display()), None),
-        };
-        let db = match pool(&url, 20).await {
-            Ok(db) => db,
-            Err(e) => {
-                if let Some(name) = &pg_name {
-                    drop_pg(&env.pg_admin, name).await;
-                }
-                return Err(e);
-            }
-        };
-        Ok(Self { db, url, backend, pg_name, admin: env.pg_admin.clone() })
-    }
-
-    /// Another pool on the same database, with `connections` connections.
-    pub async fn another_pool(&self, connections: u32) -> anyhow::Result<Database> {
-        pool(&self.url, connections).await
-    }
-
-    /// The PostgreSQL pool, for the bench's own SQL (seeding, statistics).
-    pub fn pg(&self) -> Option<&sqlx::PgPool> {
-        match &self.db {
-            Database::Postgres(p) => Some(p),
-            Database::Sqlite(_) => None,
-        }
-    }
-
-    /// Closes the pool and drops the PostgreSQL database (connections of killed processes included).
-    pub async fn drop_database(&self) {
-        self.db.close().await;
-        if let Some(name) = &self.pg_name {
-            drop_pg(&self.admin, name).await;
-        }
-    }
-
-    /// The name of the PostgreSQL database.
-    pub fn pg_name(&self) -> Option<&str> {
-        self.pg_name.as_deref()
-    }
-}
-
-async fn drop_pg(admin: &str, name: &str) {
-    match PgConnection::connect(admin).await {
-        Ok(mut conn) => {
-            if let Err(e) =
-                conn.execute(sqlx::AssertSqlSafe(format!("drop database if exists {name} with (force)"))).await
-            {
-                eprintln!("could not drop the bench database {name}: {e}");
-            }
-            let _ = conn.close().await;
-        }
-        Err(e) => eprintln!("could not drop the bench database {name}: {e}"),
-    }
-}
-
-async fn pool(url: &str, connections: u32) -> anyhow::Result<Database> {
-    let settings =
-        DatabaseSettings { url: url.to_owned(), max_connections: connections, ..DatabaseSettings::default() };
-    let db = Database::connect(&settings).await.with_context(|| format!("connect to {}", settings.redacted_url()))?;
-    db.migrate().await.context("apply the migrations")?;
-    Ok(db)
-}
-
-/// Runs `body` on a fresh database, dropping it afterwards whatever happened.
+/// Runs `body` on a fresh database (`scrinalia_bench_<uuid>` on the PostgreSQL server, or a SQLite file in
+/// `dir`), dropping it afterwards whatever happened.
 pub async fn with_db<T>(
     env: &Env,
-    backend: Backend,
+    kind: Kind,
     dir: &Path,
-    body: impl AsyncFnOnce(&BenchDb) -> anyhow::Result<T>,
+    body: impl AsyncFnOnce(&FreshDb) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    let db = BenchDb::new(env, backend, dir).await?;
+    let db = FreshDb::create(kind, &env.pg_admin, "scrinalia_bench", dir, 20)
+        .await
+        .context("pass --pg with a PostgreSQL server the bench may add databases on")?;
     let result = body(&db).await;
     db.drop_database().await;
     result
@@ -217,10 +103,8 @@ pub async fn with_db<T>(
 pub struct ConfigSpec {
     /// `probe-1` … `probe-<probes>`, each a no-op (`duration_ms`, `progress_steps`, `output_lines` default 0).
     pub probes: usize,
-    /// `[daemon]` keys over the shipped defaults (TOML values).
-    pub daemon: Vec<(&'static str, String)>,
-    /// `database.max_connections`, when not the default.
-    pub max_connections: Option<u32>,
+    /// `[daemon]`: the shipped defaults unless a bench changes some.
+    pub daemon: DaemonSettings,
     /// `api.listen`, when an API is started.
     pub api_listen: Option<std::net::SocketAddr>,
     /// `telemetry.log_filter`.
@@ -229,88 +113,83 @@ pub struct ConfigSpec {
 
 impl Default for ConfigSpec {
     fn default() -> Self {
-        Self { probes: 20, daemon: Vec::new(), max_connections: None, api_listen: None, log_filter: "info" }
+        Self { probes: 20, daemon: DaemonSettings::default(), api_listen: None, log_filter: "info" }
     }
 }
 
-/// Writes `<dir>/<name>.toml` and loads it as the binaries will.
-pub fn write_config(
-    env: &Env,
-    db: &BenchDb,
-    dir: &Path,
-    name: &str,
-    spec: &ConfigSpec,
-) -> anyhow::Result<(PathBuf, Settings)> {
-    use std::fmt::Write as _;
-    let mut toml = String::with_capacity(200 * spec.probes + 1024);
-    let _ = writeln!(toml, "[database]\nurl = {:?}", db.url);
-    if let Some(n) = spec.max_connections {
-        let _ = writeln!(toml, "max_connections = {n}");
+impl ConfigSpec {
+    /// Writes `<dir>/<name>.toml` for the database `db` and loads it as the binaries will.
+    pub fn load(&self, env: &Env, db: &FreshDb, dir: &Path, name: &str) -> anyhow::Result<(PathBuf, Settings)> {
+        let program = env.bin("scrinalia-demo-worker").display().to_string();
+        let file = ConfigFile::new(&db.url, dir)
+            .with(|f| {
+                f.daemon = self.daemon.clone();
+                if let Some(listen) = self.api_listen {
+                    f.api.listen = listen;
+                }
+                self.log_filter.clone_into(&mut f.telemetry.log_filter);
+            })
+            .token("bench-viewer", Role::Viewer, VIEWER)
+            .token("bench-operator", Role::Operator, OPERATOR)
+            .workers((1..=self.probes).map(|i| probe(&program, &format!("probe-{i}"))));
+        let path = dir.join(format!("{name}.toml"));
+        let settings = file.load(&path)?;
+        Ok((path, settings))
     }
-    if let Some(listen) = spec.api_listen {
-        let _ = writeln!(toml, "\n[api]\nlisten = \"{listen}\"");
-    }
-    let _ = writeln!(toml, "\n[daemon]");
-    for (key, value) in &spec.daemon {
-        let _ = writeln!(toml, "{key} = {value}");
-    }
-    let _ = writeln!(
-        toml,
-        "\n[object_store]\nkind = \"local\"\npath = {:?}\n\n[telemetry]\nlog_filter = {:?}\n",
-        dir.join("run-logs").display().to_string(),
-        spec.log_filter
-    );
-    let _ = writeln!(
-        toml,
-        "[auth]\ntokens = [\n  {{ name = \"bench-viewer\", role = \"viewer\", hash = \"{}\" }},\n  {{ name = \"bench-operator\", role = \"operator\", hash = \"{}\" }},\n]\n",
-        hash_token(VIEWER),
-        hash_token(OPERATOR)
-    );
-    let worker = env.bin("scrinalia-demo-worker").display().to_string();
-    for i in 1..=spec.probes {
-        let _ = writeln!(
-            toml,
-            "[[workers]]\nname = \"probe-{i}\"\ncommand = [{worker:?}, \"probe-{i}\"]\ntimeout_seconds = 60\noptions = [\
-             {{ name = \"duration_ms\", type = \"integer\", default = 0 }}, \
-             {{ name = \"progress_steps\", type = \"integer\", default = 0 }}, \
-             {{ name = \"output_lines\", type = \"integer\", default = 0 }}]\n"
-        );
-    }
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(&path, toml).with_context(|| format!("write {}", path.display()))?;
-    let settings = Settings::load_from(Some(&path), Vec::new()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok((path, settings))
 }
 
-/// A request for `worker` with its catalogue defaults, resolved as the API resolves it.
-pub fn new_run(settings: &Settings, worker: &str, options: serde_json::Value) -> anyhow::Result<NewRun> {
-    let spec = settings.catalogue.worker(worker).with_context(|| format!("{worker} is not in the catalogue"))?;
-    let options = options.as_object().cloned().unwrap_or_default().into_iter().collect();
-    let explicit = ExplicitArgs { options, ..ExplicitArgs::default() };
-    let config = resolve(&settings.catalogue, spec, &explicit, None)?;
-    Ok(NewRun {
-        id: Uuid::now_v7(),
+/// A no-op probe: the demo worker's `probe-<n>`, every steering option the bench uses at 0.
+fn probe(program: &str, name: &str) -> WorkerSpec {
+    let mut spec = worker(name, &[program, name]);
+    spec.timeout_seconds = 60;
+    spec.options = ["duration_ms", "progress_steps", "output_lines"]
+        .into_iter()
+        .map(|o| option(o, OptionType::Integer, Some(serde_json::json!(0))))
+        .collect();
+    spec
+}
+
+/// A request by `bench` for `worker` with `options` over its catalogue defaults.
+pub fn request(worker: &str, options: serde_json::Value) -> RunRequest {
+    RunRequest {
         worker: worker.to_owned(),
         requested_by: "bench".to_owned(),
-        arguments: explicit,
-        config,
+        arguments: arguments(options),
         trace_context: None,
-    })
+    }
+}
+
+fn arguments(options: serde_json::Value) -> ExplicitArgs {
+    let options = options.as_object().cloned().unwrap_or_default().into_iter().collect();
+    ExplicitArgs { options, ..ExplicitArgs::default() }
+}
+
+/// The configuration a request for `worker` with its catalogue defaults runs with, resolved as the API resolves
+/// it, for rows the bench writes itself.
+pub fn resolved(settings: &Settings, worker: &str) -> anyhow::Result<ResolvedConfig> {
+    let spec = settings.catalogue.worker(worker).with_context(|| format!("{worker} is not in the catalogue"))?;
+    Ok(resolve(&settings.catalogue, spec, &arguments(serde_json::json!({})), None)?)
+}
+
+/// A pool of the bench's own on a SQLite file, for its own SQL. It writes as the scheduler's pools do: the file
+/// is in WAL mode already (a lasting setting), and synchronous stays FULL.
+pub async fn sqlite_pool(db: &FreshDb) -> anyhow::Result<SqlitePool> {
+    let options = SqliteConnectOptions::from_str(&db.url)?.synchronous(SqliteSynchronous::Full);
+    Ok(SqlitePool::connect_with(options).await?)
 }
 
 /// Inserts `n` queued requests, one per worker `probe-1` … `probe-<n>`, in one statement (PostgreSQL) or one
 /// transaction (SQLite), as a backlog waiting for daemons.
-pub async fn seed_backlog(db: &BenchDb, settings: &Settings, n: usize) -> anyhow::Result<()> {
-    let runs: Vec<NewRun> =
-        (1..=n).map(|i| new_run(settings, &format!("probe-{i}"), serde_json::json!({}))).collect::<Result<_, _>>()?;
-    match &db.db {
-        Database::Postgres(pool) => {
-            let ids: Vec<Uuid> = runs.iter().map(|r| r.id).collect();
-            let workers: Vec<String> = runs.iter().map(|r| r.worker.clone()).collect();
-            let arguments: Vec<serde_json::Value> =
-                runs.iter().map(|r| serde_json::to_value(&r.arguments)).collect::<Result<_, _>>()?;
-            let configs: Vec<serde_json::Value> =
-                runs.iter().map(|r| serde_json::to_value(&r.config)).collect::<Result<_, _>>()?;
+pub async fn seed_backlog(db: &FreshDb, settings: &Settings, n: usize) -> anyhow::Result<()> {
+    let workers: Vec<String> = (1..=n).map(|i| format!("probe-{i}")).collect();
+    let ids: Vec<Uuid> = workers.iter().map(|_| Uuid::now_v7()).collect();
+    let arguments = serde_json::to_value(arguments(serde_json::json!({})))?;
+    let configs: Vec<serde_json::Value> =
+        workers.iter().map(|w| Ok(serde_json::to_value(resolved(settings, w)?)?)).collect::<anyhow::Result<_>>()?;
+    match db.kind {
+        Kind::Postgres => {
+            let pool = sqlx::PgPool::connect(&db.url).await?;
+            let arguments = vec![arguments; n];
             sqlx::query(
                 "insert into worker_runs (id, worker, requested_by, arguments, config) \
                  select id, worker, 'bench', arguments, config \
@@ -320,23 +199,26 @@ pub async fn seed_backlog(db: &BenchDb, settings: &Settings, n: usize) -> anyhow
             .bind(&workers)
             .bind(&arguments)
             .bind(&configs)
-            .execute(pool)
+            .execute(&pool)
             .await
             .context("seed the backlog")?;
-            sqlx::query("analyze worker_runs").execute(pool).await?;
+            sqlx::query("analyze worker_runs").execute(&pool).await?;
+            pool.close().await;
         }
-        Database::Sqlite(pool) => {
+        Kind::Sqlite => {
+            let pool = sqlite_pool(db).await?;
             let mut tx = pool.begin().await?;
-            for run in &runs {
+            for ((id, worker), config) in ids.iter().zip(&workers).zip(&configs) {
                 sqlx::query("insert into worker_runs (id, worker, requested_by, arguments, config) values (?1, ?2, 'bench', ?3, ?4)")
-                    .bind(run.id)
-                    .bind(&run.worker)
-                    .bind(sqlx::types::Json(&run.arguments))
-                    .bind(sqlx::types::Json(&run.config))
+                    .bind(id)
+                    .bind(worker)
+                    .bind(sqlx::types::Json(&arguments))
+                    .bind(sqlx::types::Json(config))
                     .execute(&mut *tx)
                     .await?;
             }
             tx.commit().await.context("seed the backlog")?;
+            pool.close().await;
         }
     }
     Ok(())
@@ -349,100 +231,6 @@ pub async fn runs(db: &Database, ids: &[Uuid]) -> anyhow::Result<Vec<Run>> {
         out.push(db.get_run(*id).await?.with_context(|| format!("run {id} is missing"))?);
     }
     Ok(out)
-}
-
-/// A real binary started by the bench; its output goes to a log file. Killed when dropped.
-pub struct Proc {
-    /// The child.
-    pub child: Child,
-    /// Its combined output.
-    pub log: PathBuf,
-    /// A name for messages.
-    pub name: String,
-}
-
-impl Proc {
-    /// Starts `bin` with `args` and extra `env`, its output to `<dir>/<name>.log`.
-    pub fn start(bin: &Path, name: &str, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Self> {
-        let log = dir.join(format!("{name}.log"));
-        let out = std::fs::File::create(&log)?;
-        let err = out.try_clone()?;
-        let child = Command::new(bin)
-            .args(args)
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("start {}", bin.display()))?;
-        Ok(Self { child, log, name: name.to_owned() })
-    }
-
-    /// Starts a daemon on `config`.
-    pub fn daemon(
-        env: &Env,
-        name: &str,
-        dir: &Path,
-        config: &Path,
-        extra_env: &[(&str, &str)],
-    ) -> anyhow::Result<Self> {
-        let config = config.display().to_string();
-        Self::start(&env.bin("scrinalia-daemon"), name, dir, &["--config", &config], extra_env)
-    }
-
-    /// Its pid.
-    pub fn pid(&self) -> anyhow::Result<i32> {
-        self.child.id().and_then(|id| i32::try_from(id).ok()).with_context(|| format!("{} is not running", self.name))
-    }
-
-    /// Its output so far.
-    pub fn output(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits until its output contains `needle`.
-    pub async fn wait_for(&mut self, needle: &str, timeout: Duration) -> anyhow::Result<()> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            if self.output().contains(needle) {
-                return Ok(());
-            }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                bail!("{} exited ({status}) before saying {needle:?}:\n{}", self.name, tail(&self.output()));
-            }
-            if tokio::time::Instant::now() > deadline {
-                bail!("{} did not say {needle:?} within {timeout:?}:\n{}", self.name, tail(&self.output()));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Sends a signal.
-    pub fn signal(&self, signal: Signal) -> anyhow::Result<()> {
-        kill(Pid::from_raw(self.pid()?), signal).with_context(|| format!("signal {signal} to {}", self.name))
-    }
-
-    /// SIGTERM, then SIGKILL if it has not exited within `grace`.
-    pub async fn stop(mut self, grace: Duration) {
-        let _ = self.signal(Signal::SIGTERM);
-        if tokio::time::timeout(grace, self.child.wait()).await.is_err() {
-            let _ = self.child.start_kill();
-            let _ = self.child.wait().await;
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
-    }
-}
-
-/// The last lines of a log, for error messages.
-pub fn tail(log: &str) -> String {
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
 }
 
 /// CPU time of a process so far (user + system, its own and its reaped children's), from `/proc/<pid>/stat`.
@@ -464,27 +252,4 @@ pub fn status_mib(pid: i32, key: &str) -> anyhow::Result<f64> {
         status.lines().find(|l| l.starts_with(key)).with_context(|| format!("no {key} in /proc/{pid}/status"))?;
     let kb: f64 = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).context("a kB value")?;
     Ok(kb / 1024.0)
-}
-
-/// Polls `check` every 10 ms until it returns `Some`, or fails with `what` after `timeout`.
-pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = anyhow::Result<Option<T>>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(value) = check().await? {
-            return Ok(value);
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// A free TCP port on the loopback interface.
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }

@@ -15,13 +15,12 @@ use std::time::Duration;
 
 use anyhow::bail;
 use clap::Args;
+use scrinalia_testkit::{FreshDb, Kind, Process, free_port, process::Ready};
+use sqlx::PgPool;
 use tokio::{task::JoinSet, time::Instant};
 
 use crate::{
-    env::{
-        Backend, BenchDb, ConfigSpec, Env, OPERATOR, Proc, VIEWER, eventually, free_port, new_run, with_db,
-        write_config,
-    },
+    env::{ConfigSpec, Env, OPERATOR, VIEWER, resolved, with_db},
     report::{Bound, Figure, Samples, number},
 };
 
@@ -56,16 +55,21 @@ const BENCH: &str = "http";
 /// Seeds the ledger, starts the API, and loads both endpoints.
 pub async fn run(env: &Env, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
     let dir = env.folder("http")?;
-    with_db(env, Backend::Postgres, &dir, async |db| measure(env, db, &dir, opts).await).await
+    with_db(env, Kind::Postgres, &dir, async |db| measure(env, db, &dir, opts).await).await
 }
 
-async fn seed(db: &BenchDb, config: serde_json::Value, rows: u64, workers: usize) -> anyhow::Result<()> {
-    let Some(pool) = db.pg() else { bail!("the HTTP bench runs on PostgreSQL") };
+/// Writes `rows` finished runs, each with an end reason, which the schema requires of an ended run
+/// (`worker_runs_end_reason_when_ended`): the one its state implies, and for the failed ones `exit_status`, the
+/// reason the end-reason migration gives a failure whose sentence says nothing more.
+async fn seed(pool: &PgPool, config: serde_json::Value, rows: u64, workers: usize) -> anyhow::Result<()> {
     sqlx::query(
-        "insert into worker_runs (id, worker, state, requested_by, requested_at, arguments, config, claimed_by, \
-             claimed_at, started_at, finished_at, duration_ms, exit_code, result, log_key) \
+        "insert into worker_runs (id, worker, state, end_reason, requested_by, requested_at, arguments, config, \
+             claimed_by, claimed_at, started_at, finished_at, duration_ms, exit_code, result, log_key) \
          select gen_random_uuid(), 'probe-' || (1 + i % $3), \
-             (array['succeeded', 'succeeded', 'succeeded', 'failed', 'cancelled', 'interrupted'])[1 + i % 6], 'bench', \
+             (array['succeeded', 'succeeded', 'succeeded', 'failed', 'cancelled', 'interrupted'])[1 + i % 6], \
+             (array['exit_status', 'exit_status', 'exit_status', 'exit_status', 'cancelled', \
+                 'owner_lost'])[1 + i % 6], \
+             'bench', \
              now() - make_interval(secs => i * 315), '{}'::jsonb, $2, gen_random_uuid(), \
              now() - make_interval(secs => i * 315 - 1), now() - make_interval(secs => i * 315 - 1), \
              now() - make_interval(secs => i * 315 - 61), 60000, 0, '{\"processed\": 10, \"failed\": 0}'::jsonb, \
@@ -81,31 +85,25 @@ async fn seed(db: &BenchDb, config: serde_json::Value, rows: u64, workers: usize
     Ok(())
 }
 
-async fn measure(env: &Env, db: &BenchDb, dir: &std::path::Path, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
-    let port = free_port()?;
+async fn measure(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
+    let port = free_port();
     let spec = ConfigSpec {
         probes: opts.workers,
         api_listen: Some(([127, 0, 0, 1], port).into()),
         log_filter: "warn",
         ..ConfigSpec::default()
     };
-    let (path, settings) = write_config(env, db, dir, "bench", &spec)?;
+    let (path, settings) = spec.load(env, db, dir, "bench")?;
+    // The bench's own pool on the database, for its seeding and its canceller.
+    let pool = PgPool::connect(&db.url).await?;
     let started = std::time::Instant::now();
-    seed(
-        db,
-        serde_json::to_value(new_run(&settings, "probe-1", serde_json::json!({}))?.config)?,
-        opts.rows,
-        opts.workers,
-    )
-    .await?;
+    seed(&pool, serde_json::to_value(resolved(&settings, "probe-1")?)?, opts.rows, opts.workers).await?;
     eprintln!("http: seeded {} finished runs in {:.1} s", opts.rows, started.elapsed().as_secs_f64());
-    let api = Proc::start(&env.bin("scrinalia-api"), "api", dir, &["--config", &path.display().to_string()], &[])?;
     let base = format!("http://127.0.0.1:{port}");
+    let readyz = format!("{base}/readyz");
+    let api =
+        Process::start_ready(&env.bin("scrinalia-api"), "api", dir, &path, &[], &[], Ready::Http(&readyz)).await?;
     let client = reqwest::Client::builder().build()?;
-    eventually(Duration::from_secs(30), "the API to be ready", || async {
-        Ok(client.get(format!("{base}/readyz")).send().await.ok().filter(|r| r.status().is_success()))
-    })
-    .await?;
     let mut figures = Vec::new();
     for (endpoint, target) in [("/api/workers", Some(10.0)), ("/api/runs", None)] {
         let url = format!("{base}{endpoint}");
@@ -149,15 +147,20 @@ async fn measure(env: &Env, db: &BenchDb, dir: &std::path::Path, opts: &Opts) ->
         );
     }
     // Triggers under the same load: mostly 409 (one run in flight per worker, and no daemon runs them), so the
-    // bench cancels the queued requests every 20 ms and the 201 path is measured too.
-    let Some(pool) = db.pg().cloned() else { bail!("PostgreSQL expected") };
-    let canceller = tokio::spawn(async move {
-        loop {
-            let _ =
-                sqlx::query("update worker_runs set state = 'cancelled', finished_at = now() where state = 'queued'")
-                    .execute(&pool)
-                    .await;
-            tokio::time::sleep(Duration::from_millis(20)).await;
+    // bench cancels the queued requests every 20 ms and the 201 path is measured too. A cancelled run carries its
+    // end reason (the schema refuses an ended run without one), as the API's own cancellation writes it.
+    let canceller = tokio::spawn({
+        let pool = pool.clone();
+        async move {
+            loop {
+                let _ = sqlx::query(
+                    "update worker_runs set state = 'cancelled', end_reason = 'cancelled', finished_at = now() \
+                     where state = 'queued'",
+                )
+                .execute(&pool)
+                .await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
     });
     let workers = opts.workers as u64;
@@ -183,6 +186,7 @@ async fn measure(env: &Env, db: &BenchDb, dir: &std::path::Path, opts: &Opts) ->
         .detail(triggers.latencies.summary()),
     );
     api.stop(Duration::from_secs(5)).await;
+    pool.close().await;
     Ok(figures)
 }
 

@@ -14,10 +14,11 @@
 use std::time::Duration;
 
 use clap::Args;
+use scrinalia_testkit::{Kind, Process};
 use sqlx::{Connection, PgConnection};
 
 use crate::{
-    env::{Backend, ConfigSpec, Env, Proc, cpu_time, status_mib, with_db, write_config},
+    env::{ConfigSpec, Env, cpu_time, status_mib, with_db},
     report::{Bound, Figure, number},
 };
 
@@ -43,20 +44,24 @@ const BENCH: &str = "idle";
 /// Measures both daemons at once.
 pub async fn run(env: &Env, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
     let (pg_dir, sqlite_dir) = (env.folder("idle-pg")?, env.folder("idle-sqlite")?);
-    with_db(env, Backend::Postgres, &pg_dir, async |pg| {
-        with_db(env, Backend::Sqlite, &sqlite_dir, async |sqlite| {
+    with_db(env, Kind::Postgres, &pg_dir, async |pg| {
+        with_db(env, Kind::Sqlite, &sqlite_dir, async |sqlite| {
             let spec = ConfigSpec { probes: 3, ..ConfigSpec::default() };
-            let (pg_config, _) = write_config(env, pg, &pg_dir, "bench", &spec)?;
-            let (sqlite_config, _) = write_config(env, sqlite, &sqlite_dir, "bench", &spec)?;
+            let (pg_config, _) = spec.load(env, pg, &pg_dir, "bench")?;
+            let (sqlite_config, _) = spec.load(env, sqlite, &sqlite_dir, "bench")?;
             // The bench's own pools close first: a backend reports its counters when it ends, which must not fall
             // into the window.
             pg.db.close().await;
             sqlite.db.close().await;
             let log = [("RUST_LOG", "info,sqlx::query=debug")];
-            let mut daemons = [
-                (Backend::Postgres, Proc::daemon(env, "daemon", &pg_dir, &pg_config, &log)?),
-                (Backend::Sqlite, Proc::daemon(env, "daemon", &sqlite_dir, &sqlite_config, &log)?),
-            ];
+            let program = env.bin("scrinalia-daemon");
+            let daemon = |dir: &std::path::Path, config: &std::path::Path| {
+                let config = config.display().to_string();
+                Process::start(&program, "daemon", dir, &["--config", &config], &log)
+            };
+            // Both start before either is waited for, so that they settle side by side.
+            let mut daemons =
+                [(Kind::Postgres, daemon(&pg_dir, &pg_config)?), (Kind::Sqlite, daemon(&sqlite_dir, &sqlite_config)?)];
             for (_, d) in &mut daemons {
                 d.wait_for("daemon started", Duration::from_secs(20)).await?;
             }
@@ -67,7 +72,7 @@ pub async fn run(env: &Env, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
             let before_pg = transactions(&mut admin, &pg_name).await?;
             let before: Vec<(Duration, usize)> = daemons
                 .iter()
-                .map(|(_, d)| Ok((cpu_time(d.pid()?)?, statements(&d.output()))))
+                .map(|(_, d)| Ok((cpu_time(d.pid().as_raw())?, statements(&d.output()))))
                 .collect::<anyhow::Result<_>>()?;
             tokio::time::sleep(Duration::from_secs(opts.seconds)).await;
             let window = opts.seconds as f64;
@@ -75,7 +80,7 @@ pub async fn run(env: &Env, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
             let _ = admin.close().await;
             let mut figures = Vec::new();
             for ((backend, daemon), (cpu_before, statements_before)) in daemons.iter().zip(before) {
-                let pid = daemon.pid()?;
+                let pid = daemon.pid().as_raw();
                 let cpu = (cpu_time(pid)? - cpu_before).as_secs_f64() / window * 100.0;
                 let (rss, peak) = (status_mib(pid, "VmRSS:")?, status_mib(pid, "VmHWM:")?);
                 let made = statements(&daemon.output()) - statements_before;
@@ -98,7 +103,7 @@ pub async fn run(env: &Env, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
                     Figure::info(BENCH, name, "idle daemon: queries/s (its statement log)", rate, "queries/s")
                         .target(Bound::Below(1.0))
                         .detail(format!("{made} statements in {window} s"));
-                if *backend == Backend::Postgres {
+                if *backend == Kind::Postgres {
                     let xacts = after_pg - before_pg;
                     queries.detail = format!(
                         "{} · pg_stat_database: {xacts} transactions = {}/s",

@@ -2,7 +2,7 @@
 //! `--spacing-ms` (20 ms), each to a worker with nothing in flight (the catalogue's 20 probes in turn, so a
 //! worker's previous run ended long before).
 //!
-//! - PostgreSQL, ledger clock: the bench inserts each request itself (`Database::insert_run` on a connection of
+//! - PostgreSQL, ledger clock: the bench requests each run itself (`Database::request_run` on a connection of
 //!   its own, as the API does) and reads `requested_at → claimed_at` and `requested_at → started_at` from the
 //!   ledger afterwards: the database's own timestamps, no client in the figure.
 //! - PostgreSQL through the HTTP API, client clock: `POST /api/workers/{name}/runs` to the real API; the figure
@@ -23,14 +23,15 @@ use std::{
 use anyhow::{Context as _, bail};
 use chrono::{DateTime, Utc};
 use clap::Args;
-use scrinalia_shared::{Database, DbError, Settings, db::Run};
+use scrinalia_shared::{Database, Run, RunState, Settings, config::DaemonSettings, runs::RequestError};
+use scrinalia_testkit::{FreshDb, Kind, Process, free_port, process::Ready, try_eventually};
 use serde::Deserialize;
 use sqlx::postgres::PgListener;
 use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::{
-    env::{Backend, BenchDb, ConfigSpec, Env, OPERATOR, Proc, eventually, free_port, new_run, runs, with_db},
+    env::{ConfigSpec, Env, OPERATOR, request, runs, sqlite_pool, with_db},
     report::{Bound, Figure, Samples},
 };
 
@@ -61,37 +62,36 @@ const BENCH: &str = "latency";
 pub async fn run(env: &Env, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
     let mut figures = Vec::new();
     let dir = env.folder("latency-pg")?;
-    figures.extend(with_db(env, Backend::Postgres, &dir, async |db| postgres(env, db, &dir, opts).await).await?);
+    figures.extend(with_db(env, Kind::Postgres, &dir, async |db| postgres(env, db, &dir, opts).await).await?);
     let dir = env.folder("latency-sqlite")?;
-    figures.extend(with_db(env, Backend::Sqlite, &dir, async |db| sqlite(env, db, &dir, opts).await).await?);
+    figures.extend(with_db(env, Kind::Sqlite, &dir, async |db| sqlite(env, db, &dir, opts).await).await?);
     Ok(figures)
 }
 
 fn config(port: Option<u16>) -> ConfigSpec {
     ConfigSpec {
         probes: PROBES,
-        daemon: vec![("capacity", "8".into())],
+        daemon: DaemonSettings { capacity: 8, ..DaemonSettings::default() },
         api_listen: port.map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], p))),
         ..ConfigSpec::default()
     }
 }
 
-async fn start_daemon(env: &Env, dir: &std::path::Path, config: &std::path::Path) -> anyhow::Result<Proc> {
-    let mut daemon = Proc::daemon(env, "daemon", dir, config, &[])?;
-    daemon.wait_for("daemon started", Duration::from_secs(20)).await?;
+async fn start_daemon(env: &Env, dir: &std::path::Path, config: &std::path::Path) -> anyhow::Result<Process> {
+    let program = env.bin("scrinalia-daemon");
+    let daemon = Process::start_ready(&program, "daemon", dir, config, &[], &[], Ready::Line("daemon started")).await?;
     // Let the start-up work pass (the first round of queue counts: one process per probe, 50 ms apart).
     tokio::time::sleep(Duration::from_millis(50 * PROBES as u64 + 1500)).await;
     Ok(daemon)
 }
 
-async fn postgres(env: &Env, db: &BenchDb, dir: &std::path::Path, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
-    let port = free_port()?;
-    let (path, settings) = crate::env::write_config(env, db, dir, "bench", &config(Some(port)))?;
+async fn postgres(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
+    let port = free_port();
+    let (path, settings) = config(Some(port)).load(env, db, dir, "bench")?;
     let mut figures = machine_floors(db).await?;
     let daemon = start_daemon(env, dir, &path).await?;
 
     eprintln!("latency: PostgreSQL, {} requests {} ms apart, inserted by the bench", opts.requests, opts.spacing_ms);
-    let Some(pool) = db.pg() else { bail!("PostgreSQL expected") };
     let producer = db.db.dedicated().await?;
     // The ledger figures come from a pass in which the daemon is the only listener: PostgreSQL wakes every
     // listening backend of the database at each commit that notifies, so the bench's own LISTEN would put one
@@ -99,15 +99,15 @@ async fn postgres(env: &Env, db: &BenchDb, dir: &std::path::Path, opts: &Opts) -
     let inserted = direct_pass(&producer, &settings, opts).await?;
     let ids: Vec<Uuid> = inserted[opts.warmup..].iter().map(|i| i.id).collect();
     let ledger = finished(&db.db, &ids).await?;
-    figures.extend(ledger_figures(Backend::Postgres, "", &ledger, true));
+    figures.extend(ledger_figures(Kind::Postgres, "", &ledger, true));
     eprintln!("latency: PostgreSQL again, the bench listening, for the breakdown");
-    let heard = Heard::listen(pool).await?;
+    let heard = Heard::listen(&db.url).await?;
     let inserted = direct_pass(&producer, &settings, opts).await?;
     producer.close().await;
     let measured = &inserted[opts.warmup..];
     let ids: Vec<Uuid> = measured.iter().map(|i| i.id).collect();
     let listened = finished(&db.db, &ids).await?;
-    figures.extend(ledger_figures(Backend::Postgres, " (the bench listening too)", &listened, false));
+    figures.extend(ledger_figures(Kind::Postgres, " (the bench listening too)", &listened, false));
     // Where the time goes: the producer's insert and commit, then everything after the commit (the notification to
     // the daemon, its claim and the claim's commit, and the claim's notification to the bench).
     let inserts = Samples::from_durations(measured.iter().map(|i| i.returned - i.before));
@@ -134,14 +134,11 @@ async fn postgres(env: &Env, db: &BenchDb, dir: &std::path::Path, opts: &Opts) -
     );
 
     eprintln!("latency: PostgreSQL through the HTTP API, {} requests {} ms apart", opts.requests, opts.spacing_ms);
-    let mut api = Proc::start(&env.bin("scrinalia-api"), "api", dir, &["--config", &path.display().to_string()], &[])?;
-    api.wait_for("API listening", Duration::from_secs(20)).await?;
     let base = format!("http://127.0.0.1:{port}");
+    let readyz = format!("{base}/readyz");
+    let api =
+        Process::start_ready(&env.bin("scrinalia-api"), "api", dir, &path, &[], &[], Ready::Http(&readyz)).await?;
     let client = reqwest::Client::builder().build()?;
-    eventually(Duration::from_secs(20), "the API to be ready", || async {
-        Ok(client.get(format!("{base}/readyz")).send().await.ok().filter(|r| r.status().is_success()))
-    })
-    .await?;
     figures.extend(api_floors(&client, &base).await?);
     let sent = http_pass(&client, &base, opts).await?;
     let measured = &sent[opts.warmup..];
@@ -183,15 +180,15 @@ async fn postgres(env: &Env, db: &BenchDb, dir: &std::path::Path, opts: &Opts) -
         )
         .detail(wall.summary()),
     );
-    figures.extend(ledger_figures(Backend::Postgres, " (requests through the API)", &ledger, false));
+    figures.extend(ledger_figures(Kind::Postgres, " (requests through the API)", &ledger, false));
     heard.stop();
     api.stop(Duration::from_secs(5)).await;
     daemon.stop(Duration::from_secs(10)).await;
     Ok(figures)
 }
 
-async fn sqlite(env: &Env, db: &BenchDb, dir: &std::path::Path, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
-    let (path, settings) = crate::env::write_config(env, db, dir, "bench", &config(None))?;
+async fn sqlite(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
+    let (path, settings) = config(None).load(env, db, dir, "bench")?;
     let floors = machine_floors(db).await?;
     let daemon = start_daemon(env, dir, &path).await?;
     eprintln!("latency: SQLite, {} requests {} ms apart, inserted by the bench", opts.requests, opts.spacing_ms);
@@ -201,7 +198,7 @@ async fn sqlite(env: &Env, db: &BenchDb, dir: &std::path::Path, opts: &Opts) -> 
     let ids: Vec<Uuid> = inserted[opts.warmup..].iter().map(|i| i.id).collect();
     let ledger = finished(&db.db, &ids).await?;
     let mut figures = floors;
-    figures.extend(ledger_figures(Backend::Sqlite, "", &ledger, true));
+    figures.extend(ledger_figures(Kind::Sqlite, "", &ledger, true));
     daemon.stop(Duration::from_secs(10)).await;
     Ok(figures)
 }
@@ -210,11 +207,11 @@ async fn sqlite(env: &Env, db: &BenchDb, dir: &std::path::Path, opts: &Opts) -> 
 /// same round trip 20 ms apart (each process on the path has gone idle) and back to back. The gap is the
 /// wake-up cost every step of request → claimed pays (the producer's backend, the listening backend, the
 /// daemon, the claiming backend).
-async fn machine_floors(db: &BenchDb) -> anyhow::Result<Vec<Figure>> {
-    let name = db.backend.name();
+async fn machine_floors(db: &FreshDb) -> anyhow::Result<Vec<Figure>> {
+    let name = db.kind.name();
     let mut figures = Vec::new();
-    match &db.db {
-        Database::Postgres(_) => {
+    match db.kind {
+        Kind::Postgres => {
             use sqlx::Connection as _;
             let mut conn = sqlx::PgConnection::connect(&db.url).await?;
             sqlx::query("create table bench_commit (id bigserial primary key, at timestamptz not null default now())")
@@ -232,7 +229,8 @@ async fn machine_floors(db: &BenchDb) -> anyhow::Result<Vec<Figure>> {
             sqlx::query("drop table bench_commit").execute(&mut conn).await?;
             let _ = conn.close().await;
         }
-        Database::Sqlite(pool) => {
+        Kind::Sqlite => {
+            let pool = &sqlite_pool(db).await?;
             sqlx::query("create table bench_commit (id integer primary key, at text)").execute(pool).await?;
             let insert = "insert into bench_commit (at) values (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))";
             let once = async || -> anyhow::Result<()> {
@@ -241,6 +239,7 @@ async fn machine_floors(db: &BenchDb) -> anyhow::Result<Vec<Figure>> {
             };
             figures.extend(floors_of(name, "one-row insert and commit", once).await?);
             sqlx::query("drop table bench_commit").execute(pool).await?;
+            pool.close().await;
         }
     }
     Ok(figures)
@@ -299,13 +298,13 @@ async fn direct_pass(producer: &Database, settings: &Settings, opts: &Opts) -> a
     let mut ids = Vec::new();
     for i in 0..opts.warmup + opts.requests {
         tokio::time::sleep_until(start + spacing * u32::try_from(i)?).await;
-        let new = new_run(settings, &format!("probe-{}", i % PROBES + 1), serde_json::json!({}))?;
+        let request = request(&format!("probe-{}", i % PROBES + 1), serde_json::json!({}));
         let before = Instant::now();
-        let inserted = producer.insert_run(&new).await;
+        let inserted = producer.request_run(&settings.catalogue, request).await;
         let returned = Instant::now();
         match inserted {
             Ok(run) => ids.push(Inserted { id: run.id, before, returned }),
-            Err(DbError::Conflict { worker, .. }) => {
+            Err(RequestError::InFlight { worker, .. }) => {
                 bail!("{worker} still had a run in flight {} ms later", PROBES as u64 * opts.spacing_ms)
             }
             Err(e) => return Err(e.into()),
@@ -362,8 +361,8 @@ struct Event {
 }
 
 impl Heard {
-    async fn listen(pool: &sqlx::PgPool) -> anyhow::Result<Self> {
-        let mut listener = PgListener::connect_with(pool).await?;
+    async fn listen(url: &str) -> anyhow::Result<Self> {
+        let mut listener = PgListener::connect(url).await?;
         listener.listen("scrinalia_events").await?;
         let claimed = Arc::new(Mutex::new(HashMap::new()));
         let map = claimed.clone();
@@ -385,7 +384,7 @@ impl Heard {
     /// For each `(run, since)`: how long after `since` its claim was heard (waiting for the last ones).
     async fn claims_after(&self, runs: impl Iterator<Item = (Uuid, Instant)>) -> anyhow::Result<Vec<Duration>> {
         let runs: Vec<(Uuid, Instant)> = runs.collect();
-        eventually(Duration::from_secs(10), "the claims' notifications", || async {
+        try_eventually(Duration::from_secs(10), "the claims' notifications", || async {
             let heard = self.claimed.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
             Ok(runs
                 .iter()
@@ -402,13 +401,13 @@ impl Heard {
 
 /// Waits for every run to end; returns them in order.
 async fn finished(db: &Database, ids: &[Uuid]) -> anyhow::Result<Vec<Run>> {
-    eventually(Duration::from_secs(60), "every run to end", || async {
+    try_eventually(Duration::from_secs(60), "every run to end", || async {
         let all = runs(db, ids).await?;
         Ok(all.iter().all(|r| r.state.is_terminal()).then_some(all))
     })
     .await
     .and_then(|all| {
-        let failed: Vec<&Run> = all.iter().filter(|r| r.state != scrinalia_shared::db::RunState::Succeeded).collect();
+        let failed: Vec<&Run> = all.iter().filter(|r| r.state != RunState::Succeeded).collect();
         match failed.first() {
             Some(r) => {
                 Err(anyhow::anyhow!("{} runs did not succeed, e.g. {} {}: {:?}", failed.len(), r.id, r.state, r.error))
@@ -423,7 +422,7 @@ fn ms(d: chrono::TimeDelta) -> f64 {
     d.num_microseconds().unwrap_or(i64::MAX) as f64 / 1000.0
 }
 
-fn ledger_figures(backend: Backend, suffix: &str, ledger: &[Run], targets: bool) -> Vec<Figure> {
+fn ledger_figures(backend: Kind, suffix: &str, ledger: &[Run], targets: bool) -> Vec<Figure> {
     let claimed = Samples::from_ms(ledger.iter().filter_map(|r| r.claimed_at.map(|c| ms(c - r.requested_at))));
     let started = Samples::from_ms(ledger.iter().filter_map(|r| r.started_at.map(|s| ms(s - r.requested_at))));
     let name = backend.name();
@@ -439,11 +438,11 @@ fn ledger_figures(backend: Backend, suffix: &str, ledger: &[Run], targets: bool)
     let mut p99 = Figure::info(BENCH, name, format!("request → claimed p99 (ledger){suffix}"), claimed.p99(), "ms");
     if targets {
         match backend {
-            Backend::Postgres => {
+            Kind::Postgres => {
                 p50 = p50.target(Bound::Below(0.8));
                 p99 = p99.target(Bound::Below(2.0));
             }
-            Backend::Sqlite => p50 = p50.target(Bound::Below(5.0)),
+            Kind::Sqlite => p50 = p50.target(Bound::Below(5.0)),
         }
     }
     figures.push(p50);

@@ -9,10 +9,11 @@ use anyhow::{Context as _, bail};
 use chrono::Utc;
 use clap::Args;
 use nix::sys::signal::Signal;
-use scrinalia_shared::db::RunState;
+use scrinalia_shared::{RunState, config::DaemonSettings};
+use scrinalia_testkit::{FreshDb, Kind, Process, process::Ready, try_eventually};
 
 use crate::{
-    env::{Backend, BenchDb, ConfigSpec, Env, Proc, eventually, new_run, with_db, write_config},
+    env::{ConfigSpec, Env, request, with_db},
     report::{Bound, Figure, Samples, number},
 };
 
@@ -38,46 +39,50 @@ const BENCH: &str = "recovery";
 /// Runs the trials.
 pub async fn run(env: &Env, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
     let dir = env.folder("recovery")?;
-    with_db(env, Backend::Postgres, &dir, async |db| trials(env, db, &dir, opts).await).await
+    with_db(env, Kind::Postgres, &dir, async |db| trials(env, db, &dir, opts).await).await
 }
 
-async fn trials(env: &Env, db: &BenchDb, dir: &std::path::Path, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
+async fn trials(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
     let spec = ConfigSpec {
         probes: 3,
-        daemon: vec![("lease_seconds", opts.lease.to_string()), ("queue_count_interval_seconds", "3600".into())],
+        daemon: DaemonSettings {
+            lease_seconds: opts.lease,
+            queue_count_interval_seconds: 3600,
+            ..DaemonSettings::default()
+        },
         ..ConfigSpec::default()
     };
-    let (path, settings) = write_config(env, db, dir, "bench", &spec)?;
+    let (path, settings) = spec.load(env, db, dir, "bench")?;
     let lease = Duration::from_secs(opts.lease);
-    let mut daemons: Vec<Proc> = Vec::new();
+    let gone_after = settings.daemon.gone_after();
+    let program = env.bin("scrinalia-daemon");
+    let mut daemons: Vec<Process> = Vec::new();
     let (mut after_death, mut after_expiry) = (Vec::new(), Vec::new());
     for trial in 0..opts.trials {
         while daemons.len() < 2 {
-            let mut daemon = Proc::daemon(env, &format!("daemon-{trial}-{}", daemons.len()), dir, &path, &[])?;
-            daemon.wait_for("daemon started", Duration::from_secs(20)).await?;
-            daemons.push(daemon);
+            let name = format!("daemon-{trial}-{}", daemons.len());
+            let ready = Ready::Line("daemon started");
+            daemons.push(Process::start_ready(&program, &name, dir, &path, &[], &[], ready).await?);
         }
-        let run =
-            db.db.insert_run(&new_run(&settings, "probe-1", serde_json::json!({ "duration_ms": 50_000 }))?).await?;
-        let running = eventually(Duration::from_secs(20), "the run to start", || async {
+        let long = request("probe-1", serde_json::json!({ "duration_ms": 50_000 }));
+        let run = db.db.request_run(&settings.catalogue, long).await?;
+        let running = try_eventually(Duration::from_secs(20), "the run to start", || async {
             Ok(db.db.get_run(run.id).await?.filter(|r| r.started_at.is_some()))
         })
         .await?;
         let owner = running.daemon_id.context("a claimed run has its daemon")?;
-        let pid = db.db.get_daemon(owner).await?.context("the owner is registered")?.pid;
-        let index = daemons
-            .iter()
-            .position(|d| d.pid().ok() == Some(pid))
-            .context("the owner is one of the bench's daemons")?;
+        let pid = db.db.get_daemon(owner, gone_after).await?.context("the owner is registered")?.pid;
+        let index =
+            daemons.iter().position(|d| d.pid().as_raw() == pid).context("the owner is one of the bench's daemons")?;
         // Die at a different point of the renewal cycle (every lease/3) in each trial.
         let offset = lease / 3 * u32::try_from(trial % 3)? / 3;
         tokio::time::sleep(Duration::from_millis(300) + offset).await;
         let victim = daemons.remove(index);
-        victim.signal(Signal::SIGKILL)?;
+        victim.try_signal(Signal::SIGKILL)?;
         let killed_at = Utc::now();
         drop(victim);
         let expiry = db.db.get_run(run.id).await?.and_then(|r| r.lease_expires_at).context("a lease")?;
-        let ended = eventually(lease * 3, "the run to be interrupted", || async {
+        let ended = try_eventually(lease * 3, "the run to be interrupted", || async {
             Ok(db.db.get_run(run.id).await?.filter(|r| r.state.is_terminal()))
         })
         .await?;

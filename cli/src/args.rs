@@ -9,6 +9,7 @@ const AFTER_LONG_HELP: &str = "\
 Environment:
   SCRINALIA_API     base URL of the API (same as --api; default http://127.0.0.1:8080)
   SCRINALIA_TOKEN   bearer token sent as `Authorization: Bearer <token>`
+  SCRINALIA_CA_FILE certificate authorities to trust for an https:// API (same as --ca-file)
   NO_COLOR          set to turn colour off (it is always off when stdout is not a terminal)
 
 Exit codes:
@@ -35,9 +36,14 @@ Tables are for people; --json prints the API's own JSON for scripts. Errors prin
     after_long_help = AFTER_LONG_HELP
 )]
 pub struct Cli {
-    /// Base URL of the API (plain http://; on another host, tunnel with ssh -L).
+    /// Base URL of the API: http:// on its host, https:// through the TLS-terminating proxy.
     #[arg(long, global = true, env = "SCRINALIA_API", default_value = "http://127.0.0.1:8080", value_name = "URL")]
     pub api: String,
+
+    /// A PEM file of certificate authorities to trust for an https:// API, besides the system's (a proxy whose
+    /// certificate a private CA signed).
+    #[arg(long, global = true, env = "SCRINALIA_CA_FILE", value_name = "PATH")]
+    pub ca_file: Option<std::path::PathBuf>,
 
     /// Print the API's JSON instead of a table (one object per line while following).
     #[arg(long, global = true)]
@@ -122,7 +128,7 @@ pub struct RunsArgs {
     pub worker: Option<String>,
     /// Only runs in this state (queued, running, succeeded, failed, cancelled, interrupted).
     #[arg(long, value_name = "STATE")]
-    pub state: Option<scrinalia_shared::db::RunState>,
+    pub state: Option<scrinalia_wire::RunState>,
     /// At most this many runs.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=500))]
     pub limit: Option<u32>,

@@ -1,8 +1,9 @@
 //! The HTTP client of the API: base URL, bearer token, timeouts, and the mapping of every failure to an
-//! [`ApiFailure`] (the API answered with an error) or [`Unreachable`] (it did not answer). Plain HTTP only: the
-//! API listens on loopback behind a TLS-terminating proxy, and the CLI runs beside it.
+//! [`ApiFailure`] (the API answered with an error) or [`Unreachable`] (it did not answer). Plain HTTP reaches an
+//! API on its own host; HTTPS (rustls, the system's certificate authorities plus `--ca-file`) reaches it through
+//! the TLS-terminating reverse proxy that serves it to the network.
 
-use std::time::Duration;
+use std::{path::Path, time::Duration};
 
 use anyhow::{Context, anyhow};
 use reqwest::{
@@ -49,18 +50,14 @@ impl Body {
 
 impl Client {
     /// A client of the API at `api` (a base URL such as `http://127.0.0.1:8080` or `https://host/prefix`),
-    /// sending `token` as a bearer token when given.
-    pub fn new(api: &str, token: Option<&str>) -> anyhow::Result<Self> {
+    /// sending `token` as a bearer token when given, and trusting the certificate authorities of `ca_file` (PEM)
+    /// besides the system's.
+    pub fn new(api: &str, token: Option<&str>, ca_file: Option<&Path>) -> anyhow::Result<Self> {
         let base = Url::parse(api.trim()).with_context(|| format!("--api {api:?} is not a URL"))?;
-        if base.scheme() == "https" {
-            // No TLS stack is linked: the API listens on loopback (see deploy/), so the CLI runs on its host.
+        if base.cannot_be_a_base() || !matches!(base.scheme(), "http" | "https") {
             return Err(anyhow!(
-                "--api {api:?}: this scrinalia speaks plain HTTP only; run it on the API's host, or through a tunnel \
-                 (ssh -L 8080:127.0.0.1:8080 HOST, then --api http://127.0.0.1:8080)"
+                "--api {api:?} must be an http:// or https:// URL such as http://127.0.0.1:8080 or https://host"
             ));
-        }
-        if base.cannot_be_a_base() || base.scheme() != "http" {
-            return Err(anyhow!("--api {api:?} must be an http:// URL such as http://127.0.0.1:8080"));
         }
         let token = match token.map(str::trim).filter(|t| !t.is_empty()) {
             Some(t) => {
@@ -71,11 +68,21 @@ impl Client {
             }
             None => None,
         };
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .user_agent(concat!("scrinalia-cli/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .context("cannot build the HTTP client")?;
+            .https_only(base.scheme() == "https");
+        if let Some(path) = ca_file {
+            let pem = std::fs::read(path).with_context(|| format!("--ca-file {}: cannot read it", path.display()))?;
+            let authorities = reqwest::Certificate::from_pem_bundle(&pem)
+                .ok()
+                .filter(|c| !c.is_empty())
+                .ok_or_else(|| anyhow!("--ca-file {}: holds no PEM certificate", path.display()))?;
+            for authority in authorities {
+                http = http.add_root_certificate(authority);
+            }
+        }
+        let http = http.build().context("cannot build the HTTP client")?;
         Ok(Self { http, base, token })
     }
 
@@ -178,20 +185,22 @@ mod tests {
 
     #[test]
     fn urls_keep_a_prefix_and_encode_segments() {
-        let client = Client::new("http://host:8080/scrinalia/", None).expect("a client");
+        let client = Client::new("http://host:8080/scrinalia/", None, None).expect("a client");
         assert_eq!(
             client.url(&["workers", "a/b?c", "runs"]).as_str(),
             "http://host:8080/scrinalia/api/workers/a%2Fb%3Fc/runs"
         );
-        let client = Client::new("http://127.0.0.1:8080", None).expect("a client");
+        let client = Client::new("http://127.0.0.1:8080", None, None).expect("a client");
         assert_eq!(client.url(&["health"]).as_str(), "http://127.0.0.1:8080/api/health");
     }
 
     #[test]
     fn bad_base_urls_and_tokens_are_refused() {
-        assert!(Client::new("localhost:8080", None).is_err());
-        assert!(Client::new("ftp://host", None).is_err());
-        assert!(Client::new("https://host", None).is_err_and(|e| e.to_string().contains("plain HTTP")));
-        assert!(Client::new("http://host", Some("a\nb")).is_err());
+        assert!(Client::new("localhost:8080", None, None).is_err());
+        assert!(Client::new("ftp://host", None, None).is_err());
+        assert!(Client::new("https://host/prefix", None, None).is_ok());
+        assert!(Client::new("http://host", Some("a\nb"), None).is_err());
+        let missing = Client::new("https://host", None, Some(Path::new("/nonexistent/ca.pem"))).expect_err("no file");
+        assert!(missing.to_string().contains("--ca-file /nonexistent/ca.pem"), "{missing}");
     }
 }

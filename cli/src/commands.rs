@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context;
-use scrinalia_shared::{ExplicitArgs, db::Run};
+use scrinalia_wire::{ExplicitArgs, Run};
 use uuid::Uuid;
 
 use crate::{
@@ -23,7 +23,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         return token::hash(out, new);
     }
     let token = std::env::var("SCRINALIA_TOKEN").ok();
-    let client = Client::new(&cli.api, token.as_deref())
+    let client = Client::new(&cli.api, token.as_deref(), cli.ca_file.as_deref())
         .map_err(|e| Verdict { exit: Exit::Usage, message: format!("{e:#}") })?;
     match cli.command {
         Command::Workers => workers(&client, out).await,

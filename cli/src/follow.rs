@@ -8,7 +8,7 @@ use std::{
 };
 
 use anyhow::Context;
-use scrinalia_shared::db::{Run, RunState};
+use scrinalia_wire::{Run, RunState};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use uuid::Uuid;

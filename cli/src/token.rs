@@ -4,7 +4,7 @@
 use std::io::{self, BufRead, IsTerminal, Read};
 
 use anyhow::Context;
-use scrinalia_shared::auth::{hash_token, new_token};
+use scrinalia_wire::auth::{hash_token, new_token};
 use serde_json::json;
 
 use crate::{

@@ -2,10 +2,7 @@
 //! one run. Times are local (as journalctl shows them), durations short (`1.5s`, `3m12s`).
 
 use chrono::{DateTime, Local, Utc};
-use scrinalia_shared::{
-    ResolvedConfig,
-    db::{Run, RunState},
-};
+use scrinalia_wire::{ResolvedConfig, Run, RunState};
 use serde_json::Value;
 
 use crate::{
@@ -144,14 +141,14 @@ pub fn engine(config: &ResolvedConfig) -> String {
     if !config.engine_configurable {
         return "external".to_owned();
     }
-    let part = |r: &Option<scrinalia_shared::Resolved<String>>| r.as_ref().map(|r| (r.value.clone(), r.source));
+    let part = |r: &Option<scrinalia_wire::Resolved<String>>| r.as_ref().map(|r| (r.value.clone(), r.source));
     let (engine, preset) = (part(&config.engine), part(&config.preset));
     let text = match (&engine, &preset) {
         (Some((e, _)), Some((p, _))) => format!("{e}/{p}"),
         (Some((e, _)), None) => e.clone(),
         _ => return "-".to_owned(),
     };
-    let overridden = [engine, preset].into_iter().flatten().any(|(_, s)| s == scrinalia_shared::Source::Override);
+    let overridden = [engine, preset].into_iter().flatten().any(|(_, s)| s == scrinalia_wire::Source::Override);
     if overridden { format!("{text} (override)") } else { text }
 }
 
@@ -255,7 +252,7 @@ pub fn run_detail(detail: &RunDetail, colour: bool) -> String {
             .map(|t| format!("requested {} by {}", when(t), run.cancel_requested_by.as_deref().unwrap_or("?"))),
     );
     let c = &run.config;
-    let sourced = |v: &str, s: scrinalia_shared::Source| {
+    let sourced = |v: &str, s: scrinalia_wire::Source| {
         format!(
             "{v} ({})",
             serde_json::to_value(s).ok().and_then(|s| s.as_str().map(str::to_owned)).unwrap_or_default()

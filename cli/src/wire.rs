@@ -3,7 +3,7 @@
 //! removed without breaking it.
 
 use chrono::{DateTime, Utc};
-use scrinalia_shared::{ResolvedConfig, db::Run};
+use scrinalia_wire::{ResolvedConfig, Run};
 use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;

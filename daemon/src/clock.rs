@@ -22,6 +22,11 @@ pub fn instant_at(ns: u64) -> Instant {
     }
 }
 
+/// A time that never comes, for an idle timer.
+pub fn far() -> Instant {
+    Instant::now() + Duration::from_secs(86_400 * 365)
+}
+
 /// Adds a duration to a monotonic time.
 pub fn after(ns: u64, duration: Duration) -> u64 {
     ns.saturating_add(u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX))

@@ -17,11 +17,7 @@ use nix::{
     sys::signal::{Signal, killpg},
     unistd::Pid,
 };
-use scrinalia_shared::{
-    WorkerSpec,
-    db::{NewQueueCount, Override},
-    resolve,
-};
+use scrinalia_shared::{ExplicitArgs, Override, WorkerSpec, queue::NewQueueCount, resolve};
 use serde_json::Value;
 use tokio::{
     io::{AsyncRead, AsyncReadExt},
@@ -32,7 +28,7 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::{Context, invocation::Invocation, runlog::far};
+use crate::{Context, clock::far, invocation::Invocation};
 
 /// Output beyond this is not read.
 const MAX_OUTPUT: u64 = 1024 * 1024;
@@ -115,7 +111,7 @@ async fn plan_round(ctx: &Context) -> VecDeque<(WorkerSpec, Option<Override>)> {
 /// Measures one worker and stores the measurement (or the sentence saying why it failed).
 async fn count(ctx: &Context, spec: &WorkerSpec, current: Option<Override>, stop: &CancellationToken) {
     let started = Instant::now();
-    let explicit = scrinalia_shared::ExplicitArgs::default();
+    let explicit = ExplicitArgs::default();
     let measured = match resolve(&ctx.settings.catalogue, spec, &explicit, current.as_ref().map(|o| &o.values)) {
         Ok(config) => {
             let invocation = Invocation::count_pending(spec, &ctx.exe_dir, &ctx.settings.daemon.worker_env, &config);
@@ -144,7 +140,6 @@ async fn count(ctx: &Context, spec: &WorkerSpec, current: Option<Override>, stop
             row.error = Some(e);
         }
     }
-    let _own = ctx.own_writes.begin();
     if let Err(e) = ctx.db.store_queue_count(&row).await {
         tracing::warn!(worker = %spec.name, error = %e, "could not store the queue count");
     }

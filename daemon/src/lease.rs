@@ -4,7 +4,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use scrinalia_shared::{DbError, db::Run};
+use scrinalia_shared::{DbError, Run};
 use tokio::{
     sync::{mpsc, oneshot},
     task::JoinHandle,

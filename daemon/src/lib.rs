@@ -1,13 +1,15 @@
 //! The Scrinalia scheduler daemon: claims run requests from the database, runs each worker under a per-run
 //! supervisor that fences it by its lease, writes the ledger, recovers expired runs and measures the queues.
-//! `main.rs` only parses the command line; everything else starts from [`run`] and [`supervisor::supervise`].
+//! `main.rs` only parses the command line and wires the signals; everything else starts from [`run`] (which
+//! takes its shutdown as an argument, so that a test or another program can run a daemon in-process) and
+//! [`supervisor::supervise`].
 
-pub mod claimer;
 pub mod clock;
 pub mod counts;
 pub mod frame;
 pub mod invocation;
 pub mod lease;
+pub mod main_loop;
 pub mod metrics;
 pub mod outcome;
 pub mod progress;
@@ -18,18 +20,18 @@ pub mod runner;
 pub mod shutdown;
 pub mod supervisor;
 pub mod systemd;
-pub mod wakeup;
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
-use scrinalia_shared::{Database, Settings, db::Pings, logstore::LogStore, telemetry::Telemetry};
+use scrinalia_shared::{Database, Pings, Settings, changes::Topic, logstore::LogStore, telemetry::Telemetry};
 use tokio::{sync::Notify, task::JoinSet};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::{claimer::Claimer, shutdown::Shutdown, systemd::Notifier};
+pub use crate::shutdown::Shutdown;
+use crate::{main_loop::MainLoop, systemd::Notifier};
 
 /// What every part of a running daemon shares.
 #[derive(Debug)]
@@ -44,20 +46,17 @@ pub struct Context {
     pub daemon_id: Uuid,
     /// Where run logs go.
     pub logs: LogStore,
-    /// The daemon's own executable, re-executed as each run's supervisor.
-    pub own_exe: PathBuf,
-    /// Its folder, where bare worker commands are looked up first.
+    /// The program started as each run's supervisor: the daemon's own executable, unless configured.
+    pub supervisor: PathBuf,
+    /// The daemon's folder, where bare worker commands are looked up first.
     pub exe_dir: PathBuf,
-    /// The daemon's own periodic writes (so they do not wake it on SQLite).
-    pub own_writes: wakeup::OwnWrites,
     /// What its runs did, for `/metrics` and OTLP.
     pub metrics: metrics::DaemonMetrics,
 }
 
-/// Runs the daemon until it is stopped by a signal or drained through the database. `telemetry` says whether
-/// metrics are exported over OTLP too.
-pub async fn run(settings: Settings, telemetry: &Telemetry) -> anyhow::Result<()> {
-    let shutdown = Shutdown::listen()?;
+/// Runs the daemon until `shutdown` asks it to stop or it is drained through the database. `telemetry` says
+/// whether metrics are exported over OTLP too.
+pub async fn run(settings: Settings, telemetry: &Telemetry, shutdown: Shutdown) -> anyhow::Result<()> {
     let systemd = Notifier::from_env();
     let Some(db) = connect(&settings, &shutdown, &systemd).await? else { return Ok(()) };
     db.migrate().await.context("apply the database migrations")?;
@@ -65,19 +64,10 @@ pub async fn run(settings: Settings, telemetry: &Telemetry) -> anyhow::Result<()
     let logs = LogStore::open(&settings.object_store).context("open the run-log store")?;
     let own_exe = std::env::current_exe().context("find the daemon's own executable")?;
     let exe_dir = own_exe.parent().map(PathBuf::from).unwrap_or_default();
+    let supervisor = settings.daemon.supervisor_program.clone().unwrap_or(own_exe);
     let daemon_id = Uuid::now_v7();
     let metrics = metrics::DaemonMetrics::new(telemetry.meter("scrinalia-daemon"), daemon_id, settings.daemon.capacity);
-    let ctx = Arc::new(Context {
-        db,
-        claims,
-        settings,
-        daemon_id,
-        logs,
-        own_exe,
-        exe_dir,
-        own_writes: Default::default(),
-        metrics,
-    });
+    let ctx = Arc::new(Context { db, claims, settings, daemon_id, logs, supervisor, exe_dir, metrics });
     let span = tracing::info_span!(scrinalia_shared::telemetry::PROCESS_SPAN, daemon_id = %ctx.daemon_id);
     // The main loop runs as a task on a runtime worker, not on the thread blocked in `block_on`: a notification
     // or a claim's answer then wakes it on the worker that read it instead of waking a second, idle thread
@@ -121,11 +111,10 @@ async fn serve(ctx: Arc<Context>, shutdown: Shutdown, systemd: Notifier) -> anyh
     );
     tasks.spawn(rescuer::run(ctx.clone(), background.clone()).in_current_span());
     tasks.spawn(counts::run(ctx.clone(), background.clone()).in_current_span());
-    let wakeups = wakeup::start(&ctx.db, ctx.own_writes.clone(), background.clone(), &mut tasks)
-        .context("start the wake-up source")?;
+    let changes = ctx.db.changes(Topic::Queue).context("start the change feed")?;
     systemd.ready("started");
-    let inputs = claimer::Inputs { wakeups, shutdown, drain, heartbeat_now };
-    Claimer::new(ctx.clone(), systemd).run(inputs).await;
+    let inputs = main_loop::Inputs { changes, shutdown, drain, heartbeat_now };
+    MainLoop::new(ctx.clone(), systemd).run(inputs).await;
     background.cancel();
     if tokio::time::timeout(Duration::from_secs(10), async { while tasks.join_next().await.is_some() {} })
         .await

@@ -40,7 +40,10 @@ fn main() -> anyhow::Result<()> {
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().context("start the runtime")?;
             let telemetry =
                 scrinalia_shared::telemetry::init(&settings.telemetry, "scrinalia-daemon", runtime.handle());
-            let result = runtime.block_on(scrinalia_daemon::run(settings, &telemetry));
+            let result = runtime.block_on(async {
+                let shutdown = scrinalia_daemon::Shutdown::on_signals()?;
+                scrinalia_daemon::run(settings, &telemetry, shutdown).await
+            });
             // The last spans and metrics leave while the runtime still runs.
             telemetry.shutdown();
             result

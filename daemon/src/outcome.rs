@@ -1,9 +1,9 @@
 //! How a run ends in the ledger: the supervisor's exit report, what the daemon asked for and what it knows
-//! about the lease, turned into one [`Finish`] with a sentence a person can read.
+//! about the lease, turned into one [`Finish`]: a typed [`EndReason`] and a sentence a person can read.
 
 use std::collections::VecDeque;
 
-use scrinalia_shared::db::{Finish, RunState};
+use scrinalia_shared::{EndReason, runs::Finish};
 use serde_json::Value;
 
 use crate::frame::{ExitReport, StopCause};
@@ -51,54 +51,71 @@ pub struct Ending<'a> {
     pub tail: &'a StderrTail,
     /// The worker's `{"result": …}`.
     pub result: Option<Value>,
+    /// The supervisor ended without a report (`report` was made up by the daemon).
+    pub supervisor_lost: bool,
 }
 
 impl Ending<'_> {
     /// The ledger entry.
     pub fn finish(self) -> Finish {
         let report = self.report;
-        let (state, error) = match (self.lease_lost, report.stopped_by) {
-            (Some(reason), _) => (RunState::Interrupted, Some(format!("lease lost: {reason}"))),
+        let (reason, error) = match (self.lease_lost, report.stopped_by) {
+            (Some(reason), _) => (EndReason::LeaseLost, format!("lease lost: {reason}")),
             (None, Some(StopCause::Deadline | StopCause::Kill)) => (
-                RunState::Interrupted,
-                Some("lease lost: the lease was not renewed in time, so the supervisor killed the worker".to_owned()),
+                EndReason::LeaseLost,
+                "lease lost: the lease was not renewed in time, so the supervisor killed the worker".to_owned(),
             ),
             (None, Some(StopCause::Cancel)) => {
-                (RunState::Cancelled, Some(format!("cancelled by {}", self.cancelled_by.unwrap_or("an unknown actor"))))
+                (EndReason::Cancelled, format!("cancelled by {}", self.cancelled_by.unwrap_or("an unknown actor")))
             }
             (None, Some(StopCause::Terminate | StopCause::DaemonGone)) => {
-                (RunState::Interrupted, Some("daemon shutdown".to_owned()))
+                (EndReason::DaemonShutdown, "daemon shutdown".to_owned())
             }
             (None, Some(StopCause::Timeout)) => {
-                (RunState::Failed, Some(format!("timed out after {} s", self.timeout_seconds)))
+                (EndReason::Timeout, format!("timed out after {} s", self.timeout_seconds))
             }
             (None, None) => self.natural_end(),
         };
-        Finish { state, exit_code: report.code, error, result: self.result }
+        let error = (reason.state(report.code) != scrinalia_shared::RunState::Succeeded).then_some(error);
+        Finish { reason, exit_code: report.code, error, result: self.result }
     }
 
-    fn natural_end(&self) -> (RunState, Option<String>) {
+    fn natural_end(&self) -> (EndReason, String) {
         let report = self.report;
+        if self.supervisor_lost {
+            let sentence = "the run's supervisor ended without a report; its worker was killed".to_owned();
+            return (EndReason::SupervisorLost, self.tail.appended_to(sentence));
+        }
         if let Some(e) = &report.spawn_error {
-            return (RunState::Failed, Some(self.tail.appended_to(format!("could not run the worker: {e}"))));
+            return (EndReason::SpawnFailed, self.tail.appended_to(format!("could not run the worker: {e}")));
         }
         match (report.code, &report.signal) {
-            (Some(0), _) => (RunState::Succeeded, None),
-            (Some(code), _) => (RunState::Failed, Some(self.tail.appended_to(format!("exited with status {code}")))),
-            (None, Some(signal)) => {
-                (RunState::Failed, Some(self.tail.appended_to(format!("killed by signal {signal}"))))
-            }
-            (None, None) => (RunState::Failed, Some(self.tail.appended_to("ended without an exit status".to_owned()))),
+            (Some(0), _) => (EndReason::ExitStatus, String::new()),
+            (Some(code), _) => (EndReason::ExitStatus, self.tail.appended_to(format!("exited with status {code}"))),
+            (None, Some(signal)) => (EndReason::Signal, self.tail.appended_to(format!("killed by signal {signal}"))),
+            (None, None) => (EndReason::ExitStatus, self.tail.appended_to("ended without an exit status".to_owned())),
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use scrinalia_shared::RunState;
+
     use super::*;
 
     fn ending(report: &ExitReport, tail: &StderrTail) -> Finish {
-        Ending { report, lease_lost: None, timeout_seconds: 9, cancelled_by: Some("ada"), tail, result: None }.finish()
+        let cancelled_by = Some("ada");
+        Ending {
+            report,
+            lease_lost: None,
+            timeout_seconds: 9,
+            cancelled_by,
+            tail,
+            result: None,
+            supervisor_lost: false,
+        }
+        .finish()
     }
 
     #[test]
@@ -108,18 +125,18 @@ mod tests {
             tail.push(&format!("line {i}"));
         }
         let failed = ending(&ExitReport { code: Some(3), ..ExitReport::default() }, &tail);
-        assert_eq!(failed.state, RunState::Failed);
+        assert_eq!((failed.state(), failed.reason), (RunState::Failed, EndReason::ExitStatus));
         let error = failed.error.expect("an error");
         assert!(error.starts_with("exited with status 3; last lines of stderr:\nline 5\n"), "{error}");
         assert!(error.ends_with("line 24"));
         let empty = StderrTail::default();
         let killed = ending(&ExitReport { signal: Some("SIGSEGV".into()), ..ExitReport::default() }, &empty);
-        assert_eq!(killed.error.as_deref(), Some("killed by signal SIGSEGV"));
+        assert_eq!((killed.reason, killed.error.as_deref()), (EndReason::Signal, Some("killed by signal SIGSEGV")));
         let cancelled = ending(&ExitReport { stopped_by: Some(StopCause::Cancel), ..ExitReport::default() }, &empty);
-        assert_eq!((cancelled.state, cancelled.error.as_deref()), (RunState::Cancelled, Some("cancelled by ada")));
+        assert_eq!((cancelled.state(), cancelled.error.as_deref()), (RunState::Cancelled, Some("cancelled by ada")));
         let timed_out = ending(&ExitReport { stopped_by: Some(StopCause::Timeout), ..ExitReport::default() }, &empty);
-        assert_eq!(timed_out.error.as_deref(), Some("timed out after 9 s"));
+        assert_eq!((timed_out.reason, timed_out.error.as_deref()), (EndReason::Timeout, Some("timed out after 9 s")));
         let ok = ending(&ExitReport { code: Some(0), ..ExitReport::default() }, &empty);
-        assert_eq!((ok.state, ok.error), (RunState::Succeeded, None));
+        assert_eq!((ok.state(), ok.reason, ok.error), (RunState::Succeeded, EndReason::ExitStatus, None));
     }
 }

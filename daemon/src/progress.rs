@@ -8,7 +8,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::runlog::far;
+use crate::clock::far;
 
 /// At most one progress write per run in this interval.
 const MIN_INTERVAL: Duration = Duration::from_millis(500);

@@ -3,14 +3,14 @@
 
 use std::sync::Arc;
 
-use scrinalia_shared::db::{Daemon, DaemonState, NewDaemon};
+use scrinalia_shared::{Daemon, DaemonState, DbError, daemons::NewDaemon};
 use tokio::{sync::Notify, time::MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use crate::Context;
 
 /// Inserts this daemon's row.
-pub async fn register(ctx: &Context) -> scrinalia_shared::db::Result<Daemon> {
+pub async fn register(ctx: &Context) -> Result<Daemon, DbError> {
     let host =
         nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "unknown".to_owned());
     let daemon = NewDaemon {
@@ -36,11 +36,7 @@ pub async fn heartbeats(ctx: Arc<Context>, stop: CancellationToken, drain: Cance
             _ = tick.tick() => {}
             () = now.notified() => {}
         }
-        let beat = {
-            let _own = ctx.own_writes.begin();
-            ctx.db.heartbeat(ctx.daemon_id).await
-        };
-        match beat {
+        match ctx.db.heartbeat(ctx.daemon_id).await {
             Ok(Some(row)) if row.state == DaemonState::Draining && !drain.is_cancelled() => {
                 let by = row.drain_requested_by.unwrap_or_default();
                 tracing::info!(requested_by = %by, "drain requested through the database: claiming stops, runs in flight finish");

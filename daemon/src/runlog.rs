@@ -10,6 +10,8 @@ use scrinalia_shared::logstore::LogStore;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use crate::clock::far;
+
 /// How often buffered lines are written out.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
 /// A chunk is written as soon as it reaches this size.
@@ -78,9 +80,4 @@ impl RunLog {
             }
         }
     }
-}
-
-/// A time that never comes, for an idle timer.
-pub fn far() -> Instant {
-    Instant::now() + Duration::from_secs(86_400 * 365)
 }

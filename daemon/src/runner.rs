@@ -7,16 +7,13 @@ use nix::{
     sys::signal::{Signal, killpg},
     unistd::Pid,
 };
-use scrinalia_shared::{
-    DbError,
-    db::{Finish, Run, RunState},
-    telemetry,
-};
+use scrinalia_shared::{DbError, EndReason, Run, RunState, runs::Finish, telemetry};
 use serde_json::Value;
 use tokio::{
     io::{AsyncWriteExt, BufReader},
     process::{Child, ChildStdout, Command},
     sync::mpsc,
+    task::JoinHandle,
     time::sleep_until,
 };
 use tracing::Instrument;
@@ -46,7 +43,7 @@ pub enum RunCommand {
 /// Everything happens in the run's span (`run`, with `run_id` and `worker`), so every log line about the run
 /// carries both; when traces are exported it continues the trace stored on the run (the API's request), and the
 /// worker's `TRACEPARENT` is this span, so the worker's own spans are its children.
-pub async fn execute(ctx: Arc<Context>, run: Run, deadline_ns: u64, commands: mpsc::Receiver<RunCommand>) {
+pub async fn execute(ctx: Arc<Context>, run: Run, deadline_ns: u64, commands: mpsc::UnboundedReceiver<RunCommand>) {
     let span = tracing::info_span!("run", run_id = %run.id, worker = %run.worker);
     telemetry::continue_trace(&span, run.trace_context.as_deref(), None);
     ctx.metrics.run_began();
@@ -54,19 +51,27 @@ pub async fn execute(ctx: Arc<Context>, run: Run, deadline_ns: u64, commands: mp
     ctx.metrics.run_ended();
 }
 
-async fn execute_in_span(ctx: Arc<Context>, run: Run, deadline_ns: u64, mut commands: mpsc::Receiver<RunCommand>) {
+async fn execute_in_span(
+    ctx: Arc<Context>,
+    run: Run,
+    deadline_ns: u64,
+    mut commands: mpsc::UnboundedReceiver<RunCommand>,
+) {
     let Some(spec) = ctx.settings.catalogue.worker(&run.worker) else {
         let error = format!("worker {:?} is not in the catalogue of daemon {}", run.worker, ctx.daemon_id);
-        return write_ledger(&ctx, &run, &failed(error)).await;
+        return write_ledger(&ctx, &run, &failed(EndReason::UnknownWorker, error)).await;
     };
     // Without exported spans the stored context is passed on as it is, so the worker still joins the trace.
     let traceparent = telemetry::traceparent_of(&tracing::Span::current())
         .unwrap_or_else(|| invocation::traceparent(run.trace_context.as_deref()));
     let invocation =
         Invocation::run(spec, &ctx.exe_dir, &ctx.settings.daemon.worker_env, run.id, &run.config, &traceparent);
-    let (child, mut frames, controls) = match spawn_supervisor(&ctx, &run, &invocation, deadline_ns) {
+    let Spawned { child, mut frames, controls, writer } = match spawn_supervisor(&ctx, &run, &invocation, deadline_ns) {
         Ok(spawned) => spawned,
-        Err(e) => return write_ledger(&ctx, &run, &failed(format!("could not start the run's supervisor: {e}"))).await,
+        Err(e) => {
+            let error = format!("could not start the run's supervisor: {e}");
+            return write_ledger(&ctx, &run, &failed(EndReason::SpawnFailed, error)).await;
+        }
     };
     tracing::info!(program = %invocation.program.display(), %traceparent, "starting the worker");
     let mut lease = Lease::spawn(ctx.clone(), &run, controls.clone(), deadline_ns);
@@ -75,18 +80,28 @@ async fn execute_in_span(ctx: Arc<Context>, run: Run, deadline_ns: u64, mut comm
     reap(child).await;
     session.conclude(&run, report).await;
     lease.stop().await;
+    // Every sender of controls is gone now, so the writer ends (at once, if the supervisor already exited).
+    if tokio::time::timeout(Duration::from_secs(5), writer).await.is_err() {
+        tracing::warn!("the writer of the supervisor's controls did not stop");
+    }
 }
 
-fn failed(error: String) -> Finish {
-    Finish { state: scrinalia_shared::db::RunState::Failed, exit_code: None, error: Some(error), result: None }
+fn failed(reason: EndReason, error: String) -> Finish {
+    Finish { reason, exit_code: None, error: Some(error), result: None }
 }
 
-type Spawned = (Child, FrameReader, mpsc::Sender<Control>);
+/// A started supervisor: the process, its frames, where its controls go, and the task writing them to its stdin.
+struct Spawned {
+    child: Child,
+    frames: FrameReader,
+    controls: mpsc::Sender<Control>,
+    writer: JoinHandle<()>,
+}
 
 /// Starts `scrinalia-daemon supervise … -- <worker command>` in its own process group, with the worker's
 /// environment; its stderr is the daemon's.
 fn spawn_supervisor(ctx: &Context, run: &Run, invocation: &Invocation, deadline_ns: u64) -> std::io::Result<Spawned> {
-    let mut cmd = Command::new(&ctx.own_exe);
+    let mut cmd = Command::new(&ctx.supervisor);
     cmd.arg("supervise")
         .args(["--run-id", &run.id.to_string(), "--deadline-ns", &deadline_ns.to_string()])
         .args(["--grace-ms", &(ctx.settings.daemon.cancel_grace_seconds * 1000).to_string()])
@@ -101,15 +116,16 @@ fn spawn_supervisor(ctx: &Context, run: &Run, invocation: &Invocation, deadline_
     let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err(std::io::Error::other("the supervisor's pipes are missing"));
     };
-    let (tx, mut rx) = mpsc::channel::<Control>(16);
-    tokio::spawn(async move {
+    let (controls, mut rx) = mpsc::channel::<Control>(16);
+    let writer = tokio::spawn(async move {
         while let Some(control) = rx.recv().await {
             if stdin.write_all(format!("{}\n", control.encode()).as_bytes()).await.is_err() {
                 break;
             }
         }
     });
-    Ok((child, FrameReader { reader: BufReader::new(stdout), buf: Vec::new() }, tx))
+    let frames = FrameReader { reader: BufReader::new(stdout), buf: Vec::new() };
+    Ok(Spawned { child, frames, controls, writer })
 }
 
 /// Waits briefly for the supervisor to exit, so that it does not linger as a zombie.
@@ -151,6 +167,7 @@ struct Session {
     result: Option<Value>,
     lease_lost: Option<String>,
     pid: Option<i32>,
+    supervisor_lost: bool,
 }
 
 impl Session {
@@ -166,6 +183,7 @@ impl Session {
             result: None,
             lease_lost: None,
             pid: None,
+            supervisor_lost: false,
         }
     }
 
@@ -173,7 +191,7 @@ impl Session {
     async fn follow(
         &mut self,
         frames: &mut FrameReader,
-        commands: &mut mpsc::Receiver<RunCommand>,
+        commands: &mut mpsc::UnboundedReceiver<RunCommand>,
         lease: &mut Lease,
     ) -> ExitReport {
         let mut lease_open = true;
@@ -263,15 +281,13 @@ impl Session {
     }
 
     /// The supervisor ended without a report (it was killed): its worker must not run on unsupervised.
-    fn supervisor_lost(&self) -> ExitReport {
+    fn supervisor_lost(&mut self) -> ExitReport {
         if let Some(pid) = self.pid.filter(|&p| p > 1) {
             let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
         }
         tracing::error!("the run's supervisor ended without a report; its worker was killed");
-        ExitReport {
-            spawn_error: Some("the run's supervisor ended without a report".to_owned()),
-            ..ExitReport::default()
-        }
+        self.supervisor_lost = true;
+        ExitReport::default()
     }
 
     /// Flushes the log and the last progress, then writes the ledger entry.
@@ -291,6 +307,7 @@ impl Session {
             cancelled_by: cancelled_by.as_deref(),
             tail: &self.tail,
             result: self.result.take(),
+            supervisor_lost: self.supervisor_lost,
         }
         .finish();
         write_ledger(&self.ctx, run, &finish).await;
@@ -319,7 +336,7 @@ async fn write_ledger(ctx: &Context, run: &Run, finish: &Finish) {
                 return;
             }
             Err(DbError::LeaseLost { .. }) => {
-                let state = finish.state.as_str();
+                let state = finish.state().as_str();
                 tracing::warn!(
                     would_be = state,
                     "the run is no longer this daemon's (another daemon recovered it); its ledger entry is left as it is"

@@ -1,6 +1,7 @@
-//! Operator signals: the first SIGTERM or SIGINT asks for a graceful stop (stop claiming, let runs finish within
-//! `daemon.drain_seconds`), the second for an immediate one (stop the runs now). The tokens are passed
-//! explicitly to whoever needs them; nothing is global.
+//! How the daemon is told to stop: the first SIGTERM or SIGINT asks for a graceful stop (stop claiming, let runs
+//! finish within `daemon.drain_seconds`), the second for an immediate one (stop the runs now). `main` wires the
+//! signals ([`Shutdown::on_signals`]); a program or a test that runs the daemon in-process cancels the tokens of
+//! a [`Shutdown::default`] itself. The tokens are passed explicitly to whoever needs them; nothing is global.
 
 use std::sync::Arc;
 
@@ -21,7 +22,7 @@ pub struct Shutdown {
 
 impl Shutdown {
     /// Starts listening for SIGTERM and SIGINT; the listener ends after the second signal.
-    pub fn listen() -> anyhow::Result<Self> {
+    pub fn on_signals() -> anyhow::Result<Self> {
         let mut term = signal(SignalKind::terminate()).context("listen for SIGTERM")?;
         let mut int = signal(SignalKind::interrupt()).context("listen for SIGINT")?;
         let mut shutdown = Self::default();

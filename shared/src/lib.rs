@@ -1,20 +1,31 @@
 //! What the Scrinalia API and daemon share: the worker catalogue, layered configuration, configuration
-//! resolution, the database layer over PostgreSQL and SQLite, the run-log store, tokens, telemetry and metrics.
+//! resolution, the domain operations on runs, overrides, daemons and queue measurements (over a private
+//! database layer for PostgreSQL and SQLite), the change feed, the run-log store, telemetry and metrics.
+//!
+//! The types that cross a process boundary as JSON come from `scrinalia-wire` and are re-exported here.
 #![warn(missing_docs)]
 
-pub mod auth;
 pub mod catalogue;
+pub mod changes;
 pub mod config;
-pub mod db;
+pub mod daemons;
+mod db;
 pub mod logstore;
 pub mod metrics;
+pub mod overrides;
+pub mod queue;
 pub mod resolve;
+pub mod runs;
 pub mod telemetry;
 
 pub use catalogue::{Catalogue, Engine, OptionSpec, OptionType, WorkerSpec};
 pub use config::{ConfigError, Settings};
-pub use db::{Database, DbError};
-pub use resolve::{ExplicitArgs, OverrideValues, ResolveError, Resolved, ResolvedConfig, Source, resolve};
+pub use db::{Backend, Database, DbError, Pings};
+pub use resolve::{ResolveError, resolve};
+pub use scrinalia_wire::{
+    AuditEntry, Change, Choices, Daemon, DaemonState, EndReason, ExplicitArgs, Named, Override, OverrideAction,
+    OverrideValues, ProgressEntry, QueueCount, Resolved, ResolvedConfig, Role, Run, RunPage, RunState, Source, auth,
+};
 
 /// The version every binary reports (daemon registry, health, OpenAPI).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -12,10 +12,7 @@ use object_store::{
 };
 use uuid::Uuid;
 
-use crate::config::{ObjectStoreKind, ObjectStoreSettings, Secret};
-
-/// The region of an `s3` store whose configuration (and environment) names none: AWS's own default.
-pub const DEFAULT_REGION: &str = "us-east-1";
+use crate::config::{DEFAULT_REGION, ObjectStoreKind, ObjectStoreSettings, Secret, clean_endpoint, s3_problems};
 
 /// Why the store could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -206,69 +203,11 @@ pub fn s3_builder(settings: &ObjectStoreSettings) -> Result<AmazonS3Builder, Log
     Ok(builder)
 }
 
-/// What is wrong with the `s3` settings, each with its full key; empty when nothing is. Configuration
-/// validation reports them all at load; [`LogStore::open`] refuses the first.
-pub fn s3_problems(settings: &ObjectStoreSettings) -> Vec<(&'static str, String)> {
-    let mut problems = Vec::new();
-    let bucket = settings.bucket.as_deref().unwrap_or_default().trim();
-    if bucket.is_empty() {
-        problems.push(("object_store.bucket", "an s3 object store needs a bucket".to_owned()));
-    } else if bucket.contains(['/', '?', '#']) || bucket.chars().any(char::is_whitespace) {
-        // Only what would break the request URL is refused: S3-compatible servers differ in the finer rules.
-        let message = "a bucket name has no '/', '?', '#' or spaces (a folder inside it goes in object_store.prefix)";
-        problems.push(("object_store.bucket", message.to_owned()));
-    }
-    let set = |s: &Option<Secret>| s.as_ref().is_some_and(|k| !k.expose().is_empty());
-    match (set(&settings.access_key_id), set(&settings.secret_access_key)) {
-        (true, false) => {
-            problems.push(("object_store.secret_access_key", "is needed with object_store.access_key_id".to_owned()))
-        }
-        (false, true) => {
-            problems.push(("object_store.access_key_id", "is needed with object_store.secret_access_key".to_owned()))
-        }
-        _ => {}
-    }
-    if settings.region.as_deref().is_some_and(|r| r.trim().is_empty()) {
-        problems.push(("object_store.region", format!("must not be empty; leave it out for {DEFAULT_REGION}")));
-    }
-    if let Some(problem) = settings.endpoint.as_deref().and_then(|e| endpoint_problem(clean_endpoint(e))) {
-        problems.push(("object_store.endpoint", problem));
-    }
-    problems
-}
-
 /// The text of the first `<name>` element of an S3 error body within `text`.
 fn xml_field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
     let start = text.find(&format!("<{name}>"))? + name.len() + 2;
     let len = text[start..].find(&format!("</{name}>"))?;
     Some(text[start..start + len].trim()).filter(|v| !v.is_empty())
-}
-
-/// The endpoint as the client gets it: no surrounding spaces, no trailing slash.
-fn clean_endpoint(endpoint: &str) -> &str {
-    endpoint.trim().trim_end_matches('/')
-}
-
-/// Why `endpoint` is not a usable S3 endpoint, if it is not: it must be an http(s) URL with a host.
-fn endpoint_problem(endpoint: &str) -> Option<String> {
-    let shown = crate::config::redact_url(endpoint);
-    let url = match reqwest::Url::parse(endpoint) {
-        Ok(url) => url,
-        Err(e) => return Some(format!("{shown:?} is not a URL ({e}); write e.g. \"http://127.0.0.1:9000\"")),
-    };
-    if !matches!(url.scheme(), "http" | "https") {
-        return Some(format!("{shown:?} is not an http:// or https:// URL"));
-    }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Some(format!("{shown:?} has no host"));
-    }
-    if !url.username().is_empty() || url.password().is_some() {
-        return Some("must not hold credentials: set object_store.access_key_id and secret_access_key".to_owned());
-    }
-    if url.query().is_some() || url.fragment().is_some() {
-        return Some(format!("{shown:?} must not have a query or a fragment"));
-    }
-    None
 }
 
 #[cfg(test)]

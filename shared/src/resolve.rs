@@ -4,94 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
 
-use crate::catalogue::{Catalogue, WorkerSpec};
-
-/// Where a resolved value comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Source {
-    /// Passed with the run request.
-    Explicit,
-    /// The worker's persisted override.
-    Override,
-    /// The catalogue.
-    Default,
-    /// Configured elsewhere (see the worker's `engine_source`).
-    External,
-}
-
-/// A value and where it comes from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct Resolved<T> {
-    /// The value.
-    pub value: T,
-    /// Its source.
-    pub source: Source,
-}
-
-/// Arguments given with a run request; every field is optional.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ExplicitArgs {
-    /// Engine for this run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub engine: Option<String>,
-    /// Preset for this run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub preset: Option<String>,
-    /// Option values for this run.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schema(value_type = Object)]
-    pub options: BTreeMap<String, Value>,
-}
-
-/// A persisted override: a field that is absent keeps following the catalogue default.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct OverrideValues {
-    /// Engine override.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub engine: Option<String>,
-    /// Preset override.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub preset: Option<String>,
-    /// Option overrides.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schema(value_type = Object)]
-    pub options: BTreeMap<String, Value>,
-}
-
-impl OverrideValues {
-    /// Whether the override sets nothing.
-    pub fn is_empty(&self) -> bool {
-        self.engine.is_none() && self.preset.is_none() && self.options.is_empty()
-    }
-}
-
-/// The configuration a run uses, each field with its source.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct ResolvedConfig {
-    /// The engine, if the worker uses one.
-    #[schema(value_type = Option<Object>)]
-    pub engine: Option<Resolved<String>>,
-    /// The preset, if the worker uses one.
-    #[schema(value_type = Option<Object>)]
-    pub preset: Option<Resolved<String>>,
-    /// The model the preset resolves to.
-    pub model: Option<String>,
-    /// Where the model is called.
-    pub endpoint: Option<String>,
-    /// Whether engine and preset can be chosen here.
-    pub engine_configurable: bool,
-    /// Option values (only those with a value), by name.
-    #[schema(value_type = Object)]
-    pub options: BTreeMap<String, Resolved<Value>>,
-    /// The run's timeout.
-    pub timeout_seconds: u64,
-}
+use crate::{
+    ExplicitArgs, OverrideValues, Resolved, ResolvedConfig, Source,
+    catalogue::{Catalogue, WorkerSpec},
+};
 
 /// Why arguments or an override cannot be resolved; each displays as a sentence for people.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -157,6 +75,15 @@ pub enum ResolveError {
         worker: String,
         /// Where it comes from.
         source_sentence: String,
+    },
+    /// A value holds a NUL character (`\u0000`, which JSON allows): a worker receives its options as
+    /// command-line arguments, which cannot hold one, and PostgreSQL cannot store one in text or JSON.
+    #[error(
+        "Option {option:?} contains a NUL character (\\u0000), which a worker's command-line arguments cannot hold."
+    )]
+    Nul {
+        /// The option.
+        option: String,
     },
 }
 
@@ -247,9 +174,8 @@ pub fn check_override(catalogue: &Catalogue, worker: &WorkerSpec, values: &Overr
             source_sentence: sentence.clone(),
         });
     }
-    let as_explicit =
-        ExplicitArgs { engine: values.engine.clone(), preset: values.preset.clone(), options: values.options.clone() };
-    resolve(catalogue, worker, &as_explicit, None).map(|_| ())
+    // An override is checked as if it were a run's explicit arguments.
+    resolve(catalogue, worker, values, None).map(|_| ())
 }
 
 fn check_option(worker: &WorkerSpec, name: &str, value: &Value) -> Result<(), ResolveError> {
@@ -271,6 +197,9 @@ fn check_option(worker: &WorkerSpec, name: &str, value: &Value) -> Result<(), Re
             choices: choices.iter().map(Value::to_string).collect::<Vec<_>>().join(", "),
             got: describe(value),
         });
+    }
+    if value.as_str().is_some_and(|s| s.contains('\0')) {
+        return Err(ResolveError::Nul { option: name.to_owned() });
     }
     Ok(())
 }

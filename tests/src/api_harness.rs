@@ -1,5 +1,5 @@
-//! Helpers for the API tests: a configuration with a small catalogue and one token per role, the API router
-//! driven in-process (`app(state).oneshot(request)`), and a free port for the real binary.
+//! Helpers for the API tests: a configuration with a small catalogue and one token per role, and the API router
+//! driven in-process (`app(state).oneshot(request)`).
 
 use std::{
     net::SocketAddr,
@@ -8,17 +8,18 @@ use std::{
 
 use axum::{
     Router,
-    body::{Body, Bytes},
+    body::Body,
     extract::ConnectInfo,
-    http::{HeaderMap, Method, Request, StatusCode, header},
+    http::{Method, Request, StatusCode, header},
 };
 use http_body_util::BodyExt;
 use scrinalia_api::{AppState, app};
-use scrinalia_shared::auth::hash_token;
-use serde_json::Value;
+use scrinalia_shared::{Engine, OptionType, Role};
+use scrinalia_testkit::config::{option, worker};
+use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::{TestDb, settings_from};
+use crate::{ConfigFile, Reply, TestDb, free_port};
 
 /// The viewer's token.
 pub const VIEWER: &str = "scr_test_viewer_token";
@@ -37,7 +38,7 @@ pub struct ApiConfig {
     /// `object_store.path`; `<dir>/run-logs` when `None`.
     pub object_store_path: Option<PathBuf>,
     /// `auth.anonymous_role` and `auth.anonymous_loopback_only`.
-    pub anonymous: Option<(&'static str, bool)>,
+    pub anonymous: Option<(Role, bool)>,
     /// `api.cors_origins`.
     pub cors_origins: Vec<String>,
     /// `api.body_limit_bytes`.
@@ -63,113 +64,72 @@ impl Default for ApiConfig {
     }
 }
 
-/// The configuration file's text: the database of `db`, the catalogue below and one token per role.
+/// The configuration of `db`'s tests: the catalogue below and one token per role.
 ///
 /// Workers, in order: `tagger` (engine `local`, preset `fast`, four options), `judge` (engine configured
 /// elsewhere), `transfer` (no engine, no options).
-pub fn config_toml(db_url: &str, dir: &Path, config: &ApiConfig) -> String {
-    let store = config.object_store_path.clone().unwrap_or_else(|| dir.join("run-logs"));
-    let anonymous = match config.anonymous {
-        Some((role, loopback_only)) => {
-            format!("anonymous_role = {role:?}\nanonymous_loopback_only = {loopback_only}\n")
-        }
-        None => String::new(),
+pub fn config_file(db_url: &str, dir: &Path, config: &ApiConfig) -> ConfigFile {
+    let mut file = ConfigFile::new(db_url, dir)
+        .token("vera-viewer", Role::Viewer, VIEWER)
+        .token("otto-operator", Role::Operator, OPERATOR)
+        .token("ada-admin", Role::Admin, ADMIN)
+        .with(|f| {
+            f.database.max_connections = config.max_connections;
+            f.api.listen = config.listen;
+            f.api.cors_origins = config.cors_origins.clone();
+            f.api.body_limit_bytes = config.body_limit_bytes;
+            f.api.request_timeout_seconds = 10;
+            f.api.events_poll_ms = 100;
+            (f.daemon.heartbeat_seconds, f.daemon.gone_after_seconds) = config.heartbeat_and_gone_after;
+            if let Some(path) = &config.object_store_path {
+                f.object_store.path = path.clone();
+            }
+            f.telemetry.log_filter = "info,scrinalia_api=debug".to_owned();
+            if let Some((role, loopback_only)) = config.anonymous {
+                f.auth.anonymous_role = Some(role);
+                f.auth.anonymous_loopback_only = loopback_only;
+            }
+        });
+    let presets = |p: &[(&str, &str)]| p.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    let local = Engine {
+        kind: "ollama".into(),
+        url: Some(config.ollama_url.clone()),
+        presets: presets(&[("fast", "llama3.2:1b"), ("big", "qwen2.5:7b"), ("embed", "nomic-embed-text")]),
+        description: None,
     };
-    let cors: Vec<String> = config.cors_origins.iter().map(|o| format!("{o:?}")).collect();
-    format!(
-        r#"
-[database]
-url = {db_url:?}
-max_connections = {max_connections}
+    let spacy =
+        Engine { kind: "none".into(), url: None, presets: presets(&[("small", "en_core_web_sm")]), description: None };
+    file.file.engines = [("local".to_owned(), local), ("spacy".to_owned(), spacy)].into();
 
-[api]
-listen = "{listen}"
-cors_origins = [{cors}]
-body_limit_bytes = {body_limit}
-request_timeout_seconds = 10
-events_poll_ms = 100
-
-[daemon]
-heartbeat_seconds = {heartbeat}
-gone_after_seconds = {gone_after}
-
-[object_store]
-kind = "local"
-path = {store:?}
-
-[telemetry]
-log_filter = "info,scrinalia_api=debug"
-
-[auth]
-{anonymous}
-tokens = [
-  {{ name = "vera-viewer", role = "viewer", hash = "{viewer}" }},
-  {{ name = "otto-operator", role = "operator", hash = "{operator}" }},
-  {{ name = "ada-admin", role = "admin", hash = "{admin}" }},
-]
-
-[engines.local]
-kind = "ollama"
-url = {ollama:?}
-presets = {{ fast = "llama3.2:1b", big = "qwen2.5:7b", embed = "nomic-embed-text" }}
-
-[engines.spacy]
-kind = "none"
-presets = {{ small = "en_core_web_sm" }}
-
-[[workers]]
-name = "tagger"
-title = "Tagging"
-axis = "enrichment"
-governance = "curator review"
-stamp = "tags_v1"
-description = "Tags documents."
-command = ["true"]
-engine = "local"
-preset = "fast"
-options = [
-  {{ name = "batch_size", type = "integer", default = 10 }},
-  {{ name = "mode", type = "string", choices = ["quick", "full"], default = "quick" }},
-  {{ name = "verify", type = "boolean" }},
-  {{ name = "threshold", type = "number", default = 0.5 }},
-]
-
-[[workers]]
-name = "judge"
-title = "Conflict judge"
-axis = "quality"
-governance = "automatic"
-stamp = "judged_v1"
-command = ["true"]
-engine = "local"
-preset = "big"
-engine_source = "The judge uses the model configured in the archive's own settings."
-engine_source_url = "https://archive.invalid/settings"
-
-[[workers]]
-name = "transfer"
-title = "Staging to archive transfer"
-axis = "ingest"
-governance = "automatic"
-stamp = "archived_v1"
-command = ["true"]
-"#,
-        max_connections = config.max_connections,
-        listen = config.listen,
-        cors = cors.join(", "),
-        body_limit = config.body_limit_bytes,
-        heartbeat = config.heartbeat_and_gone_after.0,
-        gone_after = config.heartbeat_and_gone_after.1,
-        viewer = hash_token(VIEWER),
-        operator = hash_token(OPERATOR),
-        admin = hash_token(ADMIN),
-        ollama = config.ollama_url,
-    )
-}
-
-/// A port nothing listens on (bound, then released).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+    let mut tagger = worker("tagger", &["true"]);
+    tagger.title = Some("Tagging".into());
+    tagger.axis = "enrichment".into();
+    tagger.governance = "curator review".into();
+    tagger.stamp = "tags_v1".into();
+    tagger.description = Some("Tags documents.".into());
+    (tagger.engine, tagger.preset) = (Some("local".into()), Some("fast".into()));
+    let mut mode = option("mode", OptionType::String, Some(json!("quick")));
+    mode.choices = Some(vec![json!("quick"), json!("full")]);
+    tagger.options = vec![
+        option("batch_size", OptionType::Integer, Some(json!(10))),
+        mode,
+        option("verify", OptionType::Boolean, None),
+        option("threshold", OptionType::Number, Some(json!(0.5))),
+    ];
+    let mut judge = worker("judge", &["true"]);
+    judge.title = Some("Conflict judge".into());
+    judge.axis = "quality".into();
+    judge.governance = "automatic".into();
+    judge.stamp = "judged_v1".into();
+    (judge.engine, judge.preset) = (Some("local".into()), Some("big".into()));
+    judge.engine_source = Some("The judge uses the model configured in the archive's own settings.".into());
+    judge.engine_source_url = Some("https://archive.invalid/settings".into());
+    let mut transfer = worker("transfer", &["true"]);
+    transfer.title = Some("Staging to archive transfer".into());
+    transfer.axis = "ingest".into();
+    transfer.governance = "automatic".into();
+    transfer.stamp = "archived_v1".into();
+    file.workers([tagger, judge, transfer])
 }
 
 /// The API router over a test database, driven in-process.
@@ -183,42 +143,6 @@ pub struct TestApi {
     pub peer: SocketAddr,
 }
 
-/// An answer.
-#[derive(Debug)]
-pub struct Reply {
-    /// The status.
-    pub status: StatusCode,
-    /// The headers.
-    pub headers: HeaderMap,
-    /// The body.
-    pub body: Bytes,
-}
-
-impl Reply {
-    /// The body as JSON (panics with the body when it is not).
-    pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("{} answered a body that is not JSON ({e}): {}", self.status, self.text()))
-    }
-
-    /// The body as text.
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    /// Asserts the status, and that an error has the API's JSON shape and `code`; returns the body.
-    pub fn expect(&self, status: StatusCode, code: Option<&str>) -> Value {
-        assert_eq!(self.status, status, "unexpected status; body: {}", self.text());
-        let body = self.json();
-        if let Some(code) = code {
-            assert_eq!(body["code"], code, "unexpected error code: {body}");
-            let message = body["message"].as_str().unwrap_or_else(|| panic!("no message: {body}"));
-            assert!(message.ends_with('.') && message.len() > 10, "the message is not a sentence: {message:?}");
-        }
-        body
-    }
-}
-
 impl TestApi {
     /// The API over `db` with the default test configuration.
     pub async fn new(db: &TestDb) -> Self {
@@ -227,7 +151,8 @@ impl TestApi {
 
     /// The API over `db` with `config`.
     pub async fn with(db: &TestDb, config: &ApiConfig) -> Self {
-        let settings = settings_from(db.dir.path(), &config_toml(&db.url, db.dir.path(), config));
+        let path = db.dir.path().join("config.toml");
+        let settings = config_file(&db.url, db.dir.path(), config).load(&path).expect("a valid configuration");
         let state = AppState::new(settings, db.db.clone());
         Self { router: app(state.clone()), state, peer: SocketAddr::from(([127, 0, 0, 1], 40000)) }
     }

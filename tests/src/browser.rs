@@ -6,7 +6,6 @@
 //! Screenshots go to `artifacts/screenshots/` at the workspace root.
 
 use std::{
-    net::TcpListener,
     os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::Stdio,
@@ -22,6 +21,8 @@ use nix::{
 use serde_json::{Value, json};
 use tempfile::TempDir;
 use tokio::process::{Child, Command};
+
+use crate::free_port;
 
 /// How long a condition on the page may take before a test fails; generous, as the machine may be busy.
 pub const PATIENCE: Duration = Duration::from_secs(30);
@@ -55,11 +56,6 @@ pub fn workspace_root() -> PathBuf {
 /// Where screenshots go.
 pub fn screenshot_dir() -> PathBuf {
     workspace_root().join("artifacts").join("screenshots")
-}
-
-/// A TCP port that was free a moment ago.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
 }
 
 fn program(env: &str, candidates: &[&str]) -> PathBuf {

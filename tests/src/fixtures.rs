@@ -1,42 +1,46 @@
-//! Small builders for rows that tests insert directly through the database layer.
+//! Small builders for what the database tests request and write directly through the domain operations.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::time::Duration;
 
 use scrinalia_shared::{
-    ExplicitArgs, ResolvedConfig,
-    db::{Finish, NewRun, Run, RunState},
+    Catalogue, Database, EndReason, ExplicitArgs, Run,
+    runs::{Finish, RequestError, RunRequest},
 };
+use scrinalia_testkit::config::worker;
 use uuid::Uuid;
 
-/// A resolved configuration with no engine and no options (enough for queue tests).
-pub fn plain_config() -> ResolvedConfig {
-    ResolvedConfig {
-        engine: None,
-        preset: None,
-        model: None,
-        endpoint: None,
-        engine_configurable: true,
-        options: BTreeMap::new(),
-        timeout_seconds: 60,
-    }
+/// A catalogue of `names`, each a worker with no engine and no option, timing out after 60 s.
+pub fn catalogue_of(names: &[&str]) -> Catalogue {
+    let workers = names
+        .iter()
+        .map(|name| {
+            let mut spec = worker(name, &["true"]);
+            spec.timeout_seconds = 60;
+            spec
+        })
+        .collect();
+    Catalogue::new(workers, Default::default()).unwrap_or_else(|problems| panic!("{problems:?}"))
 }
 
-/// A request for `worker` by "tester".
-pub fn request(worker: &str) -> NewRun {
-    NewRun {
-        id: Uuid::now_v7(),
+/// A request for `worker` by "tester", with no argument.
+pub fn request(worker: &str) -> RunRequest {
+    RunRequest {
         worker: worker.to_owned(),
         requested_by: "tester".to_owned(),
         arguments: ExplicitArgs::default(),
-        config: plain_config(),
         trace_context: None,
     }
+}
+
+/// Requests a run of `worker` (a worker of no engine and no option; see [`catalogue_of`]) by "tester".
+pub async fn insert(db: &Database, worker: &str) -> Result<Run, RequestError> {
+    db.request_run(&catalogue_of(&[worker]), request(worker)).await
 }
 
 /// A successful ending.
 pub fn succeeded() -> Finish {
     Finish {
-        state: RunState::Succeeded,
+        reason: EndReason::ExitStatus,
         exit_code: Some(0),
         error: None,
         result: Some(serde_json::json!({"processed": 3})),

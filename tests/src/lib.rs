@@ -1,5 +1,6 @@
-//! The test harness: a fresh PostgreSQL database or a fresh SQLite file per test, configuration files for the
-//! real binaries, and helpers to start, stop, freeze and kill those binaries.
+//! The test harness: a fresh PostgreSQL database or a fresh SQLite file per test (with a scratch folder), the
+//! `backend_tests!` macro that runs a test on both, and the harnesses of the API (in-process), the daemon, the
+//! chaos suite, the browser and moto, all over the workspace's test kit (`scrinalia-testkit`).
 //!
 //! PostgreSQL comes from `SCRINALIA_TEST_PG` (default `postgres://postgres@127.0.0.1:5432/postgres`, the CI
 //! server). A test that cannot reach it fails with a sentence saying so; it is never skipped silently.
@@ -10,17 +11,14 @@ pub mod chaos;
 pub mod daemon_harness;
 pub mod fixtures;
 pub mod moto;
-pub mod process;
 
-use std::{
-    path::{Path, PathBuf},
-    time::Duration,
-};
+use std::path::PathBuf;
 
-use scrinalia_shared::{Database, Settings, config::DatabaseSettings};
-use sqlx::{Connection, Executor, PgConnection};
+use scrinalia_shared::Database;
+pub use scrinalia_testkit::{Binaries, ConfigFile, Kind, Process, Reply, eventually, free_port, process::Ready};
+use scrinalia_testkit::{FreshDb, config};
+use sqlx::{Connection, PgConnection};
 use tempfile::TempDir;
-use uuid::Uuid;
 
 /// The server the PostgreSQL tests create their databases on.
 pub fn postgres_admin_url() -> String {
@@ -43,15 +41,6 @@ pub async fn terminate_connections(url: &str, program: Option<&str>) -> i64 {
     .expect("terminate the connections")
 }
 
-/// Which backend a test database uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// A fresh PostgreSQL database.
-    Postgres,
-    /// A fresh SQLite file.
-    Sqlite,
-}
-
 /// A fresh, migrated database for one test, with a scratch folder for files.
 pub struct TestDb {
     /// The pool.
@@ -62,68 +51,60 @@ pub struct TestDb {
     pub kind: Kind,
     /// A scratch folder removed at the end (kept when `SCRINALIA_KEEP_TEST_FILES` is set).
     pub dir: TempDir,
-    pg_name: Option<String>,
+    fresh: FreshDb,
 }
 
 impl TestDb {
     /// A fresh database of `kind`.
     pub async fn new(kind: Kind) -> Self {
-        match kind {
-            Kind::Postgres => Self::postgres().await,
-            Kind::Sqlite => Self::sqlite().await,
-        }
+        let dir = scratch();
+        let fresh = FreshDb::create(kind, &postgres_admin_url(), "scrinalia_test", dir.path(), 20)
+            .await
+            .unwrap_or_else(|e| panic!("The {} tests need a fresh database: {e:#}", kind.name()));
+        Self { db: fresh.db.clone(), url: fresh.url.clone(), kind, dir, fresh }
     }
 
     /// A fresh PostgreSQL database, named by a UUID and migrated.
     pub async fn postgres() -> Self {
-        let admin = postgres_admin_url();
-        let mut conn = PgConnection::connect(&admin).await.unwrap_or_else(|e| {
-            panic!(
-                "The PostgreSQL tests need a server at {admin} (set SCRINALIA_TEST_PG to use another): {e}. \
-                 Start PostgreSQL, or see README.md."
-            )
-        });
-        let name = format!("scrinalia_test_{}", Uuid::new_v4().simple());
-        conn.execute(sqlx::AssertSqlSafe(format!("create database {name}"))).await.expect("create the test database");
-        let url = match admin.rsplit_once('/') {
-            Some((server, _)) => format!("{server}/{name}"),
-            None => panic!("SCRINALIA_TEST_PG must end with a database name"),
-        };
-        let db = connect(&url).await;
-        Self { db, url, kind: Kind::Postgres, dir: scratch(), pg_name: Some(name) }
+        Self::new(Kind::Postgres).await
     }
 
     /// A fresh SQLite file in a scratch folder, migrated.
     pub async fn sqlite() -> Self {
-        let dir = scratch();
-        let url = format!("sqlite://{}", dir.path().join("scrinalia.sqlite").display());
-        let db = connect(&url).await;
-        Self { db, url, kind: Kind::Sqlite, dir, pg_name: None }
+        Self::new(Kind::Sqlite).await
     }
 
     /// Another pool on the same database (a second process's view).
     pub async fn another_pool(&self) -> Database {
-        connect(&self.url).await
+        self.fresh.another_pool(20).await.expect("another pool")
+    }
+
+    /// Runs raw `sql` on a connection of its own (what no domain operation does); returns the rows affected.
+    pub async fn execute(&self, sql: &str) -> anyhow::Result<u64> {
+        self.fresh.execute(sql).await
+    }
+
+    /// A configuration file on this database with its run logs in the scratch folder.
+    pub fn config(&self) -> ConfigFile {
+        ConfigFile::new(&self.url, self.dir.path())
+    }
+
+    /// Writes `config` as `<scratch>/<name>.toml`; returns its path.
+    pub fn write_config(&self, config: &ConfigFile, name: &str) -> PathBuf {
+        let path = self.dir.path().join(format!("{name}.toml"));
+        config.write(&path).expect("write the configuration");
+        path
     }
 
     /// Drops the PostgreSQL database (after closing every connection). Not called when a test panics, so a
     /// failed test's database is kept for inspection.
     pub async fn cleanup(self) {
-        self.db.close().await;
-        if let Some(name) = &self.pg_name
-            && std::env::var_os("SCRINALIA_KEEP_TEST_FILES").is_none()
-            && let Ok(mut conn) = PgConnection::connect(&postgres_admin_url()).await
-        {
-            let _ = conn.execute(sqlx::AssertSqlSafe(format!("drop database if exists {name} with (force)"))).await;
+        if std::env::var_os("SCRINALIA_KEEP_TEST_FILES").is_none() {
+            self.fresh.drop_database().await;
+        } else {
+            self.db.close().await;
         }
     }
-}
-
-async fn connect(url: &str) -> Database {
-    let settings = DatabaseSettings { url: url.to_owned(), max_connections: 20, ..DatabaseSettings::default() };
-    let db = Database::connect(&settings).await.unwrap_or_else(|e| panic!("connect to {url}: {e}"));
-    db.migrate().await.expect("apply the migrations");
-    db
 }
 
 fn scratch() -> TempDir {
@@ -135,38 +116,20 @@ fn scratch() -> TempDir {
 
 /// The path of one of the workspace's binaries (`cargo build --workspace` builds them; `scripts/test` does).
 pub fn bin_path(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test executable's path");
-    // target/<profile>/deps/<test> → target/<profile>/<name>
-    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
-    let path = dir.join(name);
-    assert!(path.is_file(), "{} is missing: run `cargo build --workspace` first (scripts/test does)", path.display());
-    path
+    Binaries::of_this_test().path(name).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Loads a configuration from TOML text written to `dir`, as the binaries would.
-pub fn settings_from(dir: &Path, toml: &str) -> Settings {
-    let path = dir.join("config.toml");
-    std::fs::write(&path, toml).expect("write the configuration");
-    Settings::load_from(Some(&path), Vec::new()).unwrap_or_else(|e| panic!("{e}"))
+/// The workspace's demo worker, whose probes the tests run.
+pub fn demo_worker() -> PathBuf {
+    bin_path("scrinalia-demo-worker")
 }
 
-/// Polls `check` every 20 ms until it returns `Some`, or panics with `what` after `timeout`.
-pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// The daemon settings of the tests (see [`config::test_daemon`]).
+pub fn test_daemon() -> scrinalia_shared::config::DaemonSettings {
+    config::test_daemon()
 }
 
-/// Declares each listed `async fn name(db: TestDb)` twice: `postgres::name` and `sqlite::name`, each on a fresh
+/// Declares each listed `async fn name(db: &TestDb)` twice: `postgres::name` and `sqlite::name`, each on a fresh
 /// database.
 #[macro_export]
 macro_rules! backend_tests {
@@ -192,4 +155,36 @@ macro_rules! backend_tests {
             )*
         }
     };
+}
+
+/// Starts the workspace binary `bin` with `args` and `env`, its output to `<dir>/<name>.log`; readiness is the
+/// caller's to wait for.
+pub fn start(bin: &str, name: &str, dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Process {
+    Process::start(&bin_path(bin), name, dir, args, env).unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+/// Starts `scrinalia-api` on `config` and waits until `http://127.0.0.1:<port>/readyz` answers.
+pub async fn start_api(
+    dir: &std::path::Path,
+    name: &str,
+    config: &std::path::Path,
+    port: u16,
+    env: &[(&str, &str)],
+) -> Process {
+    let ready = format!("http://127.0.0.1:{port}/readyz");
+    Process::start_ready(&bin_path("scrinalia-api"), name, dir, config, &["serve"], env, Ready::Http(&ready))
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+/// Starts `scrinalia-daemon` on `config` and waits until it says it started (it is registered then).
+pub async fn start_daemon(
+    dir: &std::path::Path,
+    name: &str,
+    config: &std::path::Path,
+    env: &[(&str, &str)],
+) -> Process {
+    Process::start_ready(&bin_path("scrinalia-daemon"), name, dir, config, &[], env, Ready::Line("daemon started"))
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"))
 }

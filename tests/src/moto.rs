@@ -12,7 +12,7 @@ use std::{
 
 use tokio::process::{Child, Command};
 
-use crate::{api_harness::free_port, eventually};
+use crate::{eventually, free_port};
 
 /// How to install what this module needs, for failure messages.
 pub const INSTALL: &str = "python3 -m pip install 'moto[server]'";

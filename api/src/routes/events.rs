@@ -1,6 +1,7 @@
 //! `GET /api/events`: Server-Sent Events of run, queue, daemon and override changes, whichever API process (or
-//! daemon) made them. Each event's name is its kind (`run`, `queue`, `daemon`, `override`, or `resync` when changes
-//! may have been missed and the client should read everything again) and its data the JSON payload.
+//! daemon) made them. Each event's name is its kind (`Change::PANEL_KINDS`: `run`, `queue`, `daemon`, `override`,
+//! or `resync` when changes may have been missed and the client should read everything again) and its data the
+//! JSON of the `Change`; every stream opens with `ready`.
 
 use std::{convert::Infallible, time::Duration};
 
@@ -14,6 +15,7 @@ use axum::{
     },
     routing::get,
 };
+use scrinalia_shared::Change;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::{auth::Viewer, error::ErrorBody, live::LiveEvent, state::AppState};
@@ -28,18 +30,21 @@ pub fn router() -> Router<AppState> {
 
 #[utoipa::path(get, path = "/api/events", tag = "events",
     responses((status = 200, content_type = "text/event-stream", body = String,
-        description = "Events named run, queue, daemon, override or resync, with a JSON payload such as \
+        description = "Events named `ready` (first; `{\"kind\":\"ready\",\"kinds\":[…]}` lists the names that follow), \
+            then run, queue, daemon, override or resync, with a JSON payload such as \
             {\"kind\":\"run\",\"run\":\"…\",\"worker\":\"…\",\"state\":\"running\"} or \
             {\"kind\":\"override\",\"worker\":\"…\",\"actor\":\"…\",\"action\":\"set\"}; the first event is `ready`"),
         (status = 401, body = ErrorBody)),
     security(("bearer" = [])))]
 pub(crate) async fn events(_: Viewer, State(state): State<AppState>) -> Response {
-    let mut receiver = state.events().subscribe();
+    let mut receiver = state.live().subscribe();
     let token = state.shutdown_token().clone();
     let stream = async_stream::stream! {
-        // `ready` means this process's listener hears every change from now on.
-        state.wait_live_ready().await;
-        yield Ok::<Event, Infallible>(Event::default().event("ready").data("{\"kind\":\"ready\"}"));
+        // `ready` means this process's change feed hears every change from now on.
+        state.live().wait_ready(&token).await;
+        // It names the kinds of event that follow, so that a client listens for exactly those.
+        let ready = serde_json::json!({ "kind": "ready", "kinds": Change::PANEL_KINDS });
+        yield Ok::<Event, Infallible>(Event::default().event("ready").data(ready.to_string()));
         loop {
             let event = tokio::select! {
                 () = token.cancelled() => break,
@@ -47,12 +52,12 @@ pub(crate) async fn events(_: Viewer, State(state): State<AppState>) -> Response
                     Ok(event) => event,
                     Err(RecvError::Lagged(missed)) => {
                         tracing::debug!(missed, "live events: a slow client missed events");
-                        LiveEvent::resync("this client fell behind")
+                        LiveEvent::of(&Change::resync("this client fell behind"))
                     }
                     Err(RecvError::Closed) => break,
                 },
             };
-            yield Ok(Event::default().event(event.kind.as_str()).data(event.data.as_ref()));
+            yield Ok(Event::default().event(event.kind).data(event.data.as_ref()));
         }
     };
     let mut response =

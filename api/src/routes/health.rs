@@ -10,12 +10,12 @@ use std::{
 
 use axum::{Json, Router, extract::State, routing::get};
 use object_store::PutPayload;
-use scrinalia_shared::{Engine, db::DaemonState};
+use scrinalia_shared::{DaemonState, Engine};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use crate::{auth::Viewer, error::ErrorBody, routes::daemons::daemon_views, state::AppState};
+use crate::{auth::Viewer, error::ErrorBody, state::AppState};
 
 /// The longest any one check may take.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(4);
@@ -140,7 +140,7 @@ async fn object_store(state: &AppState) -> Outcome {
 }
 
 async fn daemons(state: &AppState) -> Outcome {
-    let views = match daemon_views(state).await {
+    let views = match state.db().list_daemons(state.gone_after()).await {
         Ok(views) => views,
         Err(_) => return (Status::Down, Some("The daemon registry cannot be read.".to_owned()), Value::Null),
     };

@@ -67,11 +67,7 @@ pub(crate) async fn run_log(
     };
     let run = state.db().get_run(id).await?.ok_or_else(|| ApiError::unknown_run(id))?;
     let store = state.logs().map_err(|e| {
-        ApiError::client(
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            "log_store_unavailable",
-            format!("The run-log store cannot be opened: {e}."),
-        )
+        ApiError::unavailable("log_store_unavailable", format!("The run-log store cannot be opened: {e}."))
     })?;
     let mut reader = LogReader::new(store.clone(), store.run_prefix(&run.worker, id));
     if !follow || run.state.is_terminal() {

@@ -1,21 +1,19 @@
-//! Liveness (`/healthz`), readiness (`/readyz`: the database answers), the OpenAPI document, and the JSON
-//! answers for unknown routes.
+//! Liveness (`/healthz`), readiness (`/readyz`: the database answers), and the JSON answers for unknown routes.
 
 use std::time::Duration;
 
 use axum::{
     Json, Router,
     extract::State,
-    http::{StatusCode, Uri},
+    http::Uri,
     response::{IntoResponse, Response},
     routing::get,
 };
 use serde::Serialize;
-use utoipa::{OpenApi, ToSchema};
+use utoipa::ToSchema;
 
 use crate::{
     error::{ApiError, ErrorBody},
-    openapi::ApiDoc,
     state::AppState,
 };
 
@@ -24,7 +22,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The routes of this module.
 pub fn router() -> Router<AppState> {
-    Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).route("/api/openapi.json", get(openapi))
+    Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz))
 }
 
 /// A short status answer.
@@ -48,12 +46,7 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
         Ok(Err(e)) => format!("The database does not answer: {e}."),
         Err(_) => format!("The database did not answer within {} seconds.", READY_TIMEOUT.as_secs()),
     };
-    ApiError::client(StatusCode::SERVICE_UNAVAILABLE, "not_ready", failure).into_response()
-}
-
-#[utoipa::path(get, path = "/api/openapi.json", tag = "meta", responses((status = 200, description = "This document (OpenAPI 3.1)")))]
-pub(crate) async fn openapi() -> Json<utoipa::openapi::OpenApi> {
-    Json(ApiDoc::openapi())
+    ApiError::unavailable("not_ready", failure).into_response()
 }
 
 /// The answer for a route that does not exist.

@@ -18,13 +18,12 @@ use axum::{
     routing::get,
 };
 use scrinalia_shared::{
-    db::{DaemonState, RunState},
+    Named, RunState,
     metrics::{CONTENT_TYPE, GaugeSeries, Labels, render_gauges},
 };
 
 use crate::{
     error::{ApiResult, ErrorBody},
-    routes::daemons::daemon_view,
     state::AppState,
 };
 
@@ -81,17 +80,12 @@ fn worker(name: &str) -> Labels {
 pub async fn measure(state: &AppState) -> ApiResult<Vec<GaugeSeries>> {
     let db = state.db();
     let (daemons, in_flight, counts, now) =
-        tokio::try_join!(db.list_daemons(), db.runs_in_flight(), db.queue_counts(), db.now())?;
+        tokio::try_join!(db.list_daemons(state.gone_after()), db.runs_in_flight(), db.queue_counts(), db.now())?;
     let seconds = |t: chrono::DateTime<chrono::Utc>| (now - t).num_milliseconds().max(0) as f64 / 1000.0;
 
     let mut by_state: BTreeMap<&str, f64> = [("active", 0.0), ("draining", 0.0), ("gone", 0.0)].into();
     for daemon in daemons {
-        let state = match daemon_view(state, daemon, now).state {
-            DaemonState::Active => "active",
-            DaemonState::Draining => "draining",
-            DaemonState::Gone => "gone",
-        };
-        *by_state.entry(state).or_default() += 1.0;
+        *by_state.entry(daemon.state.name()).or_default() += 1.0;
     }
     let mut daemons = series(DAEMONS);
     daemons.samples = by_state.iter().map(|(s, n)| (vec![("state", (*s).to_owned())], *n)).collect();
@@ -128,7 +122,7 @@ pub async fn measure(state: &AppState) -> ApiResult<Vec<GaugeSeries>> {
         if let Some(n) = count.done {
             done.samples.push((worker(&count.worker), n as f64));
         }
-        age.samples.push((worker(&count.worker), seconds(count.measured_at)));
+        age.samples.push((worker(&count.worker), count.age_seconds.max(0.0)));
     }
     Ok(vec![daemons, alive, in_flight, oldest_queued, pending, done, age])
 }

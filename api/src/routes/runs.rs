@@ -1,8 +1,6 @@
 //! Runs: trigger one (resolve the configuration, insert the request; the database allows one in flight per
 //! worker), page through the ledger, read one with its progress history, and cancel one.
 
-use std::collections::BTreeMap;
-
 use axum::{
     Json, Router,
     extract::{Path, State},
@@ -12,12 +10,10 @@ use axum::{
 };
 use chrono::{DateTime, Utc};
 use scrinalia_shared::{
-    DbError, ExplicitArgs,
-    db::{CancelOutcome, Cursor, NewRun, ProgressEntry, Run, RunFilter, RunPage, RunState},
-    resolve,
+    ExplicitArgs, ProgressEntry, Run, RunPage, RunState,
+    runs::{CancelOutcome, Cursor, RunFilter, RunRequest},
 };
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
@@ -25,7 +21,6 @@ use crate::{
     auth::{Operator, Viewer},
     error::{ApiError, ApiResult, ErrorBody, quote, sentence},
     extract::{JsonBody, QueryArgs, TraceParent},
-    routes::workers::find_worker,
     state::AppState,
 };
 
@@ -36,26 +31,6 @@ pub fn router() -> Router<AppState> {
         .route("/api/runs", get(list_runs))
         .route("/api/runs/{id}", get(get_run))
         .route("/api/runs/{id}/cancel", post(cancel_run))
-}
-
-/// Refuses option values holding a NUL character (`\u0000`, which JSON allows): a worker receives its options
-/// as command-line arguments, which cannot hold one, and PostgreSQL cannot store one in text or JSON.
-pub fn check_no_nul(options: &BTreeMap<String, Value>) -> Result<(), String> {
-    fn has_nul(value: &Value) -> bool {
-        match value {
-            Value::String(s) => s.contains('\0'),
-            Value::Array(items) => items.iter().any(has_nul),
-            Value::Object(fields) => fields.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
-            _ => false,
-        }
-    }
-    match options.iter().find(|(name, value)| name.contains('\0') || has_nul(value)) {
-        Some((name, _)) => Err(format!(
-            "Option {} contains a NUL character (\\u0000), which a worker's command-line arguments cannot hold.",
-            quote(name)
-        )),
-        None => Ok(()),
-    }
 }
 
 /// Parses a run id from a path, or answers 400.
@@ -83,47 +58,9 @@ pub(crate) async fn trigger_run(
     Path(name): Path<String>,
     JsonBody(arguments): JsonBody<ExplicitArgs>,
 ) -> ApiResult<impl IntoResponse> {
-    let spec = find_worker(&state, &name)?;
-    let catalogue = state.catalogue();
-    let stored = state.db().get_override(&name).await?;
-    let config = resolve(catalogue, spec, &arguments, stored.as_ref().map(|o| &o.values)).map_err(|e| {
-        if stored.is_some() && resolve(catalogue, spec, &arguments, None).is_ok() {
-            ApiError::conflict(
-                "invalid_override",
-                format!("The stored override of worker {name:?} no longer fits the catalogue: {e} Change or clear it."),
-            )
-        } else {
-            ApiError::bad_request("invalid_arguments", e.to_string())
-        }
-    })?;
-    check_no_nul(&arguments.options).map_err(|m| ApiError::bad_request("invalid_arguments", m))?;
-    let new = NewRun {
-        id: Uuid::now_v7(),
-        worker: name.clone(),
-        requested_by: caller.name.clone(),
-        arguments,
-        config,
-        trace_context: Some(trace_context),
-    };
-    let run = state.db().insert_run(&new).await.map_err(|e| match e {
-        DbError::Conflict { worker, run_id, state, daemon_id } => {
-            let where_ = match daemon_id {
-                Some(d) if state == RunState::Running => format!("running on daemon {d}"),
-                _ => state.to_string(),
-            };
-            ApiError::conflict(
-                "run_in_flight",
-                format!(
-                    "Worker {worker} already has a run in flight (run {run_id}, {where_}); \
-                     wait for it to finish or cancel it."
-                ),
-            )
-            .with("run_id", run_id)
-            .with("state", state)
-            .with("daemon_id", daemon_id)
-        }
-        other => other.into(),
-    })?;
+    let request =
+        RunRequest { worker: name, requested_by: caller.name.clone(), arguments, trace_context: Some(trace_context) };
+    let run = state.db().request_run(state.catalogue(), request).await?;
     tracing::info!(run_id = %run.id, worker = %run.worker, actor = %caller.name, traceparent = run.trace_context.as_deref().unwrap_or_default(), "run requested");
     Ok((StatusCode::CREATED, [(header::LOCATION, format!("/api/runs/{}", run.id))], Json(run)))
 }

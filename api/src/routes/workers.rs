@@ -11,9 +11,7 @@ use axum::{
 };
 use chrono::{DateTime, Utc};
 use scrinalia_shared::{
-    Engine, ExplicitArgs, OptionSpec, ResolvedConfig, WorkerSpec,
-    db::{Override, QueueCount, Run},
-    resolve,
+    Engine, OptionSpec, Override, QueueCount, ResolvedConfig, Run, WorkerSpec, overrides::OverrideState,
 };
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -70,31 +68,12 @@ pub struct WorkerView {
     pub engine_source_url: Option<String>,
     /// The options the worker accepts, for the panel's form.
     pub options: Vec<OptionSpec>,
-    /// The last queue measurement.
-    pub queue: Option<QueueView>,
+    /// The last queue measurement, with its age.
+    pub queue: Option<QueueCount>,
     /// The run queued or running, if any.
     pub in_flight: Option<Run>,
     /// The last finished run, if any.
     pub last_finished: Option<Run>,
-}
-
-/// The last queue measurement of a worker, with its age.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct QueueView {
-    /// Units waiting, when measurable.
-    pub pending: Option<i64>,
-    /// Why the queue cannot be measured.
-    pub unmeasurable: Option<String>,
-    /// Units already done, when reported.
-    pub done: Option<i64>,
-    /// Why the measurement failed.
-    pub error: Option<String>,
-    /// When it was measured.
-    pub measured_at: DateTime<Utc>,
-    /// How long the measurement took.
-    pub took_ms: i64,
-    /// Seconds since it was measured (database clock).
-    pub age_seconds: f64,
 }
 
 #[utoipa::path(get, path = "/api/workers", tag = "workers",
@@ -143,12 +122,11 @@ pub async fn worker_views(state: &AppState, specs: &[&WorkerSpec]) -> ApiResult<
     let views = specs
         .iter()
         .map(|spec| {
-            let stored = overrides.remove(&spec.name);
-            let (effective, effective_error) =
-                match resolve(state.catalogue(), spec, &ExplicitArgs::default(), stored.as_ref().map(|o| &o.values)) {
-                    Ok(config) => (Some(config), None),
-                    Err(e) => (None, Some(e.to_string())),
-                };
+            let config = OverrideState::of(state.catalogue(), spec, overrides.remove(&spec.name));
+            let (effective, effective_error) = match config.effective {
+                Ok(config) => (Some(config), None),
+                Err(e) => (None, Some(e.to_string())),
+            };
             WorkerView {
                 name: spec.name.clone(),
                 title: spec.title.clone(),
@@ -158,20 +136,12 @@ pub async fn worker_views(state: &AppState, specs: &[&WorkerSpec]) -> ApiResult<
                 description: spec.description.clone(),
                 effective,
                 effective_error,
-                override_: stored,
+                override_: config.stored,
                 engine_configurable: spec.engine_configurable(),
                 engine_source: spec.engine_source.clone(),
                 engine_source_url: spec.engine_source_url.clone(),
                 options: spec.options.clone(),
-                queue: counts.remove(&spec.name).map(|c| QueueView {
-                    age_seconds: ((now - c.measured_at).num_milliseconds().max(0) as f64) / 1000.0,
-                    pending: c.pending,
-                    unmeasurable: c.unmeasurable,
-                    done: c.done,
-                    error: c.error,
-                    measured_at: c.measured_at,
-                    took_ms: c.took_ms,
-                }),
+                queue: counts.remove(&spec.name),
                 in_flight: in_flight.remove(&spec.name),
                 last_finished: finished.remove(&spec.name),
             }

@@ -1,24 +1,34 @@
-//! The database layer: one interface over PostgreSQL (production) and SQLite (the embedded default). Every SQL
-//! statement of the project lives in `postgres.rs` and `sqlite.rs` beside this file; callers see only these
-//! methods. Leases and timestamps always use the database clock.
+//! The database layer, private to this crate: a [`Database`] handle over PostgreSQL (production) or SQLite (the
+//! embedded default), and the statements, by table: [`runs`], [`overrides`], [`daemons`], [`queue_counts`], and
+//! the change feed ([`feed`]). The public operations live in the crate's domain modules (`crate::runs`, …);
+//! nothing outside this crate names a pool or `sqlx`.
+//!
+//! Each statement is written once ([`dialect::sql!`]) and run on whichever pool the handle holds
+//! ([`on_pool!`] compiles the same code for both). Where the dialects really differ (the claim's `skip locked`,
+//! how a progress report is written, how an override edit is serialised), both texts sit side by side in the
+//! same function.
+//!
+//! Why statements are checked by running them rather than by sqlx's `query!` macros: a macro checks a statement
+//! against one live database (or its offline cache) of one backend at compile time, and ours run on two, with
+//! fragments rendered per dialect. Every statement here is instead run against both real backends by the test
+//! suite (each domain operation has a PostgreSQL and a SQLite test), which checks its SQL, its parameter
+//! binding and the decoding of its rows into the wire types on both, and needs no database to build.
+//!
+//! Leases and every other time come from the database clock.
 
-/// The columns of a run, in one place for every statement that returns runs (a macro, so that statements stay
-/// `&'static str` and are prepared once per connection).
-macro_rules! run_columns {
-    () => {
-        "id, worker, state, requested_by, requested_at, arguments, config, claimed_by, claimed_at, \
-         lease_expires_at, started_at, finished_at, duration_ms, exit_code, error, progress, result, \
-         cancel_requested_at, cancel_requested_by, trace_context, log_key, attempt"
-    };
-}
+pub(crate) mod daemons;
+pub(crate) mod dialect;
+pub(crate) mod feed;
+pub(crate) mod overrides;
+pub(crate) mod queue_counts;
+pub(crate) mod runs;
 
-mod model;
-mod postgres;
-mod sqlite;
+use std::{
+    str::FromStr,
+    sync::{Arc, Mutex, PoisonError},
+    time::{Duration, Instant},
+};
 
-use std::{str::FromStr, time::Duration};
-
-pub use model::*;
 use sqlx::{
     migrate::{MigrateError, Migrator},
     postgres::{PgConnectOptions, PgPool, PgPoolOptions},
@@ -26,15 +36,15 @@ use sqlx::{
 };
 use uuid::Uuid;
 
-use crate::{config::DatabaseSettings, resolve::OverrideValues};
+use crate::{RunState, config::DatabaseSettings};
 
 /// The PostgreSQL migrations.
-pub static POSTGRES_MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
+static POSTGRES_MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
 /// The SQLite migrations.
-pub static SQLITE_MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
+static SQLITE_MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
 
-/// What can go wrong in the database layer. Domain outcomes (a conflict, a lost lease) are typed so that
-/// callers can answer them precisely; everything else is a database error.
+/// What can go wrong in the database layer. Outcomes the caller acts on (a conflict, a lost lease) are typed;
+/// everything else is a database error.
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
     /// A run of this worker is already queued or running.
@@ -96,44 +106,6 @@ pub enum Backend {
     Sqlite,
 }
 
-/// A connection pool to either backend. Cheap to clone.
-#[derive(Debug, Clone)]
-pub enum Database {
-    /// PostgreSQL.
-    Postgres(PgPool),
-    /// SQLite.
-    Sqlite(SqlitePool),
-}
-
-macro_rules! on_backend {
-    ($self:expr, $f:ident ( $($arg:expr),* $(,)? )) => {
-        match $self {
-            Database::Postgres(pool) => postgres::$f(pool, $($arg),*).await,
-            Database::Sqlite(pool) => sqlite::$f(pool, $($arg),*).await,
-        }
-    };
-}
-
-/// Like `on_backend!`, for statements that are safe to repeat: a statement whose connection was cut while it ran
-/// (a server restart, a terminated backend) is tried again on another connection, so a request in flight at that
-/// moment gets its answer instead of an error. Each failed try uses up one cut connection (the pool drops it), so
-/// a pool whose every idle connection was cut is through them in at most its size, then opens a fresh one. Not for
-/// writes whose repetition would change the outcome.
-macro_rules! on_backend_retrying {
-    ($self:expr, $f:ident ( $($arg:expr),* $(,)? )) => {{
-        let mut attempt = 1;
-        loop {
-            match on_backend!($self, $f($($arg),*)) {
-                Err(e) if e.is_connection_lost() && attempt < $self.tries_on_lost_connection() => {
-                    tracing::warn!(error = %e, attempt, "database connection lost during a statement; trying it again");
-                    attempt += 1;
-                }
-                other => break other,
-            }
-        }
-    }};
-}
-
 /// How a PostgreSQL pool makes sure a connection it hands out is alive. sqlx pings every connection when it is
 /// released, so what is left to guard against is one that died while idle in the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,6 +117,67 @@ pub enum Pings {
     /// whose statements all go through the retrying path or begin with a side-effect-free step (the API).
     OnlyAfterUse,
 }
+
+/// The pool behind a [`Database`].
+#[derive(Debug, Clone)]
+pub(crate) enum Pool {
+    /// PostgreSQL.
+    Postgres(PgPool),
+    /// SQLite.
+    Sqlite(SqlitePool),
+}
+
+/// A connection pool to either backend, with the domain operations of this crate as methods. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Database {
+    pool: Pool,
+    own_writes: OwnWrites,
+}
+
+/// Runs `$body` with `$pool` bound to the pool of `$db`: the same code, compiled for each backend. With a
+/// statement, `$text` is bound to its text in the pool's dialect.
+macro_rules! on_pool {
+    ($db:expr, |$pool:ident| $body:expr) => {
+        match $db.pool() {
+            $crate::db::Pool::Postgres($pool) => $body,
+            $crate::db::Pool::Sqlite($pool) => $body,
+        }
+    };
+    ($db:expr, $sql:expr, |$pool:ident, $text:ident| $body:expr) => {
+        match $db.pool() {
+            $crate::db::Pool::Postgres($pool) => {
+                let $text: &'static str = $sql.postgres;
+                $body
+            }
+            $crate::db::Pool::Sqlite($pool) => {
+                let $text: &'static str = $sql.sqlite;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use on_pool;
+
+/// Evaluates `$call`, a statement that is safe to repeat, again when its connection was cut while it ran (a
+/// server restart, a terminated backend), so that a request in flight at that moment gets its answer instead of
+/// an error. Each failed try uses up one cut connection (the pool drops it), so a pool whose every idle
+/// connection was cut is through them in at most its size, then opens a fresh one. Not for writes whose
+/// repetition would change the outcome.
+macro_rules! retrying {
+    ($db:expr, $call:expr) => {{
+        let mut attempt = 1;
+        loop {
+            match $call {
+                Err(e) if e.is_connection_lost() && attempt < $db.tries_on_lost_connection() => {
+                    tracing::warn!(error = %e, attempt, "database connection lost during a statement; trying it again");
+                    attempt += 1;
+                }
+                other => break other,
+            }
+        }
+    }};
+}
+pub(crate) use retrying;
 
 impl Database {
     /// Opens a pool. SQLite files (and their folder) are created if missing, in WAL mode with synchronous
@@ -159,7 +192,7 @@ impl Database {
     pub async fn connect_as(settings: &DatabaseSettings, application_name: &str, pings: Pings) -> Result<Self> {
         let url = settings.url.as_str();
         let acquire = Duration::from_secs(settings.connect_timeout_seconds);
-        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let pool = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let options = PgConnectOptions::from_str(url)?.application_name(application_name);
             let pool = PgPoolOptions::new()
                 .max_connections(settings.max_connections)
@@ -167,7 +200,7 @@ impl Database {
                 .acquire_timeout(acquire)
                 .connect_with(options)
                 .await?;
-            Ok(Self::Postgres(pool))
+            Pool::Postgres(pool)
         } else if url.starts_with("sqlite:") {
             let options = SqliteConnectOptions::from_str(url)?
                 .create_if_missing(true)
@@ -183,18 +216,19 @@ impl Database {
                 .acquire_timeout(acquire)
                 .connect_with(options)
                 .await?;
-            Ok(Self::Sqlite(pool))
+            Pool::Sqlite(pool)
         } else {
-            Err(DbError::UnsupportedUrl(crate::config::redact_url(url)))
-        }
+            return Err(DbError::UnsupportedUrl(crate::config::redact_url(url)));
+        };
+        Ok(Self { pool, own_writes: OwnWrites::default() })
     }
 
     /// Applies pending migrations. Safe when several processes start at once: PostgreSQL serialises them with
     /// an advisory lock; on SQLite a process that loses the race retries and finds them applied.
     pub async fn migrate(&self) -> Result<()> {
-        match self {
-            Self::Postgres(pool) => Ok(POSTGRES_MIGRATOR.run(pool).await?),
-            Self::Sqlite(pool) => {
+        match &self.pool {
+            Pool::Postgres(pool) => Ok(POSTGRES_MIGRATOR.run(pool).await?),
+            Pool::Sqlite(pool) => {
                 let mut attempt = 0;
                 loop {
                     match SQLITE_MIGRATOR.run(pool).await {
@@ -214,8 +248,8 @@ impl Database {
     /// query is latency-critical (the daemon's claims: a claim then costs one round trip, not two). A broken
     /// connection surfaces as one failed query; the next one reconnects. On SQLite, the same pool.
     pub async fn dedicated(&self) -> Result<Self> {
-        match self {
-            Self::Postgres(pool) => {
+        match &self.pool {
+            Pool::Postgres(pool) => {
                 // Named apart in `pg_stat_activity`: `<program> claims`.
                 let options = pool.connect_options().as_ref().clone();
                 let name = format!("{} claims", options.get_application_name().unwrap_or("scrinalia"));
@@ -229,311 +263,146 @@ impl Database {
                     .acquire_timeout(pool.options().get_acquire_timeout())
                     .connect_with(options)
                     .await?;
-                Ok(Self::Postgres(dedicated))
+                Ok(Self { pool: Pool::Postgres(dedicated), own_writes: self.own_writes.clone() })
             }
-            Self::Sqlite(_) => Ok(self.clone()),
-        }
-    }
-
-    /// How many times a statement safe to repeat is tried when its connection is lost: once per connection the
-    /// pool can hold, plus one on a fresh connection.
-    fn tries_on_lost_connection(&self) -> u32 {
-        match self {
-            Self::Postgres(pool) => pool.options().get_max_connections() + 1,
-            Self::Sqlite(_) => 2,
+            Pool::Sqlite(_) => Ok(self.clone()),
         }
     }
 
     /// Which backend this is.
     pub fn backend(&self) -> Backend {
-        match self {
-            Self::Postgres(_) => Backend::Postgres,
-            Self::Sqlite(_) => Backend::Sqlite,
+        match self.pool {
+            Pool::Postgres(_) => Backend::Postgres,
+            Pool::Sqlite(_) => Backend::Sqlite,
         }
     }
 
     /// Closes the pool.
     pub async fn close(&self) {
-        match self {
-            Self::Postgres(pool) => pool.close().await,
-            Self::Sqlite(pool) => pool.close().await,
-        }
+        on_pool!(self, |pool| pool.close().await)
     }
 
     /// Runs a trivial query; used by health and readiness.
     pub async fn ping(&self) -> Result<()> {
-        on_backend_retrying!(self, ping())
+        retrying!(
+            self,
+            on_pool!(self, |pool| sqlx::query("select 1").execute(pool).await.map(drop)).map_err(DbError::from)
+        )
     }
 
-    /// Inserts a run request. A second request for a worker with a run in flight is
-    /// [`DbError::Conflict`], carrying the blocking run.
-    pub async fn insert_run(&self, new: &NewRun) -> Result<Run> {
-        for _ in 0..3 {
-            if let Some(run) = on_backend_retrying!(self, try_insert_run(new))? {
-                return Ok(run);
-            }
-            // The blocking run may have finished in between; then the insert is simply tried again.
-            if let Some(blocking) = on_backend_retrying!(self, in_flight_of(&new.worker))? {
-                if blocking.id == new.id {
-                    // The first attempt committed before its connection was cut: the request is ours.
-                    return Ok(blocking);
-                }
-                return Err(DbError::Conflict {
-                    worker: new.worker.clone(),
-                    run_id: blocking.id,
-                    state: blocking.state,
-                    daemon_id: blocking.daemon_id,
-                });
-            }
-        }
-        Err(DbError::Sqlx(sqlx::Error::Protocol("the in-flight run kept changing during the insert".into())))
-    }
-
-    /// Claims up to `limit` of the oldest queued requests for `daemon`, with a lease of `lease` from now
-    /// (database clock), optionally only for `workers`. Committed at once; no transaction is held for the run.
-    pub async fn claim_runs(
-        &self,
-        daemon: Uuid,
-        lease: Duration,
-        limit: u32,
-        workers: Option<&[String]>,
-    ) -> Result<Vec<Run>> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let mut runs = on_backend!(self, claim_runs(daemon, lease, limit, workers))?;
-        runs.sort_by_key(|r| (r.requested_at, r.id));
-        Ok(runs)
-    }
-
-    /// Records that the worker process of a claimed run started, and where its log goes.
-    pub async fn mark_started(&self, run: Uuid, daemon: Uuid, log_key: &str) -> Result<Run> {
-        on_backend!(self, mark_started(run, daemon, log_key))?
-            .ok_or(DbError::LeaseLost { run_id: run, daemon_id: daemon })
-    }
-
-    /// Extends the lease of a run held by `daemon` to `lease` from now. Refused ([`DbError::LeaseLost`]) when the
-    /// run is no longer running under this daemon or its lease already expired.
-    pub async fn renew_lease(&self, run: Uuid, daemon: Uuid, lease: Duration) -> Result<chrono::DateTime<chrono::Utc>> {
-        on_backend!(self, renew_lease(run, daemon, lease))?.ok_or(DbError::LeaseLost { run_id: run, daemon_id: daemon })
-    }
-
-    /// Stores a progress report of a run held by `daemon`, and appends it to the run's progress history.
-    pub async fn record_progress(&self, run: Uuid, daemon: Uuid, progress: &serde_json::Value) -> Result<()> {
-        if on_backend!(self, record_progress(run, daemon, progress))? {
-            Ok(())
-        } else {
-            Err(DbError::LeaseLost { run_id: run, daemon_id: daemon })
-        }
-    }
-
-    /// Ends a run held by `daemon`. Refused ([`DbError::LeaseLost`]) when the daemon no longer holds it, so a
-    /// zombie cannot overwrite the ledger.
-    pub async fn finish_run(&self, run: Uuid, daemon: Uuid, finish: &Finish) -> Result<Run> {
-        debug_assert!(finish.state.is_terminal());
-        on_backend!(self, finish_run(run, daemon, finish))?.ok_or(DbError::LeaseLost { run_id: run, daemon_id: daemon })
-    }
-
-    /// Asks for a run to be cancelled: a queued run is cancelled at once; a running one is flagged for its daemon.
-    /// `None` if there is no such run.
-    pub async fn request_cancel(&self, run: Uuid, actor: &str) -> Result<Option<CancelOutcome>> {
-        if let Some(changed) = on_backend_retrying!(self, request_cancel(run, actor))? {
-            return Ok(Some(if changed.state == RunState::Cancelled {
-                CancelOutcome::Cancelled(changed)
-            } else {
-                CancelOutcome::Requested(changed)
-            }));
-        }
-        Ok(self.get_run(run).await?.map(CancelOutcome::AlreadyFinished))
-    }
-
-    /// Runs held by `daemon` whose cancellation was requested.
-    pub async fn cancel_requests(&self, daemon: Uuid) -> Result<Vec<Uuid>> {
-        on_backend_retrying!(self, cancel_requests(daemon))
-    }
-
-    /// Moves every running run whose lease expired to `interrupted`, with the reason. A run with a live lease is
-    /// never touched, whoever holds it.
-    pub async fn recover_expired(&self) -> Result<Vec<Run>> {
-        on_backend!(self, recover_expired())
-    }
-
-    /// How long until the first lease of a running run expires (database clock; zero if one already has), or
-    /// `None` when nothing runs: recovery is due then, not a whole period later.
-    pub async fn next_lease_expiry(&self) -> Result<Option<Duration>> {
-        let seconds: Option<f64> = on_backend!(self, next_lease_expiry())?;
-        Ok(seconds.map(|s| Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)))
-    }
-
-    /// One run.
-    pub async fn get_run(&self, id: Uuid) -> Result<Option<Run>> {
-        on_backend_retrying!(self, get_run(id))
-    }
-
-    /// A run's progress history, oldest first.
-    pub async fn run_progress(&self, id: Uuid) -> Result<Vec<ProgressEntry>> {
-        on_backend_retrying!(self, run_progress(id))
-    }
-
-    /// A page of the ledger, newest first.
-    pub async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage> {
-        let limit = filter.limit.clamp(1, 500);
-        let mut runs = on_backend_retrying!(self, list_runs(filter, limit + 1))?;
-        let next = (runs.len() > limit as usize).then(|| {
-            runs.truncate(limit as usize);
-            runs.last().map(|r| Cursor { requested_at: r.requested_at, id: r.id }.encode())
-        });
-        Ok(RunPage { runs, next: next.flatten() })
-    }
-
-    /// Every run queued or running.
-    pub async fn runs_in_flight(&self) -> Result<Vec<Run>> {
-        on_backend_retrying!(self, runs_in_flight())
-    }
-
-    /// The last finished run of each of `workers`.
-    pub async fn last_finished(&self, workers: &[String]) -> Result<Vec<Run>> {
-        on_backend_retrying!(self, last_finished(workers))
-    }
-
-    /// One worker's override.
-    pub async fn get_override(&self, worker: &str) -> Result<Option<Override>> {
-        on_backend_retrying!(self, get_override(worker))
-    }
-
-    /// Every override.
-    pub async fn list_overrides(&self) -> Result<Vec<Override>> {
-        on_backend_retrying!(self, list_overrides())
-    }
-
-    /// Replaces a worker's override (an empty one removes it) and appends the change to the audit trail, in one
-    /// transaction. `values` is computed from the current override by `next`, under the row's lock, so two
-    /// concurrent partial edits do not lose each other. Returns the override after the change.
-    pub async fn change_override(
-        &self,
-        worker: &str,
-        actor: &str,
-        reason: &str,
-        next: &(dyn Fn(Option<&OverrideValues>) -> Result<OverrideValues, crate::resolve::ResolveError> + Sync),
-    ) -> Result<Result<Option<Override>, crate::resolve::ResolveError>> {
-        on_backend!(self, change_override(worker, actor, reason, next))
-    }
-
-    /// A worker's audit trail, newest first.
-    pub async fn audit_trail(&self, worker: &str, limit: u32) -> Result<Vec<AuditEntry>> {
-        on_backend_retrying!(self, audit_trail(worker, limit.clamp(1, 1000)))
-    }
-
-    /// The newest audit entry of each worker whose override was ever changed: the SQLite live-event poller
-    /// compares them between two polls to tell which overrides were set or cleared.
-    pub async fn last_override_changes(&self) -> Result<Vec<AuditEntry>> {
-        on_backend_retrying!(self, last_override_changes())
-    }
-
-    /// Registers a daemon.
-    pub async fn register_daemon(&self, daemon: &NewDaemon) -> Result<Daemon> {
-        on_backend!(self, register_daemon(daemon))
-    }
-
-    /// Records a heartbeat; returns the daemon's row (`state` says whether it was asked to drain), or `None` if
-    /// the row is gone.
-    pub async fn heartbeat(&self, daemon: Uuid) -> Result<Option<Daemon>> {
-        on_backend!(self, heartbeat(daemon))
-    }
-
-    /// Asks a daemon to drain. `None` if there is no such daemon or it is gone.
-    pub async fn request_drain(&self, daemon: Uuid, actor: &str) -> Result<Option<Daemon>> {
-        on_backend_retrying!(self, request_drain(daemon, actor))
-    }
-
-    /// Records that a daemon stopped cleanly.
-    pub async fn mark_daemon_stopped(&self, daemon: Uuid) -> Result<()> {
-        on_backend!(self, mark_daemon_stopped(daemon))
-    }
-
-    /// Marks gone every daemon whose heartbeat is older than `after`; returns their ids.
-    pub async fn mark_gone_daemons(&self, after: Duration) -> Result<Vec<Uuid>> {
-        on_backend!(self, mark_gone_daemons(after))
-    }
-
-    /// Daemons that are alive, or stopped within the last day.
-    pub async fn list_daemons(&self) -> Result<Vec<Daemon>> {
-        on_backend_retrying!(self, list_daemons())
-    }
-
-    /// One daemon.
-    pub async fn get_daemon(&self, id: Uuid) -> Result<Option<Daemon>> {
-        on_backend_retrying!(self, get_daemon(id))
-    }
-
-    /// Stores a queue measurement (replacing the previous one).
-    pub async fn store_queue_count(&self, count: &NewQueueCount) -> Result<()> {
-        on_backend!(self, store_queue_count(count))
-    }
-
-    /// Every worker's last queue measurement.
-    pub async fn queue_counts(&self) -> Result<Vec<QueueCount>> {
-        on_backend_retrying!(self, queue_counts())
-    }
-
-    /// The database's clock, for callers that compare ages.
+    /// The database's clock.
     pub async fn now(&self) -> Result<chrono::DateTime<chrono::Utc>> {
-        on_backend_retrying!(self, now())
+        const NOW: dialect::Sql = dialect::sql!("select ", now);
+        retrying!(
+            self,
+            on_pool!(self, NOW, |pool, sql| sqlx::query_scalar(sql).fetch_one(pool).await).map_err(DbError::from)
+        )
     }
 
-    /// SQLite has no notifications: a dedicated connection that tells when any other connection (of this or
-    /// another process) has committed. `None` on PostgreSQL, which notifies instead.
-    pub async fn change_watcher(&self) -> Result<Option<ChangeWatcher>> {
-        match self {
-            Self::Postgres(_) => Ok(None),
-            Self::Sqlite(pool) => Ok(Some(ChangeWatcher { conn: sqlite::open_watcher(pool).await? })),
+    /// The text of `sql` in this database's dialect.
+    pub(crate) fn text(&self, sql: dialect::Sql) -> &'static str {
+        match self.pool {
+            Pool::Postgres(_) => sql.postgres,
+            Pool::Sqlite(_) => sql.sqlite,
+        }
+    }
+
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    pub(crate) fn own_writes(&self) -> &OwnWrites {
+        &self.own_writes
+    }
+
+    /// How many times a statement safe to repeat is tried when its connection is lost: once per connection the
+    /// pool can hold, plus one on a fresh connection.
+    pub(crate) fn tries_on_lost_connection(&self) -> u32 {
+        match &self.pool {
+            Pool::Postgres(pool) => pool.options().get_max_connections() + 1,
+            Pool::Sqlite(_) => 2,
         }
     }
 }
 
-/// An override as stored, before it is shaped for callers.
-#[derive(sqlx::FromRow)]
-struct OverrideRow {
-    worker: String,
-    engine: Option<String>,
-    preset: Option<String>,
-    options: sqlx::types::Json<std::collections::BTreeMap<String, serde_json::Value>>,
-    updated_by: String,
-    updated_at: chrono::DateTime<chrono::Utc>,
+/// How each backend begins a transaction that will write, and serialises the transactions about one key.
+pub(crate) trait Dialect: sqlx::Database {
+    /// Begins a transaction that writes.
+    async fn begin_write(pool: &sqlx::Pool<Self>) -> Result<sqlx::Transaction<'static, Self>>;
+    /// Makes every other transaction that locks `key` wait until this one ends.
+    async fn lock(tx: &mut sqlx::Transaction<'static, Self>, key: &str) -> Result<()>;
 }
 
-impl From<OverrideRow> for Override {
-    fn from(row: OverrideRow) -> Self {
-        Self {
-            worker: row.worker,
-            values: OverrideValues { engine: row.engine, preset: row.preset, options: row.options.0 },
-            updated_by: row.updated_by,
-            updated_at: row.updated_at,
+impl Dialect for sqlx::Postgres {
+    /// Begins on another connection when the first one is found cut: nothing has happened yet, so trying again
+    /// is always safe (an API pool does not ping connections before use, see `Pings`).
+    async fn begin_write(pool: &PgPool) -> Result<sqlx::Transaction<'static, Self>> {
+        let mut attempt = 1;
+        loop {
+            match pool.begin().await.map_err(DbError::from) {
+                Err(e) if e.is_connection_lost() && attempt <= pool.options().get_max_connections() => attempt += 1,
+                other => return other,
+            }
         }
+    }
+
+    /// A transaction-scoped advisory lock: it serialises edits of a key even when no row exists yet.
+    async fn lock(tx: &mut sqlx::Transaction<'static, Self>, key: &str) -> Result<()> {
+        sqlx::query("select pg_advisory_xact_lock(hashtext('scrinalia.' || $1))").bind(key).execute(&mut **tx).await?;
+        Ok(())
+    }
+}
+
+impl Dialect for sqlx::Sqlite {
+    /// `BEGIN IMMEDIATE` takes the database's write lock at once, so a read-modify-write cannot interleave with
+    /// another writer and never has to upgrade its lock (which SQLite answers with SQLITE_BUSY).
+    async fn begin_write(pool: &SqlitePool) -> Result<sqlx::Transaction<'static, Self>> {
+        Ok(pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    /// The write lock taken by `begin_write` already serialises every writer.
+    async fn lock(_: &mut sqlx::Transaction<'static, Self>, _: &str) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// File changes this long after one of this process's periodic writes are taken to be that write's.
+const OWN_WRITE_ECHO: Duration = Duration::from_millis(5);
+
+/// This process's periodic writes (heartbeats, queue counts) in progress or just done, so that the SQLite change
+/// feed of the same process does not take their echo on the database files for another process's change (which
+/// would cost a daemon a claim query after every heartbeat). A request written at that very moment is seen by the
+/// next change or the slow poll instead.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct OwnWrites(Arc<Mutex<(u32, Option<Instant>)>>);
+
+impl OwnWrites {
+    /// Marks a write in progress until the guard is dropped.
+    pub(crate) fn begin(&self) -> OwnWrite<'_> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).0 += 1;
+        OwnWrite(self)
+    }
+
+    /// Whether a file change now is the echo of one of our writes.
+    pub(crate) fn echoing(&self) -> bool {
+        let (in_flight, last_end) = *self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        in_flight > 0 || last_end.is_some_and(|end| end.elapsed() < OWN_WRITE_ECHO)
+    }
+}
+
+/// A periodic write of this process in progress.
+pub(crate) struct OwnWrite<'a>(&'a OwnWrites);
+
+impl Drop for OwnWrite<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.0.lock().unwrap_or_else(PoisonError::into_inner);
+        state.0 = state.0.saturating_sub(1);
+        state.1 = Some(Instant::now());
     }
 }
 
 /// A unique violation of the one-run-in-flight index.
-fn is_in_flight_violation(e: &sqlx::Error) -> bool {
+pub(crate) fn is_in_flight_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(d) if d.is_unique_violation()
         && d.constraint().is_none_or(|c| c == "worker_runs_one_in_flight"))
-}
-
-/// A dedicated SQLite connection watching for commits by any other connection (see
-/// [`Database::change_watcher`]).
-#[derive(Debug)]
-pub struct ChangeWatcher {
-    conn: sqlx::SqliteConnection,
-}
-
-impl ChangeWatcher {
-    /// A number that differs from the previous call's whenever another connection committed in between.
-    pub async fn version(&mut self) -> Result<i64> {
-        sqlite::data_version(&mut self.conn).await
-    }
-
-    /// Whether a queued request is visible (a read on the index of queued rows, which takes no lock).
-    pub async fn queued(&mut self) -> Result<bool> {
-        sqlite::any_queued(&mut self.conn).await
-    }
 }

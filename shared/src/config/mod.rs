@@ -1,0 +1,444 @@
+//! Layered configuration: built-in defaults < a TOML file < `SCRINALIA__SECTION__KEY` environment variables.
+//!
+//! Everything is validated at load, and every error names the file, the key and what is wrong. Secrets (the
+//! database password, object-store keys) are never printed: `Debug` redacts them.
+
+use std::{
+    collections::BTreeMap,
+    fmt,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    auth::Role,
+    catalogue::{Catalogue, Engine, WorkerSpec},
+};
+
+mod object_store;
+
+pub use object_store::{DEFAULT_REGION, ObjectStoreKind, ObjectStoreSettings, clean_endpoint, s3_problems};
+
+/// The environment variable naming the configuration file when `--config` is not given.
+pub const CONFIG_ENV: &str = "SCRINALIA_CONFIG";
+
+/// Why the configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file or environment could not be read or parsed, or a value has the wrong type.
+    #[error("configuration {origin}: {message}")]
+    Parse {
+        /// The file (or "the environment") the error came from.
+        origin: String,
+        /// What the parser said, naming the key.
+        message: String,
+    },
+    /// Values parsed but do not make sense together.
+    #[error("configuration {origin}: {}", .problems.iter().map(|p| format!("`{}`: {}", p.0, p.1)).collect::<Vec<_>>().join("; "))]
+    Invalid {
+        /// The file (or "the environment") the configuration came from.
+        origin: String,
+        /// Key → what is wrong.
+        problems: Vec<(String, String)>,
+    },
+}
+
+/// A value that must never be printed.
+#[derive(Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret itself, for the one place that needs it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for Secret {
+    fn from(secret: String) -> Self {
+        Self(secret)
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// Where the database is.
+#[derive(Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseSettings {
+    /// `postgres://…` or `sqlite://path` (created if missing).
+    pub url: String,
+    /// Connections per process.
+    pub max_connections: u32,
+    /// How long to wait for a connection before giving up.
+    pub connect_timeout_seconds: u64,
+    /// SQLite: how long a writer waits for the lock.
+    pub busy_timeout_ms: u64,
+}
+
+impl Default for DatabaseSettings {
+    fn default() -> Self {
+        Self {
+            url: "sqlite://data/scrinalia.sqlite".to_owned(),
+            max_connections: 10,
+            connect_timeout_seconds: 5,
+            busy_timeout_ms: 5_000,
+        }
+    }
+}
+
+impl DatabaseSettings {
+    /// The URL with any password replaced, for logs and errors.
+    pub fn redacted_url(&self) -> String {
+        redact_url(&self.url)
+    }
+}
+
+impl fmt::Debug for DatabaseSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DatabaseSettings")
+            .field("url", &self.redacted_url())
+            .field("max_connections", &self.max_connections)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Replaces the password of a URL like `postgres://user:pw@host/db` with `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let Some((userinfo, host)) = rest.split_once('@') else { return url.to_owned() };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_owned(),
+    }
+}
+
+/// The HTTP API's settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiSettings {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Origins allowed by CORS (exact match); empty means no cross-origin access.
+    pub cors_origins: Vec<String>,
+    /// Largest request body accepted.
+    pub body_limit_bytes: usize,
+    /// Longest time a request (other than a live stream) may take.
+    pub request_timeout_seconds: u64,
+    /// SQLite has no LISTEN/NOTIFY: how often live events poll for changes.
+    pub events_poll_ms: u64,
+    /// Where `/metrics` is served; the API's own listener by default.
+    pub metrics: bool,
+}
+
+impl Default for ApiSettings {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            cors_origins: Vec::new(),
+            body_limit_bytes: 64 * 1024,
+            request_timeout_seconds: 30,
+            events_poll_ms: 500,
+            metrics: true,
+        }
+    }
+}
+
+/// The daemon's settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonSettings {
+    /// How many runs at once.
+    pub capacity: u32,
+    /// Which workers this daemon takes; empty means all.
+    pub workers: Vec<String>,
+    /// Length of a run's lease; renewed about every third of it.
+    pub lease_seconds: u64,
+    /// On shutdown, how long in-flight runs may take to finish before they are stopped.
+    pub drain_seconds: u64,
+    /// Fallback poll when no wake-up arrives.
+    pub poll_seconds: u64,
+    /// How often the daemon says it is alive.
+    pub heartbeat_seconds: u64,
+    /// A daemon whose heartbeat is older than this is marked gone.
+    pub gone_after_seconds: u64,
+    /// After SIGTERM to a cancelled or stopped worker, how long before SIGKILL.
+    pub cancel_grace_seconds: u64,
+    /// How often each worker's `count-pending` runs.
+    pub queue_count_interval_seconds: u64,
+    /// How long one `count-pending` may take.
+    pub queue_count_timeout_seconds: u64,
+    /// Where the daemon serves `/metrics`; none by default.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Extra environment for every worker process.
+    pub worker_env: BTreeMap<String, String>,
+    /// The program started as each run's supervisor (`<program> supervise …`); the daemon's own executable when
+    /// not set. Only for a program that embeds the daemon (its own executable has no `supervise` command).
+    pub supervisor_program: Option<PathBuf>,
+}
+
+impl Default for DaemonSettings {
+    fn default() -> Self {
+        Self {
+            capacity: 3,
+            workers: Vec::new(),
+            lease_seconds: 30,
+            drain_seconds: 60,
+            poll_seconds: 10,
+            heartbeat_seconds: 5,
+            gone_after_seconds: 30,
+            cancel_grace_seconds: 10,
+            queue_count_interval_seconds: 60,
+            queue_count_timeout_seconds: 30,
+            metrics_listen: None,
+            worker_env: BTreeMap::new(),
+            supervisor_program: None,
+        }
+    }
+}
+
+impl DaemonSettings {
+    /// The lease as a duration.
+    pub fn lease(&self) -> Duration {
+        Duration::from_secs(self.lease_seconds)
+    }
+
+    /// How long a daemon may stay silent before it is gone.
+    pub fn gone_after(&self) -> Duration {
+        Duration::from_secs(self.gone_after_seconds)
+    }
+}
+
+/// A token, stored as a hash.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenSettings {
+    /// Who holds it; recorded as the actor of every write.
+    pub name: String,
+    /// What it may do.
+    pub role: Role,
+    /// `sha256:<hex>` of the token (`scrinalia-api token` prints one).
+    pub hash: String,
+}
+
+/// Who may do what.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthSettings {
+    /// The role of a request without a token; none by default.
+    pub anonymous_role: Option<Role>,
+    /// Grant the anonymous role only to requests from the loopback interface.
+    pub anonymous_loopback_only: bool,
+    /// The tokens.
+    pub tokens: Vec<TokenSettings>,
+}
+
+/// How the processes log.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetrySettings {
+    /// `text` (one readable line per event) or `json`.
+    pub log_format: LogFormat,
+    /// A `tracing` filter such as `info,scrinalia_daemon=debug`; `RUST_LOG` wins when set.
+    pub log_filter: String,
+}
+
+impl Default for TelemetrySettings {
+    fn default() -> Self {
+        Self { log_format: LogFormat::Text, log_filter: "info".to_owned() }
+    }
+}
+
+/// Log line formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// A configuration file as written: every section, each field with its default. [`Settings`] is what it becomes
+/// once loaded and validated; tests and tools write configurations by serialising this to TOML.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SettingsFile {
+    /// `[database]`.
+    #[serde(default)]
+    pub database: DatabaseSettings,
+    /// `[api]`.
+    #[serde(default)]
+    pub api: ApiSettings,
+    /// `[daemon]`.
+    #[serde(default)]
+    pub daemon: DaemonSettings,
+    /// `[object_store]`.
+    #[serde(default)]
+    pub object_store: ObjectStoreSettings,
+    /// `[auth]`.
+    #[serde(default)]
+    pub auth: AuthSettings,
+    /// `[telemetry]`.
+    #[serde(default)]
+    pub telemetry: TelemetrySettings,
+    /// `[engines.<name>]`.
+    #[serde(default)]
+    pub engines: BTreeMap<String, Engine>,
+    /// `[[workers]]`, in catalogue order.
+    #[serde(default)]
+    pub workers: Vec<WorkerSpec>,
+}
+
+/// The whole, validated configuration of a process.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Where it was loaded from, for messages.
+    pub origin: String,
+    /// The database.
+    pub database: DatabaseSettings,
+    /// The API.
+    pub api: ApiSettings,
+    /// The daemon.
+    pub daemon: DaemonSettings,
+    /// Run logs.
+    pub object_store: ObjectStoreSettings,
+    /// Tokens and roles.
+    pub auth: AuthSettings,
+    /// Logs.
+    pub telemetry: TelemetrySettings,
+    /// Workers and engines.
+    pub catalogue: Catalogue,
+}
+
+impl Settings {
+    /// Loads the file at `path` (or `$SCRINALIA_CONFIG`, or nothing) and the environment over the defaults.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let from_env = std::env::var_os(CONFIG_ENV).map(PathBuf::from);
+        let path = path.map(Path::to_path_buf).or(from_env);
+        let env: Vec<(String, String)> = std::env::vars().collect();
+        Self::load_from(path.as_deref(), env)
+    }
+
+    /// Loads from an explicit file and environment (tests pass their own).
+    pub fn load_from(path: Option<&Path>, env: Vec<(String, String)>) -> Result<Self, ConfigError> {
+        let origin = match path {
+            Some(p) => format!("file {}", p.display()),
+            None => "built-in defaults and the environment".to_owned(),
+        };
+        let mut builder = config::Config::builder();
+        if let Some(p) = path {
+            if !p.is_file() {
+                return Err(ConfigError::Parse {
+                    origin,
+                    message: "the file does not exist or is not a file".to_owned(),
+                });
+            }
+            builder = builder.add_source(config::File::from(p).format(config::FileFormat::Toml));
+        }
+        let env_map: std::collections::HashMap<String, String> =
+            env.into_iter().filter(|(k, _)| k.starts_with("SCRINALIA__")).collect();
+        builder = builder.add_source(
+            config::Environment::with_prefix("SCRINALIA")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true)
+                .list_separator(",")
+                .with_list_parse_key("daemon.workers")
+                .with_list_parse_key("api.cors_origins")
+                .source(Some(env_map)),
+        );
+        let parse = |e: config::ConfigError| ConfigError::Parse { origin: origin.clone(), message: e.to_string() };
+        let raw: SettingsFile = builder.build().map_err(parse)?.try_deserialize().map_err(parse)?;
+        Self::validate(origin.clone(), raw)
+    }
+
+    /// Validates a configuration read from `origin` (a sentence for messages, e.g. "file /etc/…").
+    pub fn validate(origin: String, raw: SettingsFile) -> Result<Self, ConfigError> {
+        let mut problems: Vec<(String, String)> = Vec::new();
+        let catalogue = match Catalogue::new(raw.workers, raw.engines) {
+            Ok(c) => c,
+            Err(found) => {
+                problems.extend(found.into_iter().map(|p| (p.key, p.message)));
+                Catalogue::default()
+            }
+        };
+        let url = &raw.database.url;
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://") || url.starts_with("sqlite:")) {
+            problems.push((
+                "database.url".into(),
+                format!("{:?} is neither a postgres:// nor a sqlite:// URL", redact_url(url)),
+            ));
+        }
+        let d = &raw.daemon;
+        if d.capacity == 0 {
+            problems.push(("daemon.capacity".into(), "must be at least 1".into()));
+        }
+        if d.lease_seconds < 3 {
+            problems.push(("daemon.lease_seconds".into(), "must be at least 3 seconds".into()));
+        }
+        if d.heartbeat_seconds == 0 || d.heartbeat_seconds >= d.gone_after_seconds {
+            problems.push((
+                "daemon.heartbeat_seconds".into(),
+                "must be at least 1 and below daemon.gone_after_seconds".into(),
+            ));
+        }
+        if d.poll_seconds == 0 {
+            problems.push(("daemon.poll_seconds".into(), "must be at least 1 second".into()));
+        }
+        if d.queue_count_interval_seconds == 0 || d.queue_count_timeout_seconds == 0 {
+            problems.push((
+                "daemon.queue_count_interval_seconds".into(),
+                "the interval and the timeout must be at least 1 second".into(),
+            ));
+        }
+        if !problems.iter().any(|(k, _)| k.starts_with("workers")) {
+            for name in d.workers.iter().filter(|n| catalogue.worker(n).is_none()) {
+                problems.push(("daemon.workers".into(), format!("{name:?} is not a worker of the catalogue")));
+            }
+        }
+        if raw.object_store.kind == ObjectStoreKind::S3 {
+            let found = s3_problems(&raw.object_store);
+            problems.extend(found.into_iter().map(|(key, message)| (key.to_owned(), message)));
+        }
+        for (i, token) in raw.auth.tokens.iter().enumerate() {
+            if !crate::auth::is_token_hash(&token.hash) {
+                problems.push((
+                    format!("auth.tokens[{i}].hash"),
+                    "must be sha256:<64 hex digits>, as printed by `scrinalia-api token`; never the token itself"
+                        .into(),
+                ));
+            }
+            if token.name.trim().is_empty() {
+                problems.push((format!("auth.tokens[{i}].name"), "must name who holds the token".into()));
+            }
+        }
+        if raw.api.body_limit_bytes < 1024 {
+            problems.push(("api.body_limit_bytes".into(), "must be at least 1024".into()));
+        }
+        if !problems.is_empty() {
+            return Err(ConfigError::Invalid { origin, problems });
+        }
+        Ok(Self {
+            origin,
+            database: raw.database,
+            api: raw.api,
+            daemon: raw.daemon,
+            object_store: raw.object_store,
+            auth: raw.auth,
+            telemetry: raw.telemetry,
+            catalogue,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,345 @@
+//! How each backend hears about changes made by other processes (see `crate::changes` for what a subscriber
+//! sees).
+//!
+//! - PostgreSQL: `LISTEN` on a connection of its own, reconnected with backoff. The migrations' triggers send
+//!   a [`Change`] as JSON in the same transaction as the change, so a listener never hears of a row it cannot
+//!   read yet.
+//! - SQLite, topic `Events`: a connection of its own polls `PRAGMA data_version`, which changes when any other
+//!   connection commits; on a change it compares a snapshot of the runs in flight or just ended, the queue
+//!   measurements, the daemons and the newest override change of each worker with the previous snapshot.
+//! - SQLite, topic `Queue`: inotify on the database file and its `-wal` (no query at all while nothing is
+//!   written); after a change, a queued request is looked for every millisecond until one is visible (the writer
+//!   may still be syncing its commit: the file changes before the commit can be read) or the change has settled,
+//!   then [`Change::Written`] is sent, and once more shortly after in case the first look came too early.
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use chrono::{DateTime, Utc};
+use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+use serde_json::Value;
+use sqlx::{
+    ConnectOptions, SqliteConnection,
+    postgres::{PgListener, PgPool},
+};
+use tokio::{
+    sync::mpsc,
+    time::{Instant, sleep_until},
+};
+use uuid::Uuid;
+
+use super::{Database, OwnWrites, Result, daemons, overrides, queue_counts, runs};
+use crate::{Change, DaemonState, OverrideAction, RunState};
+
+/// The PostgreSQL channel of daemons: requests, cancellations of running runs, daemon state changes.
+pub(crate) const QUEUE_CHANNEL: &str = "scrinalia_queue";
+/// The PostgreSQL channel of live events: every change of a run, a queue measurement, a daemon, an override.
+pub(crate) const EVENTS_CHANNEL: &str = "scrinalia_events";
+
+/// After a SQLite file change, the first look comes as soon as a queued request is visible, checked every
+/// `PROBE_EVERY`, and at the latest after `SETTLE` (a change that was no request, e.g. a cancellation)…
+const SETTLE: Duration = Duration::from_millis(5);
+const PROBE_EVERY: Duration = Duration::from_millis(1);
+/// …and a second look follows, in case the first came too early.
+const SECOND_LOOK: Duration = Duration::from_millis(60);
+
+/// A deadline that never comes, for a timer that is off.
+fn far() -> Instant {
+    Instant::now() + Duration::from_secs(86_400 * 365)
+}
+
+/// Where a feed sends its changes, and says whether it is live.
+pub(crate) struct Sink {
+    pub tx: mpsc::Sender<Change>,
+    pub live: Arc<AtomicBool>,
+}
+
+impl Sink {
+    /// Sends a change; `false` when the feed was dropped. Wake-ups that only say "look" are dropped when the
+    /// channel is full: it already holds one that will make the subscriber look.
+    async fn send(&self, change: Change) -> bool {
+        match change {
+            Change::Requested { .. } | Change::Written => {
+                !matches!(self.tx.try_send(change), Err(mpsc::error::TrySendError::Closed(_)))
+            }
+            change => self.tx.send(change).await.is_ok(),
+        }
+    }
+}
+
+/// Listens on `channel` until the feed is dropped, reconnecting with backoff. Every connection, the first
+/// included, is announced with a [`Change::Resync`]: notifications sent while not listening are lost.
+pub(crate) async fn listen(pool: PgPool, channel: &'static str, sink: Sink) {
+    let mut backoff = Duration::from_millis(100);
+    let mut reason = "the change feed started listening";
+    loop {
+        match connect(&pool, channel).await {
+            Ok(mut listener) => {
+                sink.live.store(true, Ordering::Relaxed);
+                backoff = Duration::from_millis(100);
+                tracing::info!(channel, "change feed: listening");
+                if !sink.send(Change::resync(reason)).await {
+                    return;
+                }
+                let ended = relay(&mut listener, &sink).await;
+                sink.live.store(false, Ordering::Relaxed);
+                match ended {
+                    None => return,
+                    Some(e) => tracing::warn!(channel, error = %e,
+                        "change feed: the notification connection dropped; reconnecting (polling meanwhile)"),
+                }
+            }
+            Err(e) => tracing::warn!(channel, error = %e, "change feed: cannot listen; retrying"),
+        }
+        reason = "the change feed reconnected to the database";
+        tokio::select! {
+            () = sink.tx.closed() => return,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+async fn connect(pool: &PgPool, channel: &str) -> sqlx::Result<PgListener> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(channel).await?;
+    Ok(listener)
+}
+
+/// Forwards notifications until the connection fails (`Some(why)`) or the feed is dropped (`None`).
+async fn relay(listener: &mut PgListener, sink: &Sink) -> Option<String> {
+    loop {
+        let received = tokio::select! {
+            () = sink.tx.closed() => return None,
+            received = listener.try_recv() => received,
+        };
+        match received {
+            Ok(Some(notification)) => match serde_json::from_str::<Change>(notification.payload()) {
+                Ok(change) => {
+                    if !sink.send(change).await {
+                        return None;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(payload = notification.payload(), error = %e, "change feed: not a change");
+                }
+            },
+            // The connection dropped. The listener would reconnect by itself at the next call, but then nothing
+            // would say when it listens again: the feed reconnects itself, and announces the resync after LISTEN.
+            Ok(None) => return Some("the server closed the connection".to_owned()),
+            Err(e) => return Some(e.to_string()),
+        }
+    }
+}
+
+/// SQLite, topic `Events`: polls every `every` until the feed is dropped.
+pub(crate) async fn poll(db: Database, every: Duration, sink: Sink) {
+    let mut ticker = tokio::time::interval(every.max(Duration::from_millis(50)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut watcher: Option<SqliteConnection> = None;
+    let mut last_version = None;
+    let mut snapshot: Option<Snapshot> = None;
+    loop {
+        tokio::select! {
+            () = sink.tx.closed() => return,
+            _ = ticker.tick() => {}
+        }
+        if watcher.is_none() {
+            match open_watcher(&db).await {
+                Ok(conn) => watcher = Some(conn),
+                Err(e) => tracing::warn!(error = %e, "change feed: cannot open the SQLite watcher"),
+            }
+        }
+        let Some(conn) = watcher.as_mut() else { continue };
+        match sqlx::query_scalar::<_, i64>("pragma data_version").fetch_one(&mut *conn).await {
+            Ok(v) if Some(v) == last_version => continue,
+            Ok(v) => last_version = Some(v),
+            Err(e) => {
+                tracing::warn!(error = %e, "change feed: cannot poll SQLite for changes");
+                watcher = None;
+                continue;
+            }
+        }
+        match Snapshot::read(&db, snapshot.as_ref().map(|s| s.read_at)).await {
+            Ok(next) => {
+                let changes = match &snapshot {
+                    Some(previous) => previous.changes_to(&next),
+                    None => {
+                        tracing::info!(poll_ms = every.as_millis(), "change feed: polling SQLite");
+                        sink.live.store(true, Ordering::Relaxed);
+                        vec![Change::resync("the change feed started listening")]
+                    }
+                };
+                for change in changes {
+                    if !sink.send(change).await {
+                        return;
+                    }
+                }
+                snapshot = Some(next);
+            }
+            Err(e) => tracing::warn!(error = %e, "change feed: cannot read the SQLite snapshot"),
+        }
+    }
+}
+
+async fn open_watcher(db: &Database) -> Result<SqliteConnection> {
+    match db.pool() {
+        super::Pool::Sqlite(pool) => Ok(pool.connect_options().connect().await?),
+        super::Pool::Postgres(_) => Err(sqlx::Error::Configuration("not a SQLite database".into()).into()),
+    }
+}
+
+/// What the SQLite poller compares between two changes.
+#[derive(Debug)]
+struct Snapshot {
+    /// The database clock before the rows were read: the next snapshot takes every run that ended since.
+    read_at: DateTime<Utc>,
+    runs: HashMap<Uuid, (String, RunState, Option<Value>)>,
+    queues: HashMap<String, DateTime<Utc>>,
+    daemons: HashMap<Uuid, (DaemonState, bool)>,
+    /// Each worker's newest audit entry: every change of an override appends exactly one, a clear included, so
+    /// a new id is a change (the override table alone would not show a clear of a worker that had none).
+    overrides: HashMap<String, (i64, String, OverrideAction)>,
+}
+
+impl Snapshot {
+    async fn read(db: &Database, since: Option<DateTime<Utc>>) -> Result<Self> {
+        let read_at = db.now().await?;
+        let since = since.unwrap_or(read_at);
+        let (runs, counts, daemons, overrides) = tokio::try_join!(
+            runs::marks_since(db, since),
+            queue_counts::list(db),
+            daemons::marks(db),
+            overrides::last_changes(db)
+        )?;
+        Ok(Self {
+            read_at,
+            runs: runs.into_iter().map(|r| (r.id, (r.worker, r.state, r.progress))).collect(),
+            queues: counts.into_iter().map(|c| (c.worker, c.measured_at)).collect(),
+            daemons: daemons.into_iter().map(|d| (d.id, (d.state, d.draining))).collect(),
+            overrides: overrides.into_iter().map(|a| (a.worker, (a.id, a.actor, a.action))).collect(),
+        })
+    }
+
+    fn changes_to(&self, next: &Self) -> Vec<Change> {
+        let mut changes = Vec::new();
+        for (id, (worker, state, progress)) in &next.runs {
+            if self.runs.get(id).is_none_or(|(_, s, p)| s != state || p != progress) {
+                changes.push(Change::Run { run: *id, worker: worker.clone(), state: *state });
+            }
+        }
+        for (worker, at) in &next.queues {
+            if self.queues.get(worker) != Some(at) {
+                changes.push(Change::Queue { worker: worker.clone() });
+            }
+        }
+        for (id, seen) in &next.daemons {
+            if self.daemons.get(id) != Some(seen) {
+                changes.push(Change::Daemon { daemon: *id, state: seen.0 });
+            }
+        }
+        // Several changes of one override between two polls make one change, naming the last: subscribers read
+        // the override and its audit trail again, which show them all.
+        for (worker, (id, actor, action)) in &next.overrides {
+            if self.overrides.get(worker).is_none_or(|(seen, _, _)| seen != id) {
+                changes.push(Change::Override { worker: worker.clone(), actor: actor.clone(), action: *action });
+            }
+        }
+        changes
+    }
+}
+
+/// SQLite, topic `Queue`: watches the database files until the feed is dropped. Returns the watcher, which must
+/// be kept alive as long as the task runs.
+pub(crate) fn watch(db: &Database, sink: Sink) -> Result<(RecommendedWatcher, tokio::task::JoinHandle<()>)> {
+    let super::Pool::Sqlite(pool) = db.pool() else {
+        return Err(sqlx::Error::Configuration("not a SQLite database".into()).into());
+    };
+    let (raw_tx, raw_rx) = mpsc::channel(1);
+    let watcher = watch_files(pool.connect_options().get_filename(), db.own_writes().clone(), raw_tx)
+        .map_err(|e| sqlx::Error::Configuration(format!("cannot watch the SQLite files: {e}").into()))?;
+    sink.live.store(true, Ordering::Relaxed);
+    let task = tokio::spawn(settle(db.clone(), raw_rx, sink));
+    Ok((watcher, task))
+}
+
+/// Watches the folder of the SQLite file for writes to the file or its write-ahead log (the folder, because the
+/// `-wal` file comes and goes); every write that is not the echo of this process's own is one `()`.
+fn watch_files(db_file: &Path, own: OwnWrites, tx: mpsc::Sender<()>) -> notify::Result<RecommendedWatcher> {
+    let folder = db_file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = db_file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let watched: [PathBuf; 2] = [PathBuf::from(&name), PathBuf::from(format!("{name}-wal"))];
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let Ok(event) = event else { return };
+        let written = matches!(event.kind, EventKind::Modify(_) | EventKind::Create(_));
+        let watched_file = || event.paths.iter().any(|p| p.file_name().is_some_and(|n| watched.iter().any(|w| w == n)));
+        if written && watched_file() && !own.echoing() {
+            let _ = tx.try_send(());
+        }
+    })?;
+    watcher.watch(folder, RecursiveMode::NonRecursive)?;
+    Ok(watcher)
+}
+
+/// Turns file changes into `Written` at the right moments (see the module's documentation).
+async fn settle(db: Database, mut raw: mpsc::Receiver<()>, sink: Sink) {
+    if !sink.send(Change::resync("the change feed started watching the database files")).await {
+        return;
+    }
+    let (mut probe_at, mut look_at, mut second_look_at) = (far(), far(), far());
+    let mut watcher: Option<SqliteConnection> = None;
+    loop {
+        let look = tokio::select! {
+            () = sink.tx.closed() => return,
+            changed = raw.recv() => {
+                if changed.is_none() {
+                    return;
+                }
+                if look_at > Instant::now() + SETTLE {
+                    (look_at, probe_at) = (Instant::now() + SETTLE, Instant::now());
+                }
+                false
+            }
+            () = sleep_until(probe_at) => {
+                probe_at = far();
+                if watcher.is_none() {
+                    watcher = open_watcher(&db).await.ok();
+                }
+                let Some(conn) = watcher.as_mut() else { continue };
+                match runs::any_queued(conn).await {
+                    Ok(true) => true,
+                    Ok(false) => {
+                        probe_at = Instant::now() + PROBE_EVERY;
+                        false
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "the SQLite watcher failed; looking after the settle time");
+                        watcher = None;
+                        false
+                    }
+                }
+            }
+            () = sleep_until(look_at) => true,
+            () = sleep_until(second_look_at) => {
+                second_look_at = far();
+                if !sink.send(Change::Written).await {
+                    return;
+                }
+                false
+            }
+        };
+        if look {
+            (probe_at, look_at, second_look_at) = (far(), far(), Instant::now() + SECOND_LOOK);
+            if !sink.send(Change::Written).await {
+                return;
+            }
+        }
+    }
+}

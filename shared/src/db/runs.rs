@@ -1,0 +1,386 @@
+//! The statements of `worker_runs` (the queue and the ledger in one table) and `run_progress`. Owner writes
+//! (start, renewal, progress, finish) are fenced: they match only a row still `running` under the writing daemon.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use super::{
+    Database, Dialect, Result,
+    dialect::{DbTime, Sql, sql},
+    is_in_flight_violation, on_pool,
+};
+use crate::{
+    ExplicitArgs, ProgressEntry, ResolvedConfig, Run, RunState,
+    runs::{Finish, RunFilter},
+};
+
+/// The columns of a run, for every statement that returns runs.
+macro_rules! run_columns {
+    ($d:ident;) => {
+        "id, worker, state, requested_by, requested_at, arguments, config, claimed_by, claimed_at, \
+         lease_expires_at, started_at, finished_at, duration_ms, exit_code, end_reason, error, progress, result, \
+         cancel_requested_at, cancel_requested_by, trace_context, log_key, attempt"
+    };
+}
+
+/// A request as inserted.
+pub(crate) struct NewRun<'a> {
+    pub id: Uuid,
+    pub worker: &'a str,
+    pub requested_by: &'a str,
+    pub arguments: &'a ExplicitArgs,
+    pub config: &'a ResolvedConfig,
+    pub trace_context: Option<&'a str>,
+}
+
+/// Inserts a request; `None` when the one-in-flight index refuses it.
+pub(crate) async fn insert(db: &Database, new: &NewRun<'_>) -> Result<Option<Run>> {
+    const INSERT: Sql = sql!(
+        "insert into worker_runs (id, worker, requested_by, arguments, config, trace_context) \
+         values ($1, $2, $3, $4, $5, $6) returning ",
+        run_columns!()
+    );
+    let inserted = on_pool!(db, INSERT, |pool, sql| sqlx::query_as::<_, Run>(sql)
+        .bind(new.id)
+        .bind(new.worker)
+        .bind(new.requested_by)
+        .bind(Json(new.arguments))
+        .bind(Json(new.config))
+        .bind(new.trace_context)
+        .fetch_one(pool)
+        .await);
+    match inserted {
+        Ok(run) => Ok(Some(run)),
+        Err(e) if is_in_flight_violation(&e) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The run of `worker` queued or running, if any.
+pub(crate) async fn in_flight_of(db: &Database, worker: &str) -> Result<Option<Run>> {
+    const IN_FLIGHT_OF: Sql =
+        sql!("select ", run_columns!(), " from worker_runs where worker = $1 and state in ('queued', 'running')");
+    Ok(on_pool!(db, IN_FLIGHT_OF, |pool, sql| sqlx::query_as(sql).bind(worker).fetch_optional(pool).await)?)
+}
+
+/// Claims up to `limit` of the oldest queued requests (of `workers` only, when given) for `daemon`, with a lease
+/// of `lease` from now. One autocommitted statement: no transaction is held for the run.
+pub(crate) async fn claim(
+    db: &Database,
+    daemon: Uuid,
+    lease: Duration,
+    limit: u32,
+    workers: Option<&[String]>,
+) -> Result<Vec<Run>> {
+    // PostgreSQL locks the candidates with `skip locked`, so concurrent claimers take different rows instead of
+    // waiting for each other; `= any(array(…))` evaluates the locking subquery exactly once.
+    const POSTGRES: Sql = sql!(
+        "update worker_runs set state = 'running', claimed_by = $1, claimed_at = now(), \
+             lease_expires_at = now() + make_interval(secs => $2) \
+         where id = any(array(select id from worker_runs where state = 'queued' \
+             and ($4::text[] is null or worker = any($4)) \
+             order by requested_at, id for update skip locked limit $3)) \
+         returning ",
+        run_columns!()
+    );
+    // SQLite serialises writers, so the same claim is one plain `update … returning`.
+    const SQLITE: Sql = sql!(
+        "update worker_runs set state = 'running', claimed_by = $1, claimed_at = ",
+        now,
+        ", \
+             lease_expires_at = ",
+        now_plus(2),
+        " \
+         where id in (select id from worker_runs where state = 'queued' \
+             and ($4 is null or worker in (select value from json_each($4))) \
+             order by requested_at, id limit $3) \
+         returning ",
+        run_columns!()
+    );
+    let (lease, limit) = (lease.as_secs_f64(), i64::from(limit));
+    let claimed = match db.pool() {
+        super::Pool::Postgres(pool) => {
+            sqlx::query_as::<_, Run>(POSTGRES.postgres)
+                .bind(daemon)
+                .bind(lease)
+                .bind(limit)
+                .bind(workers)
+                .fetch_all(pool)
+                .await
+        }
+        super::Pool::Sqlite(pool) => {
+            sqlx::query_as::<_, Run>(SQLITE.sqlite)
+                .bind(daemon)
+                .bind(lease)
+                .bind(limit)
+                .bind(workers.map(Json))
+                .fetch_all(pool)
+                .await
+        }
+    };
+    Ok(claimed?)
+}
+
+/// Records that the worker of a run held by `daemon` started, and where its log goes.
+pub(crate) async fn mark_started(db: &Database, run: Uuid, daemon: Uuid, log_key: &str) -> Result<Option<Run>> {
+    const STARTED: Sql = sql!(
+        "update worker_runs set started_at = ",
+        now,
+        ", log_key = $3 \
+         where id = $1 and claimed_by = $2 and state = 'running' returning ",
+        run_columns!()
+    );
+    Ok(on_pool!(db, STARTED, |pool, sql| sqlx::query_as(sql)
+        .bind(run)
+        .bind(daemon)
+        .bind(log_key)
+        .fetch_optional(pool)
+        .await)?)
+}
+
+/// Extends a live lease held by `daemon`; `None` when it is no longer its own or has expired.
+pub(crate) async fn renew(
+    db: &Database,
+    run: Uuid,
+    daemon: Uuid,
+    lease: Duration,
+) -> Result<Option<chrono::DateTime<chrono::Utc>>> {
+    const RENEW: Sql = sql!(
+        "update worker_runs set lease_expires_at = ",
+        now_plus(3),
+        " \
+         where id = $1 and claimed_by = $2 and state = 'running' and lease_expires_at > ",
+        now,
+        " \
+         returning lease_expires_at"
+    );
+    Ok(on_pool!(db, RENEW, |pool, sql| sqlx::query_scalar(sql)
+        .bind(run)
+        .bind(daemon)
+        .bind(lease.as_secs_f64())
+        .fetch_optional(pool)
+        .await)?)
+}
+
+/// Stores a progress report of a run held by `daemon` and appends it to the history; `false` when the run is
+/// no longer its own.
+pub(crate) async fn record_progress(db: &Database, run: Uuid, daemon: Uuid, progress: &Value) -> Result<bool> {
+    // PostgreSQL: one statement, the history row written only when the fenced update matched.
+    const POSTGRES: Sql = sql!(
+        "with updated as (update worker_runs set progress = $3 \
+             where id = $1 and claimed_by = $2 and state = 'running' returning id) \
+         insert into run_progress (run_id, seq, progress) \
+         select id, coalesce((select max(seq) from run_progress where run_id = $1), 0) + 1, $3 from updated"
+    );
+    // SQLite has no writing CTE: the same two writes in one transaction.
+    const SQLITE_UPDATE: Sql =
+        sql!("update worker_runs set progress = $3 where id = $1 and claimed_by = $2 and state = 'running'");
+    const SQLITE_APPEND: Sql = sql!(
+        "insert into run_progress (run_id, seq, progress) \
+         values ($1, coalesce((select max(seq) from run_progress where run_id = $1), 0) + 1, $2)"
+    );
+    match db.pool() {
+        super::Pool::Postgres(pool) => {
+            let written =
+                sqlx::query(POSTGRES.postgres).bind(run).bind(daemon).bind(Json(progress)).execute(pool).await?;
+            Ok(written.rows_affected() == 1)
+        }
+        super::Pool::Sqlite(pool) => {
+            let mut tx = sqlx::Sqlite::begin_write(pool).await?;
+            let updated =
+                sqlx::query(SQLITE_UPDATE.sqlite).bind(run).bind(daemon).bind(Json(progress)).execute(&mut *tx).await?;
+            if updated.rows_affected() != 1 {
+                return Ok(false);
+            }
+            sqlx::query(SQLITE_APPEND.sqlite).bind(run).bind(Json(progress)).execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(true)
+        }
+    }
+}
+
+/// Ends a run held by `daemon`; `None` when it is no longer its own.
+pub(crate) async fn finish(db: &Database, run: Uuid, daemon: Uuid, finish: &Finish) -> Result<Option<Run>> {
+    const FINISH: Sql = sql!(
+        "update worker_runs set state = $3, end_reason = $4, finished_at = ",
+        now,
+        ", lease_expires_at = null, \
+             duration_ms = ",
+        ms_since(coalesce(started_at, claimed_at)),
+        ", exit_code = $5, error = $6, result = $7 \
+         where id = $1 and claimed_by = $2 and state = 'running' returning ",
+        run_columns!()
+    );
+    Ok(on_pool!(db, FINISH, |pool, sql| sqlx::query_as(sql)
+        .bind(run)
+        .bind(daemon)
+        .bind(finish.state())
+        .bind(finish.reason)
+        .bind(finish.exit_code)
+        .bind(&finish.error)
+        .bind(finish.result.as_ref().map(Json))
+        .fetch_optional(pool)
+        .await)?)
+}
+
+/// Cancels a queued run at once, or flags a running one for its daemon; `None` when the run is not in flight.
+pub(crate) async fn request_cancel(db: &Database, run: Uuid, actor: &str) -> Result<Option<Run>> {
+    // Every `case` reads the row as it was before the update, so they agree on whether it was queued.
+    const CANCEL: Sql = sql!(
+        "update worker_runs set \
+             state = case when state = 'queued' then 'cancelled' else state end, \
+             end_reason = case when state = 'queued' then 'cancelled' else end_reason end, \
+             finished_at = case when state = 'queued' then ",
+        now,
+        " else finished_at end, \
+             duration_ms = case when state = 'queued' then 0 else duration_ms end, \
+             error = case when state = 'queued' then 'cancelled by ' || $2 || ' before a daemon claimed it' \
+                 else error end, \
+             cancel_requested_at = coalesce(cancel_requested_at, ",
+        now,
+        "), \
+             cancel_requested_by = coalesce(cancel_requested_by, $2) \
+         where id = $1 and state in ('queued', 'running') returning ",
+        run_columns!()
+    );
+    Ok(on_pool!(db, CANCEL, |pool, sql| sqlx::query_as(sql).bind(run).bind(actor).fetch_optional(pool).await)?)
+}
+
+/// The runs held by `daemon` whose cancellation was requested.
+pub(crate) async fn cancel_requests(db: &Database, daemon: Uuid) -> Result<Vec<Uuid>> {
+    const REQUESTS: Sql = sql!(
+        "select id from worker_runs where claimed_by = $1 and state = 'running' and cancel_requested_at is not null"
+    );
+    Ok(on_pool!(db, REQUESTS, |pool, sql| sqlx::query_scalar(sql).bind(daemon).fetch_all(pool).await)?)
+}
+
+/// Seconds until the first lease of a running run expires (negative when one already has); `None` when nothing
+/// runs.
+pub(crate) async fn next_lease_expiry(db: &Database) -> Result<Option<f64>> {
+    const NEXT: Sql =
+        sql!("select -", seconds_since(min(lease_expires_at)), " from worker_runs where state = 'running'");
+    Ok(on_pool!(db, NEXT, |pool, sql| sqlx::query_scalar(sql).fetch_one(pool).await)?)
+}
+
+/// What recovery writes on a run whose owner stopped renewing its lease. The sentence names the daemon (its id
+/// hyphenated, as everywhere else) and when the lease expired (RFC 3339, UTC, milliseconds) on both backends.
+macro_rules! owner_lost {
+    ($d:ident;) => {
+        $crate::db::dialect::sql_text!($d; []
+            "state = 'interrupted', end_reason = 'owner_lost', finished_at = ", now, ", \
+             duration_ms = ", ms_since(coalesce(started_at, claimed_at)), ", \
+             error = 'owner lost: daemon ' || coalesce(", uuid_text(claimed_by), ", '?') \
+                 || ' stopped renewing its lease, which expired at ' || ", time_text(lease_expires_at), ", \
+             lease_expires_at = null"
+        )
+    };
+}
+
+/// Interrupts every running run whose lease has expired. A run with a live lease is never touched.
+pub(crate) async fn recover_expired(db: &Database) -> Result<Vec<Run>> {
+    // PostgreSQL: rows another recoverer holds are skipped, not waited for (it is ending them already).
+    const POSTGRES: Sql = sql!(
+        "update worker_runs set ",
+        owner_lost!(),
+        " \
+         where id = any(array(select id from worker_runs where state = 'running' and lease_expires_at < now() \
+             for update skip locked)) \
+         returning ",
+        run_columns!()
+    );
+    const SQLITE: Sql = sql!(
+        "update worker_runs set ",
+        owner_lost!(),
+        " where state = 'running' and lease_expires_at < ",
+        now,
+        " returning ",
+        run_columns!()
+    );
+    let recover = Sql { postgres: POSTGRES.postgres, sqlite: SQLITE.sqlite };
+    Ok(on_pool!(db, recover, |pool, sql| sqlx::query_as(sql).fetch_all(pool).await)?)
+}
+
+/// One run.
+pub(crate) async fn get(db: &Database, id: Uuid) -> Result<Option<Run>> {
+    const GET: Sql = sql!("select ", run_columns!(), " from worker_runs where id = $1");
+    Ok(on_pool!(db, GET, |pool, sql| sqlx::query_as(sql).bind(id).fetch_optional(pool).await)?)
+}
+
+/// A run's progress history, oldest first.
+pub(crate) async fn progress_of(db: &Database, id: Uuid) -> Result<Vec<ProgressEntry>> {
+    const PROGRESS: Sql = sql!("select seq, at, progress from run_progress where run_id = $1 order by seq");
+    Ok(on_pool!(db, PROGRESS, |pool, sql| sqlx::query_as(sql).bind(id).fetch_all(pool).await)?)
+}
+
+/// Up to `limit` runs of the ledger matching `filter`, newest first.
+pub(crate) async fn list(db: &Database, filter: &RunFilter, limit: u32) -> Result<Vec<Run>> {
+    const LIST: Sql = sql!(
+        "select ",
+        run_columns!(),
+        " from worker_runs \
+         where ($1 is null or worker = $1) and ($2 is null or state = $2) \
+           and ($3 is null or requested_at >= $3) and ($4 is null or requested_at < $4) \
+           and ($5 is null or (requested_at, id) < ($5, $6)) \
+         order by requested_at desc, id desc limit $7"
+    );
+    Ok(on_pool!(db, LIST, |pool, sql| sqlx::query_as(sql)
+        .bind(&filter.worker)
+        .bind(filter.state)
+        .bind(filter.from.map(DbTime))
+        .bind(filter.to.map(DbTime))
+        .bind(filter.after.map(|c| DbTime(c.requested_at)))
+        .bind(filter.after.map(|c| c.id))
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await)?)
+}
+
+/// Every run queued or running, oldest first.
+pub(crate) async fn in_flight(db: &Database) -> Result<Vec<Run>> {
+    const IN_FLIGHT: Sql =
+        sql!("select ", run_columns!(), " from worker_runs where state in ('queued', 'running') order by requested_at");
+    Ok(on_pool!(db, IN_FLIGHT, |pool, sql| sqlx::query_as(sql).fetch_all(pool).await)?)
+}
+
+/// The last finished run of each of `workers` (each found through the index on (worker, finished_at)).
+pub(crate) async fn last_finished(db: &Database, workers: &[String]) -> Result<Vec<Run>> {
+    const LAST: Sql = sql!(
+        "select ",
+        run_columns!(),
+        " from worker_runs where id in (select (select r.id from worker_runs r \
+             where r.worker = w.value and r.finished_at is not null order by r.finished_at desc limit 1) \
+         from ",
+        json_list(1, w),
+        ")"
+    );
+    Ok(on_pool!(db, LAST, |pool, sql| sqlx::query_as(sql).bind(Json(workers)).fetch_all(pool).await)?)
+}
+
+/// What the SQLite change feed compares between two looks at the ledger.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct RunMark {
+    pub id: Uuid,
+    pub worker: String,
+    pub state: RunState,
+    #[sqlx(json(nullable))]
+    pub progress: Option<Value>,
+}
+
+/// Every run in flight, and every run that ended at `since` or later.
+pub(crate) async fn marks_since(db: &Database, since: chrono::DateTime<chrono::Utc>) -> Result<Vec<RunMark>> {
+    // Two index-served halves: the in-flight rows, and the recently finished ones.
+    const MARKS: Sql = sql!(
+        "select id, worker, state, progress from worker_runs where state in ('queued', 'running') \
+         union all select id, worker, state, progress from worker_runs where finished_at >= $1"
+    );
+    Ok(on_pool!(db, MARKS, |pool, sql| sqlx::query_as(sql).bind(DbTime(since)).fetch_all(pool).await)?)
+}
+
+/// Whether a queued request is visible on `conn` (a read on the index of queued rows, which takes no lock).
+pub(crate) async fn any_queued(conn: &mut sqlx::SqliteConnection) -> Result<bool> {
+    const ANY: Sql = sql!("select exists (select 1 from worker_runs where state = 'queued')");
+    Ok(sqlx::query_scalar(ANY.sqlite).fetch_one(conn).await?)
+}

@@ -1,0 +1,181 @@
+//! Overrides, the domain: a partial change of a worker's persisted override (for each field, absent keeps it,
+//! `null` clears it, a value sets it), validated by the same rules as a run's arguments under the row's lock and
+//! recorded with its reason in the append-only audit trail; and what the worker then resolves to.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+use crate::{
+    AuditEntry, Catalogue, Database, DbError, ExplicitArgs, Override, OverrideValues, ResolveError, ResolvedConfig,
+    WorkerSpec,
+    db::{self, retrying},
+    resolve,
+    resolve::check_override,
+};
+
+/// The longest reason accepted.
+pub const MAX_REASON: usize = 2000;
+
+/// A change of an override, as an operator sends it: for `engine`, `preset` and each option, absent keeps the
+/// current value, `null` clears it (the default applies again), a value sets it. The reason is required.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OverrideChange {
+    /// The engine; `null` clears it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub engine: Option<Option<String>>,
+    /// The preset; `null` clears it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub preset: Option<Option<String>>,
+    /// Option values; a `null` value clears that option's override.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub options: BTreeMap<String, Value>,
+    /// Why (required, recorded in the audit trail).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// A field that is present in the JSON, `null` included, is `Some`: `Some(None)` clears, `None` keeps.
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+impl OverrideChange {
+    /// The override that results from applying this change to `current`.
+    pub fn apply(&self, current: Option<&OverrideValues>) -> OverrideValues {
+        let mut next = current.cloned().unwrap_or_default();
+        if let Some(engine) = &self.engine {
+            next.engine.clone_from(engine);
+        }
+        if let Some(preset) = &self.preset {
+            next.preset.clone_from(preset);
+        }
+        for (name, value) in &self.options {
+            if value.is_null() {
+                next.options.remove(name);
+            } else {
+                next.options.insert(name.clone(), value.clone());
+            }
+        }
+        next
+    }
+}
+
+/// Why an override change was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum OverrideError {
+    /// The catalogue has no such worker.
+    #[error("There is no worker {worker:?}.")]
+    UnknownWorker {
+        /// The name given.
+        worker: String,
+    },
+    /// No reason, or only spaces.
+    #[error("A reason is required: say in `reason` why the override changes; it is kept in the audit trail.")]
+    ReasonRequired,
+    /// The reason holds a NUL character.
+    #[error("The reason must not contain a NUL character (\\u0000); it is kept as text in the audit trail.")]
+    ReasonHasNul,
+    /// The reason is longer than [`MAX_REASON`] characters.
+    #[error("The reason must be at most {MAX_REASON} characters.")]
+    ReasonTooLong,
+    /// The values do not fit the worker.
+    #[error("{0}")]
+    Invalid(ResolveError),
+    /// The database failed.
+    #[error(transparent)]
+    Database(#[from] DbError),
+}
+
+/// A worker's override after a change, and what a run without arguments resolves to now.
+#[derive(Debug, Clone)]
+pub struct OverrideState {
+    /// The stored override; `None` when there is none.
+    pub stored: Option<Override>,
+    /// The configuration a run without arguments uses, or why it cannot be resolved.
+    pub effective: Result<ResolvedConfig, ResolveError>,
+}
+
+impl OverrideState {
+    /// The state of `spec` with `stored` as its override.
+    pub fn of(catalogue: &Catalogue, spec: &WorkerSpec, stored: Option<Override>) -> Self {
+        let effective = resolve(catalogue, spec, &ExplicitArgs::default(), stored.as_ref().map(|o| &o.values));
+        Self { stored, effective }
+    }
+}
+
+/// The reason as stored: trimmed, and refused when empty, too long or holding a NUL.
+fn check_reason(reason: Option<&str>) -> Result<String, OverrideError> {
+    let reason = reason.map(str::trim).unwrap_or_default();
+    if reason.is_empty() {
+        return Err(OverrideError::ReasonRequired);
+    }
+    if reason.contains('\0') {
+        return Err(OverrideError::ReasonHasNul);
+    }
+    if reason.chars().count() > MAX_REASON {
+        return Err(OverrideError::ReasonTooLong);
+    }
+    Ok(reason.to_owned())
+}
+
+impl Database {
+    /// Applies `change` to `worker`'s override as `actor`, under the override's lock (so two concurrent partial
+    /// changes do not lose each other), checked by the same rules as a run's arguments, and appends it to the
+    /// audit trail. A change that leaves nothing set removes the override.
+    pub async fn change_override(
+        &self,
+        catalogue: &Catalogue,
+        worker: &str,
+        actor: &str,
+        change: &OverrideChange,
+    ) -> Result<OverrideState, OverrideError> {
+        let spec =
+            catalogue.worker(worker).ok_or_else(|| OverrideError::UnknownWorker { worker: worker.to_owned() })?;
+        let reason = check_reason(change.reason.as_deref())?;
+        let next = |current: Option<&OverrideValues>| {
+            let next = change.apply(current);
+            check_override(catalogue, spec, &next).map(|()| next)
+        };
+        let stored =
+            db::overrides::change(self, &spec.name, actor, &reason, next).await?.map_err(OverrideError::Invalid)?;
+        Ok(OverrideState::of(catalogue, spec, stored))
+    }
+
+    /// Removes `worker`'s override as `actor`, for `reason`; the change is audited even when there was none.
+    pub async fn clear_override(
+        &self,
+        catalogue: &Catalogue,
+        worker: &str,
+        actor: &str,
+        reason: Option<&str>,
+    ) -> Result<OverrideState, OverrideError> {
+        let spec =
+            catalogue.worker(worker).ok_or_else(|| OverrideError::UnknownWorker { worker: worker.to_owned() })?;
+        let reason = check_reason(reason)?;
+        let clear = |_: Option<&OverrideValues>| Ok::<_, ResolveError>(OverrideValues::default());
+        let stored =
+            db::overrides::change(self, &spec.name, actor, &reason, clear).await?.map_err(OverrideError::Invalid)?;
+        Ok(OverrideState::of(catalogue, spec, stored))
+    }
+
+    /// One worker's override.
+    pub async fn get_override(&self, worker: &str) -> Result<Option<Override>, DbError> {
+        retrying!(self, db::overrides::get(self, worker).await)
+    }
+
+    /// Every override.
+    pub async fn list_overrides(&self) -> Result<Vec<Override>, DbError> {
+        retrying!(self, db::overrides::list(self).await)
+    }
+
+    /// A worker's audit trail, newest first (at most `limit` entries, 1 to 1000).
+    pub async fn audit_trail(&self, worker: &str, limit: u32) -> Result<Vec<AuditEntry>, DbError> {
+        retrying!(self, db::overrides::audit_trail(self, worker, limit.clamp(1, 1000)).await)
+    }
+}

@@ -1,0 +1,303 @@
+//! Runs, the domain: requesting one (resolve its configuration, check it, insert it; the database allows one
+//! run in flight per worker), what the daemon holding a run writes (start, lease, progress, end; each fenced by
+//! ownership), cancellation, recovery of runs whose owner stopped renewing, and reading the ledger.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::{
+    Catalogue, Database, DbError, EndReason, ExplicitArgs, ProgressEntry, ResolveError, Run, RunPage, RunState,
+    db::{self, retrying},
+    resolve,
+};
+
+/// A run request as a person or a program makes it.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    /// The worker.
+    pub worker: String,
+    /// Who asks (recorded in the ledger).
+    pub requested_by: String,
+    /// Arguments for this run.
+    pub arguments: ExplicitArgs,
+    /// The caller's W3C trace context, continued by the daemon and the worker.
+    pub trace_context: Option<String>,
+}
+
+/// Why a run request was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// The catalogue has no such worker.
+    #[error("There is no worker {worker:?}.")]
+    UnknownWorker {
+        /// The name given.
+        worker: String,
+    },
+    /// The arguments do not fit the worker (unknown option, wrong type, unknown engine or preset, …).
+    #[error("{0}")]
+    InvalidArguments(ResolveError),
+    /// The arguments are fine, but the worker's stored override no longer fits the catalogue.
+    #[error("The stored override of worker {worker:?} no longer fits the catalogue: {error} Change or clear it.")]
+    InvalidOverride {
+        /// The worker.
+        worker: String,
+        /// What does not fit.
+        error: ResolveError,
+    },
+    /// The worker already has a run queued or running.
+    #[error(
+        "Worker {worker} already has a run in flight (run {run_id}, {}); wait for it to finish or cancel it.",
+        in_flight_where(*state, *daemon_id)
+    )]
+    InFlight {
+        /// The worker.
+        worker: String,
+        /// The run in flight.
+        run_id: Uuid,
+        /// Its state.
+        state: RunState,
+        /// The daemon holding it, if running.
+        daemon_id: Option<Uuid>,
+    },
+    /// The database failed.
+    #[error(transparent)]
+    Database(#[from] DbError),
+}
+
+fn in_flight_where(state: RunState, daemon_id: Option<Uuid>) -> String {
+    match daemon_id {
+        Some(d) if state == RunState::Running => format!("running on daemon {d}"),
+        _ => state.to_string(),
+    }
+}
+
+/// How a run ended, as its daemon writes it. The terminal state follows from the reason (and, for
+/// `exit_status`, the exit code): see [`EndReason::state`].
+#[derive(Debug, Clone)]
+pub struct Finish {
+    /// Why it ended.
+    pub reason: EndReason,
+    /// The worker's exit status, when it exited.
+    pub exit_code: Option<i32>,
+    /// Why it did not succeed, as a sentence.
+    pub error: Option<String>,
+    /// The final result (work counts).
+    pub result: Option<Value>,
+}
+
+impl Finish {
+    /// The terminal state this ending records.
+    pub fn state(&self) -> RunState {
+        self.reason.state(self.exit_code)
+    }
+}
+
+/// What a cancellation request did.
+#[derive(Debug, Clone)]
+pub enum CancelOutcome {
+    /// The run was queued and is now cancelled.
+    Cancelled(Run),
+    /// The run is running; its daemon has been asked to stop it.
+    Requested(Run),
+    /// The run had already ended; nothing changed.
+    AlreadyFinished(Run),
+}
+
+/// A position in the ledger, newest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cursor {
+    /// The last row's request time.
+    pub requested_at: DateTime<Utc>,
+    /// The last row's id.
+    pub id: Uuid,
+}
+
+impl Cursor {
+    /// The opaque text form used in URLs.
+    pub fn encode(&self) -> String {
+        format!("{}_{}", self.requested_at.timestamp_micros(), self.id.simple())
+    }
+
+    /// Parses [`Cursor::encode`]'s output.
+    pub fn decode(s: &str) -> Option<Self> {
+        let (micros, id) = s.split_once('_')?;
+        let requested_at = DateTime::from_timestamp_micros(micros.parse().ok()?)?;
+        Some(Self { requested_at, id: Uuid::parse_str(id).ok()? })
+    }
+}
+
+/// Filters of the ledger.
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    /// Only this worker.
+    pub worker: Option<String>,
+    /// Only this state.
+    pub state: Option<RunState>,
+    /// Requested at or after.
+    pub from: Option<DateTime<Utc>>,
+    /// Requested before.
+    pub to: Option<DateTime<Utc>>,
+    /// Continue after this position.
+    pub after: Option<Cursor>,
+    /// Page size (at most 500).
+    pub limit: u32,
+}
+
+impl Database {
+    /// Requests a run: resolves the configuration it will run with (explicit argument > persisted override >
+    /// catalogue default, the same resolution as the worker view's) and queues it. A worker with a run in flight
+    /// refuses it ([`RequestError::InFlight`], naming that run).
+    pub async fn request_run(&self, catalogue: &Catalogue, request: RunRequest) -> Result<Run, RequestError> {
+        let spec = catalogue
+            .worker(&request.worker)
+            .ok_or_else(|| RequestError::UnknownWorker { worker: request.worker.clone() })?;
+        let stored = self.get_override(&spec.name).await?;
+        let config =
+            resolve(catalogue, spec, &request.arguments, stored.as_ref().map(|o| &o.values)).map_err(|error| {
+                // Arguments that resolve alone point at the override.
+                if stored.is_some() && resolve(catalogue, spec, &request.arguments, None).is_ok() {
+                    RequestError::InvalidOverride { worker: spec.name.clone(), error }
+                } else {
+                    RequestError::InvalidArguments(error)
+                }
+            })?;
+        let new = db::runs::NewRun {
+            id: Uuid::now_v7(),
+            worker: &spec.name,
+            requested_by: &request.requested_by,
+            arguments: &request.arguments,
+            config: &config,
+            trace_context: request.trace_context.as_deref(),
+        };
+        for _ in 0..3 {
+            if let Some(run) = retrying!(self, db::runs::insert(self, &new).await)? {
+                return Ok(run);
+            }
+            // The blocking run may have finished in between; then the insert is simply tried again.
+            if let Some(blocking) = retrying!(self, db::runs::in_flight_of(self, new.worker).await)? {
+                if blocking.id == new.id {
+                    // The first attempt committed before its connection was cut: the request is ours.
+                    return Ok(blocking);
+                }
+                return Err(RequestError::InFlight {
+                    worker: blocking.worker,
+                    run_id: blocking.id,
+                    state: blocking.state,
+                    daemon_id: blocking.daemon_id,
+                });
+            }
+        }
+        let churn = sqlx::Error::Protocol("the in-flight run kept changing during the insert".into());
+        Err(DbError::Sqlx(churn).into())
+    }
+
+    /// Claims up to `limit` of the oldest queued requests for `daemon`, with a lease of `lease` from now
+    /// (database clock), optionally only for `workers`. Committed at once; no transaction is held for the run.
+    pub async fn claim_runs(
+        &self,
+        daemon: Uuid,
+        lease: Duration,
+        limit: u32,
+        workers: Option<&[String]>,
+    ) -> Result<Vec<Run>, DbError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut runs = db::runs::claim(self, daemon, lease, limit, workers).await?;
+        runs.sort_by_key(|r| (r.requested_at, r.id));
+        Ok(runs)
+    }
+
+    /// Records that the worker process of a claimed run started, and where its log goes.
+    pub async fn mark_started(&self, run: Uuid, daemon: Uuid, log_key: &str) -> Result<Run, DbError> {
+        db::runs::mark_started(self, run, daemon, log_key)
+            .await?
+            .ok_or(DbError::LeaseLost { run_id: run, daemon_id: daemon })
+    }
+
+    /// Extends the lease of a run held by `daemon` to `lease` from now. Refused ([`DbError::LeaseLost`]) when the
+    /// run is no longer running under this daemon or its lease already expired.
+    pub async fn renew_lease(&self, run: Uuid, daemon: Uuid, lease: Duration) -> Result<DateTime<Utc>, DbError> {
+        db::runs::renew(self, run, daemon, lease).await?.ok_or(DbError::LeaseLost { run_id: run, daemon_id: daemon })
+    }
+
+    /// Stores a progress report of a run held by `daemon`, and appends it to the run's progress history.
+    pub async fn record_progress(&self, run: Uuid, daemon: Uuid, progress: &Value) -> Result<(), DbError> {
+        if db::runs::record_progress(self, run, daemon, progress).await? {
+            Ok(())
+        } else {
+            Err(DbError::LeaseLost { run_id: run, daemon_id: daemon })
+        }
+    }
+
+    /// Ends a run held by `daemon`. Refused ([`DbError::LeaseLost`]) when the daemon no longer holds it, so a
+    /// zombie cannot overwrite the ledger.
+    pub async fn finish_run(&self, run: Uuid, daemon: Uuid, finish: &Finish) -> Result<Run, DbError> {
+        db::runs::finish(self, run, daemon, finish).await?.ok_or(DbError::LeaseLost { run_id: run, daemon_id: daemon })
+    }
+
+    /// Asks for a run to be cancelled by `actor`: a queued run is cancelled at once; a running one is flagged
+    /// for its daemon. `None` if there is no such run.
+    pub async fn request_cancel(&self, run: Uuid, actor: &str) -> Result<Option<CancelOutcome>, DbError> {
+        if let Some(changed) = retrying!(self, db::runs::request_cancel(self, run, actor).await)? {
+            return Ok(Some(if changed.state == RunState::Cancelled {
+                CancelOutcome::Cancelled(changed)
+            } else {
+                CancelOutcome::Requested(changed)
+            }));
+        }
+        Ok(self.get_run(run).await?.map(CancelOutcome::AlreadyFinished))
+    }
+
+    /// Runs held by `daemon` whose cancellation was requested.
+    pub async fn cancel_requests(&self, daemon: Uuid) -> Result<Vec<Uuid>, DbError> {
+        retrying!(self, db::runs::cancel_requests(self, daemon).await)
+    }
+
+    /// Moves every running run whose lease expired to `interrupted` ([`EndReason::OwnerLost`]), with a sentence
+    /// naming the daemon and the lease's expiry. A run with a live lease is never touched, whoever holds it.
+    pub async fn recover_expired(&self) -> Result<Vec<Run>, DbError> {
+        db::runs::recover_expired(self).await
+    }
+
+    /// How long until the first lease of a running run expires (database clock; zero if one already has), or
+    /// `None` when nothing runs: recovery is due then, not a whole period later.
+    pub async fn next_lease_expiry(&self) -> Result<Option<Duration>, DbError> {
+        let seconds = db::runs::next_lease_expiry(self).await?;
+        Ok(seconds.map(|s| Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)))
+    }
+
+    /// One run.
+    pub async fn get_run(&self, id: Uuid) -> Result<Option<Run>, DbError> {
+        retrying!(self, db::runs::get(self, id).await)
+    }
+
+    /// A run's progress history, oldest first.
+    pub async fn run_progress(&self, id: Uuid) -> Result<Vec<ProgressEntry>, DbError> {
+        retrying!(self, db::runs::progress_of(self, id).await)
+    }
+
+    /// A page of the ledger, newest first.
+    pub async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, DbError> {
+        let limit = filter.limit.clamp(1, 500);
+        let mut runs = retrying!(self, db::runs::list(self, filter, limit + 1).await)?;
+        let next = (runs.len() > limit as usize).then(|| {
+            runs.truncate(limit as usize);
+            runs.last().map(|r| Cursor { requested_at: r.requested_at, id: r.id }.encode())
+        });
+        Ok(RunPage { runs, next: next.flatten() })
+    }
+
+    /// Every run queued or running.
+    pub async fn runs_in_flight(&self) -> Result<Vec<Run>, DbError> {
+        retrying!(self, db::runs::in_flight(self).await)
+    }
+
+    /// The last finished run of each of `workers`.
+    pub async fn last_finished(&self, workers: &[String]) -> Result<Vec<Run>, DbError> {
+        retrying!(self, db::runs::last_finished(self, workers).await)
+    }
+}

@@ -1,0 +1,70 @@
+//! The probe workers of the tests and benchmarks (`scrinalia-demo-worker probe-<n>`, steered by their options:
+//! how long they take, how they end, what they print), and the ledger they keep of what executed when
+//! (`SCRINALIA_PROBE_LOG`), which tests compare with the database's.
+
+use std::path::Path;
+
+use scrinalia_shared::{OptionType, WorkerSpec};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::config::{option, worker};
+
+/// A probe called `name` (run by the demo worker at `bin`) that times out after `timeout_seconds`, with every
+/// steering option: `duration_ms` (default 200), `exit_code`, `crash`, `ignore_sigterm`, `progress_steps`,
+/// `output_lines` and `note`.
+pub fn probe(bin: &Path, name: &str, timeout_seconds: u64) -> WorkerSpec {
+    let bin = bin.display().to_string();
+    let mut spec = worker(name, &[&bin, name]);
+    spec.timeout_seconds = timeout_seconds;
+    spec.options = vec![
+        option("duration_ms", OptionType::Integer, Some(json!(200))),
+        option("exit_code", OptionType::Integer, None),
+        option("crash", OptionType::Boolean, None),
+        option("ignore_sigterm", OptionType::Boolean, None),
+        option("progress_steps", OptionType::Integer, None),
+        option("output_lines", OptionType::Integer, None),
+        option("note", OptionType::String, None),
+    ];
+    spec
+}
+
+/// `spec` with the defaults of some of its options changed (an option it does not have is a mistake).
+pub fn with_defaults(mut spec: WorkerSpec, defaults: &[(&str, Value)]) -> WorkerSpec {
+    for (name, value) in defaults {
+        let option = spec.options.iter_mut().find(|o| o.name == *name);
+        option.unwrap_or_else(|| panic!("{} has no option {name}", spec.name)).default = Some(value.clone());
+    }
+    spec
+}
+
+/// One line of the probes' ledger.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ProbeEvent {
+    /// `start` or `end`.
+    pub event: String,
+    /// The probe's name.
+    pub worker: String,
+    /// `run`, `count-pending` or `describe`.
+    pub verb: String,
+    /// The run, for `run`.
+    pub run_id: Option<String>,
+    /// The probe's pid.
+    pub pid: i32,
+    /// `CLOCK_REALTIME` ns.
+    pub at_ns: i128,
+    /// The `TRACEPARENT` it was given.
+    pub traceparent: Option<String>,
+    /// `exit` or `sigterm` (end lines).
+    pub outcome: Option<String>,
+    /// The exit status (end lines).
+    pub exit_code: Option<i32>,
+    /// The probe's command-line arguments (start lines).
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+/// Every line of the probes' ledger at `path` so far.
+pub fn probe_events(path: &Path) -> Vec<ProbeEvent> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}

@@ -1,0 +1,177 @@
+//! The chaos suite's harness (`tests/tests/suite/chaos.rs`, ignored; `scripts/chaos` runs it), in four parts: the
+//! [`cluster`] of three API processes whose every answer is recorded, the [`fleet`] of three daemon slots that the
+//! suite kills, freezes, stops and drains (each fault recorded with its time), the [`watcher`] that looks for
+//! worker processes of runs the ledger already calls finished, and the [`invariants`], each a function named
+//! for what it checks, run on the evidence at the end.
+
+pub mod cluster;
+pub mod fleet;
+pub mod invariants;
+pub mod watcher;
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use rand::{Rng, seq::IndexedRandom};
+use scrinalia_shared::{
+    Database, Role, Run, Settings, WorkerSpec,
+    runs::{Cursor, RunFilter},
+};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+pub use self::{
+    cluster::{Answer, Apis, READS, cut_under_load},
+    fleet::{Fault, FaultKind, Fleet},
+    invariants::{Evidence, Figures, Verdict, check},
+    watcher::{Watched, Watcher},
+};
+use crate::{
+    TestDb,
+    api_harness::{ADMIN, OPERATOR, VIEWER},
+    daemon_harness::{Setup, probe},
+    demo_worker,
+};
+
+/// The daemons' lease: short, so that a fault resolves within seconds.
+pub const LEASE: Duration = Duration::from_secs(3);
+/// How much later than the lease after its owner's death an `interrupted` may come: recovery sweeps every
+/// lease/3 (±20 %), on a machine loaded by six processes and their workers.
+pub const SLACK: Duration = Duration::from_secs(3);
+/// How many probe workers the catalogue has (`probe-1` … `probe-<PROBES>`; `probe-3` times out after 2 s).
+pub const PROBES: usize = 12;
+/// How many daemons run at once.
+pub const DAEMONS: usize = 3;
+/// How many API processes serve.
+pub const APIS: usize = 3;
+
+/// The configuration of the whole cluster (daemons and APIs read the same file; each API gets its port from
+/// `SCRINALIA__API__LISTEN`): the harness's probes, the demo catalogue, more probes, tokens for each role.
+pub fn setup(db: &TestDb) -> Setup {
+    let bin = demo_worker();
+    let config = Setup::config(db, |d| {
+        (d.capacity, d.lease_seconds, d.heartbeat_seconds, d.gone_after_seconds) = (4, LEASE.as_secs(), 1, 3);
+        (d.cancel_grace_seconds, d.poll_seconds, d.drain_seconds, d.queue_count_interval_seconds) = (1, 2, 2, 10);
+    })
+    .with(|f| (f.api.request_timeout_seconds, f.api.events_poll_ms) = (10, 100))
+    .token("vera-viewer", Role::Viewer, VIEWER)
+    .token("otto-operator", Role::Operator, OPERATOR)
+    .token("ada-admin", Role::Admin, ADMIN);
+    let demo = demo_settings();
+    let mut config = config
+        .workers(demo_catalogue(&demo, &bin))
+        .workers((4..=PROBES).map(|n| probe(&bin, &format!("probe-{n}"), 120)));
+    config.file.engines = demo.catalogue.engines.clone();
+    Setup::with(db, config)
+}
+
+/// `deploy/demo.toml`, loaded as the binaries load it.
+fn demo_settings() -> Settings {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/demo.toml");
+    Settings::load_from(Some(&path), Vec::new()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The nine archive workers of `deploy/demo.toml` (its probes left out: the harness declares its own), run by the
+/// demo worker at `bin`.
+fn demo_catalogue(demo: &Settings, bin: &Path) -> Vec<WorkerSpec> {
+    let archive: Vec<WorkerSpec> = demo
+        .catalogue
+        .workers
+        .iter()
+        .filter(|w| !w.name.starts_with("probe-"))
+        .map(|w| {
+            let mut spec = w.clone();
+            spec.command[0] = bin.display().to_string();
+            spec
+        })
+        .collect();
+    assert_eq!(archive.len(), 9, "deploy/demo.toml has the nine archive workers");
+    archive
+}
+
+/// How a request steers its worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Steer {
+    /// A demo archive worker with random batch size and pace.
+    Demo,
+    /// A probe of 100–500 ms.
+    Short,
+    /// A probe of 3–8 s.
+    Long,
+    /// A probe that exits with status 3.
+    Fails,
+    /// A probe that aborts (SIGABRT) halfway.
+    Crashes,
+    /// A probe of 3–8 s that ignores SIGTERM.
+    IgnoresSigterm,
+}
+
+/// A random request body for `worker`, and how it steers it.
+pub fn request_body(worker: &str, rng: &mut impl Rng, note: &str) -> (Steer, Value) {
+    if !worker.starts_with("probe-") {
+        let options = json!({"batch_size": rng.random_range(1..=20), "delay_ms": rng.random_range(0..=40)});
+        return (Steer::Demo, json!({ "options": options }));
+    }
+    let steer =
+        [(Steer::Short, 35), (Steer::Long, 20), (Steer::Fails, 15), (Steer::Crashes, 10), (Steer::IgnoresSigterm, 20)]
+            .choose_weighted(rng, |(_, w)| *w)
+            .map(|(s, _)| *s)
+            .unwrap_or(Steer::Short);
+    let mut options = json!({"progress_steps": rng.random_range(1..=6), "note": note});
+    let (duration, extra) = match steer {
+        Steer::Short | Steer::Demo => (rng.random_range(100..=500), json!({})),
+        Steer::Long => (rng.random_range(3_000..=8_000), json!({})),
+        Steer::Fails => (rng.random_range(100..=1_500), json!({"exit_code": 3})),
+        Steer::Crashes => (rng.random_range(200..=2_000), json!({"crash": true})),
+        Steer::IgnoresSigterm => (rng.random_range(3_000..=8_000), json!({"ignore_sigterm": true})),
+    };
+    options["duration_ms"] = json!(duration);
+    if let (Some(o), Value::Object(extra)) = (options.as_object_mut(), extra) {
+        o.extend(extra);
+    }
+    (steer, json!({ "options": options }))
+}
+
+/// A run request the suite made and got 201 for.
+#[derive(Debug, Clone)]
+pub struct Created {
+    /// The run.
+    pub id: Uuid,
+    /// Its worker.
+    pub worker: String,
+    /// How it steers its worker.
+    pub steer: Steer,
+}
+
+/// Every row of the ledger.
+pub async fn ledger(db: &Database) -> Vec<Run> {
+    let mut runs = Vec::new();
+    let mut after = None;
+    loop {
+        let filter = RunFilter { limit: 500, after, ..RunFilter::default() };
+        let page = db.list_runs(&filter).await.expect("read the ledger");
+        runs.extend(page.runs);
+        match page.next.as_deref().and_then(Cursor::decode) {
+            Some(next) => after = Some(next),
+            None => return runs,
+        }
+    }
+}
+
+/// The last lines of a log.
+pub fn tail(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+/// Every log of the cluster's processes that mentions a panic.
+pub fn panics(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .filter(|p| std::fs::read_to_string(p).is_ok_and(|t| t.contains("panicked")))
+        .collect()
+}

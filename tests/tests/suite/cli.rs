@@ -1,0 +1,326 @@
+//! The `scrinalia` CLI against a running system: the real `scrinalia-api` and `scrinalia-daemon` on a fresh
+//! database, with the probe worker of `scrinalia-demo-worker`. Each test checks what an operator or a script
+//! relies on: the output, and the documented exit code.
+
+use std::{process::Stdio, time::Duration};
+
+use scrinalia_shared::{
+    Role,
+    auth::{hash_token, is_token_hash},
+};
+use scrinalia_tests::{
+    Kind, Process, TestDb, bin_path,
+    daemon_harness::{probe, with_defaults},
+    demo_worker, eventually, free_port,
+};
+use serde_json::{Value, json};
+use tokio::{io::AsyncWriteExt, process::Command};
+
+const OPERATOR: &str = "scr_cli_test_operator";
+const VIEWER: &str = "scr_cli_test_viewer";
+
+/// An API and a daemon on one fresh database.
+struct System {
+    db: TestDb,
+    api_url: String,
+    api: Process,
+    daemon: Process,
+}
+
+impl System {
+    async fn start(kind: Kind) -> Self {
+        let db = TestDb::new(kind).await;
+        let dir = db.dir.path();
+        let port = free_port();
+        let probe = with_defaults(
+            probe(&demo_worker(), "probe-1", 120),
+            &[("progress_steps", json!(2)), ("output_lines", json!(2)), ("exit_code", json!(0))],
+        );
+        let config = db
+            .config()
+            .test_daemon(|d| (d.capacity, d.lease_seconds, d.poll_seconds, d.gone_after_seconds) = (2, 5, 1, 10))
+            .with(|f| {
+                f.database.max_connections = 5;
+                (f.api.listen, f.api.events_poll_ms) = (([127, 0, 0, 1], port).into(), 100);
+            })
+            .token("otto", Role::Operator, OPERATOR)
+            .token("vera", Role::Viewer, VIEWER)
+            .worker(probe);
+        let config = db.write_config(&config, "config");
+        let config = config.display().to_string();
+        let daemon = scrinalia_tests::start("scrinalia-daemon", "daemon", dir, &["--config", &config], &[]);
+        let api = scrinalia_tests::start("scrinalia-api", "api", dir, &["--config", &config], &[]);
+        let system = Self { db, api_url: format!("http://127.0.0.1:{port}"), api, daemon };
+        let http = reqwest::Client::new();
+        let daemons = format!("{}/api/daemons", system.api_url);
+        eventually(Duration::from_secs(30), "the API to answer and the daemon to be active", || {
+            let request = http.get(&daemons).bearer_auth(VIEWER).send();
+            async move {
+                let body: Value = request.await.ok()?.json().await.ok()?;
+                let daemons = body.get("daemons")?.as_array()?;
+                daemons.iter().any(|d| d["state"] == "active").then_some(())
+            }
+        })
+        .await;
+        system
+    }
+
+    /// Runs the CLI with the operator's token.
+    async fn cli(&self, args: &[&str]) -> Outcome {
+        self.cli_as(OPERATOR, args).await
+    }
+
+    async fn cli_as(&self, token: &str, args: &[&str]) -> Outcome {
+        scrinalia(args, &[("SCRINALIA_API", &self.api_url), ("SCRINALIA_TOKEN", token)], None).await
+    }
+
+    async fn cleanup(self) {
+        drop((self.api, self.daemon));
+        self.db.cleanup().await;
+    }
+}
+
+/// What one run of the CLI did.
+#[derive(Debug)]
+struct Outcome {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Outcome {
+    fn expect(&self, code: i32) -> &Self {
+        assert_eq!(self.code, Some(code), "expected exit code {code}; got {self:#?}");
+        self
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:#?}"))
+    }
+}
+
+/// Runs `scrinalia args…` with `env` (and nothing inherited that could steer it), feeding `stdin` if given.
+async fn scrinalia(args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Outcome {
+    let mut command = Command::new(bin_path("scrinalia"));
+    command
+        .args(args)
+        .env_remove("SCRINALIA_API")
+        .env_remove("SCRINALIA_TOKEN")
+        .envs(env.iter().copied())
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command.spawn().expect("start scrinalia");
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(text.as_bytes()).await.expect("write to scrinalia's stdin");
+    }
+    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("scrinalia {args:?} did not finish within 60 s"))
+        .expect("wait for scrinalia");
+    Outcome {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+async fn trigger_follow_prints_the_log_and_exits_with_the_outcome(kind: Kind) {
+    let system = System::start(kind).await;
+    let ok = system
+        .cli(&["trigger", "probe-1", "--option", "duration_ms=1500", "--option", "output_lines=3", "--follow"])
+        .await;
+    ok.expect(0);
+    for line in ["stdout line 1 of 3", "stdout line 3 of 3", "stderr line 3 of 3"] {
+        assert!(ok.stdout.contains(line), "the followed log lacks {line:?}: {ok:#?}");
+    }
+    assert!(ok.stderr.contains("succeeded"), "{ok:#?}");
+
+    let failed = system.cli(&["trigger", "probe-1", "-o", "exit_code=3", "-o", "duration_ms=100", "--follow"]).await;
+    failed.expect(8);
+    assert!(failed.stdout.contains("exiting with status 3"), "the log of the failed run is printed: {failed:#?}");
+    assert!(failed.stderr.contains("ended failed"), "{failed:#?}");
+    system.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_trigger_follow_prints_the_log_and_exits_with_the_outcome() {
+    trigger_follow_prints_the_log_and_exits_with_the_outcome(Kind::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_trigger_follow_prints_the_log_and_exits_with_the_outcome() {
+    trigger_follow_prints_the_log_and_exits_with_the_outcome(Kind::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_in_flight_makes_a_second_trigger_exit_6_with_the_api_sentence() {
+    let system = System::start(Kind::Sqlite).await;
+    let first = system.cli(&["trigger", "probe-1", "--option", "duration_ms=20000", "--json"]).await;
+    let id = first.expect(0).json()["id"].as_str().expect("the run's id").to_owned();
+
+    let second = system.cli(&["trigger", "probe-1"]).await;
+    second.expect(6);
+    assert!(second.stderr.contains("already has a run in flight") && second.stderr.contains(&id), "{second:#?}");
+    assert!(second.stdout.is_empty(), "{second:#?}");
+
+    system.cli(&["cancel", &id]).await.expect(0);
+    let followed = system.cli(&["logs", &id, "--follow"]).await;
+    followed.expect(8);
+    assert!(followed.stderr.contains("cancelled"), "{followed:#?}");
+    system.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_outputs_parse_as_json_and_tables_carry_no_colour_when_piped() {
+    let system = System::start(Kind::Sqlite).await;
+    let run = system.cli(&["trigger", "probe-1", "-o", "duration_ms=100", "--follow", "--json"]).await;
+    let id = run.expect(0).json()["id"].as_str().expect("the run's id").to_owned();
+
+    let workers = system.cli(&["workers", "--json"]).await.expect(0).json();
+    assert_eq!(workers["workers"][0]["name"], "probe-1");
+    let runs = system.cli(&["runs", "--json", "--worker", "probe-1", "--limit", "5"]).await.expect(0).json();
+    assert_eq!(runs["runs"][0]["id"], id.as_str());
+    let shown = system.cli(&["run", "show", &id, "--json"]).await.expect(0).json();
+    assert_eq!((shown["id"].as_str(), shown["state"].as_str()), (Some(id.as_str()), Some("succeeded")));
+    let daemons = system.cli(&["daemons", "--json"]).await.expect(0).json();
+    assert_eq!(daemons["daemons"][0]["state"], "active");
+    let health = system.cli(&["health", "--json"]).await.expect(0).json();
+    assert_eq!(health["status"], "ok", "{health}");
+
+    for args in [&["workers"][..], &["runs"], &["run", "show", &id], &["daemons"], &["health"]] {
+        let table = system.cli(args).await;
+        table.expect(0);
+        assert!(!table.stdout.contains('\x1b'), "no colour on a pipe: {table:#?}");
+    }
+    let table = system.cli(&["runs"]).await;
+    let lines: Vec<&str> = table.stdout.lines().collect();
+    let column = |line: &str| line.find("probe-1").or_else(|| line.find("WORKER"));
+    assert!(lines.len() >= 2 && lines.iter().all(|l| column(l) == column(lines[0])), "aligned: {table:#?}");
+    system.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_have_their_documented_exit_codes() {
+    let system = System::start(Kind::Sqlite).await;
+    let viewer = system.cli_as(VIEWER, &["trigger", "probe-1"]).await;
+    viewer.expect(4);
+    assert!(viewer.stderr.contains("operator role"), "{viewer:#?}");
+    system.cli_as("scr_not_a_token", &["workers"]).await.expect(4);
+    let unknown = system.cli(&["trigger", "no-such-worker"]).await;
+    unknown.expect(5);
+    assert!(unknown.stderr.contains("no-such-worker"), "{unknown:#?}");
+    system.cli(&["run", "show", "00000000-0000-0000-0000-000000000000"]).await.expect(5);
+    let bad = system.cli(&["trigger", "probe-1", "--option", "duration_ms=slow"]).await;
+    bad.expect(7);
+    assert!(bad.stderr.contains("duration_ms"), "{bad:#?}");
+    system.cli(&["run", "show", "not-a-uuid"]).await.expect(2);
+    system.cli(&["runs", "--state", "finished"]).await.expect(2);
+    system.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_api_exits_3() {
+    let api = format!("http://127.0.0.1:{}", free_port());
+    let outcome = scrinalia(&["--api", &api, "workers"], &[], None).await;
+    outcome.expect(3);
+    assert!(outcome.stderr.contains("cannot reach the API"), "{outcome:#?}");
+    scrinalia(&["runs"], &[("SCRINALIA_API", &api)], None).await.expect(3);
+}
+
+#[tokio::test]
+async fn token_hash_prints_the_hash_the_api_checks() {
+    let hashed = scrinalia(&["token", "hash"], &[], Some("scr_some_token\n")).await;
+    let hash = hashed.expect(0).stdout.trim().to_owned();
+    assert!(is_token_hash(&hash), "{hashed:#?}");
+    assert_eq!(hash, hash_token("scr_some_token"));
+
+    let new = scrinalia(&["token", "hash", "--new", "--json"], &[], None).await;
+    let pair = new.expect(0).json();
+    let (token, hash) = (pair["token"].as_str().expect("a token"), pair["hash"].as_str().expect("a hash"));
+    assert!(is_token_hash(hash) && hash_token(token) == hash, "{new:#?}");
+
+    scrinalia(&["token", "hash"], &[], Some("\n")).await.expect(2);
+}
+
+/// Behind a TLS-terminating proxy (here one of the test's own, with a certificate of a private authority, in front
+/// of the real API), `--api https://…` with `--ca-file` reaches the API; without the authority the certificate is
+/// refused, and the CLI says it could not reach the API (exit 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_api_behind_a_tls_proxy_is_reached_with_its_certificate_authority() {
+    let system = System::start(Kind::Sqlite).await;
+    let api_port: u16 = system.api_url.rsplit(':').next().and_then(|p| p.parse().ok()).expect("the API's port");
+    let (proxy_port, authority) = tls::proxy_to(api_port).await;
+    let ca_file = system.db.dir.path().join("authority.pem");
+    std::fs::write(&ca_file, authority).expect("write the authority's certificate");
+    let https = format!("https://localhost:{proxy_port}");
+    let ca = ca_file.display().to_string();
+
+    let env = [("SCRINALIA_API", https.as_str()), ("SCRINALIA_TOKEN", VIEWER)];
+    let workers = scrinalia(&["--ca-file", &ca, "workers", "--json"], &env, None).await;
+    assert_eq!(workers.expect(0).json()["workers"][0]["name"], "probe-1");
+    let health = scrinalia(&["health"], &[env[0], env[1], ("SCRINALIA_CA_FILE", ca.as_str())], None).await;
+    assert!(health.expect(0).stdout.contains("database"), "{health:#?}");
+
+    let untrusted = scrinalia(&["workers"], &env, None).await;
+    untrusted.expect(3);
+    assert!(
+        untrusted.stderr.to_lowercase().contains("certificate"),
+        "the refusal names the certificate: {untrusted:#?}"
+    );
+    system.cleanup().await;
+}
+
+/// A TLS-terminating proxy of the test's own: a private certificate authority, a certificate for `localhost`
+/// that it signs, and a listener that relays every decrypted connection to a local port.
+mod tls {
+    use std::sync::Arc;
+
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio_rustls::{
+        TlsAcceptor,
+        rustls::{
+            ServerConfig,
+            crypto::ring,
+            pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer},
+        },
+    };
+
+    /// Starts the proxy in front of `127.0.0.1:<target>`; returns its port and the authority's certificate (PEM).
+    pub async fn proxy_to(target: u16) -> (u16, String) {
+        let mut authority = CertificateParams::new(Vec::new()).expect("authority parameters");
+        authority.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        authority.distinguished_name.push(DnType::CommonName, "Scrinalia test authority");
+        let authority_key = KeyPair::generate().expect("a key");
+        let authority = authority.self_signed(&authority_key).expect("the authority's certificate");
+        let leaf = CertificateParams::new(vec!["localhost".to_owned()]).expect("leaf parameters");
+        let leaf_key = KeyPair::generate().expect("a key");
+        let leaf = leaf.signed_by(&leaf_key, &authority, &authority_key).expect("the proxy's certificate");
+
+        let chain = vec![CertificateDer::from(leaf.der().to_vec())];
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
+        let config = ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .expect("a server configuration");
+        let acceptor = TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
+        let port = listener.local_addr().expect("its address").port();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    // A client that refuses the certificate ends its handshake: nothing to relay then.
+                    let Ok(mut client) = acceptor.accept(client).await else { return };
+                    let Ok(mut api) = TcpStream::connect(("127.0.0.1", target)).await else { return };
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut api).await;
+                });
+            }
+        });
+        (port, authority.pem())
+    }
+}

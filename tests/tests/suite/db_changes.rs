@@ -1,0 +1,108 @@
+//! The change feed on PostgreSQL and SQLite: every kind of change a panel or a daemon acts on arrives as the typed
+//! `Change` the domain layer defines, from another connection's writes (on PostgreSQL, the migrations' triggers
+//! write the payloads, so this proves they match the one definition; on SQLite, the feed builds them itself).
+
+use std::time::Duration;
+
+use scrinalia_shared::{
+    Change, DaemonState, Database, OverrideAction, RunState,
+    changes::{ChangeFeed, Topic},
+    daemons::NewDaemon,
+    queue::NewQueueCount,
+};
+use scrinalia_tests::{Kind, TestDb, backend_tests, fixtures::*};
+use uuid::Uuid;
+
+backend_tests!(
+    the_events_feed_reports_runs_queues_daemons_and_overrides,
+    the_queue_feed_wakes_daemons_for_requests_cancellations_and_their_rows,
+);
+
+/// Waits (at most 5 s) for a change that `wanted` accepts, skipping the others; panics with what came instead.
+async fn next_matching(feed: &mut ChangeFeed, what: &str, wanted: impl Fn(&Change) -> bool) -> Change {
+    let mut seen = Vec::new();
+    let found = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(change) = feed.next().await {
+            if wanted(&change) {
+                return Some(change);
+            }
+            seen.push(change);
+        }
+        None
+    });
+    match found.await {
+        Ok(Some(change)) => change,
+        _ => panic!("no {what} within 5 s; the feed said: {seen:#?}"),
+    }
+}
+
+/// A feed of `topic` once it has said that it listens (its first resync).
+async fn listening(db: &Database, topic: Topic) -> ChangeFeed {
+    let mut feed = db.changes(topic).expect("a change feed");
+    next_matching(&mut feed, "the first resync", |c| matches!(c, Change::Resync { .. })).await;
+    assert!(feed.is_live(), "a feed that announced itself listens");
+    feed
+}
+
+fn daemon(id: Uuid) -> NewDaemon {
+    NewDaemon { id, host: "host".into(), pid: 1, version: "0".into(), capacity: 1, workers: Vec::new() }
+}
+
+async fn the_events_feed_reports_runs_queues_daemons_and_overrides(t: &TestDb) {
+    let mut feed = listening(&t.db, Topic::Events { sqlite_poll: Duration::from_millis(50) }).await;
+    let writer = t.another_pool().await;
+
+    let run = insert(&writer, "feed").await.expect("a request");
+    let queued = Change::Run { run: run.id, worker: "feed".into(), state: RunState::Queued };
+    assert_eq!(next_matching(&mut feed, "the queued run", |c| *c == queued).await, queued);
+    let owner = Uuid::new_v4();
+    writer.claim_runs(owner, LONG_LEASE, 1, None).await.expect("claim");
+    let running = Change::Run { run: run.id, worker: "feed".into(), state: RunState::Running };
+    assert_eq!(next_matching(&mut feed, "the running run", |c| *c == running).await, running);
+
+    let count = NewQueueCount {
+        worker: "feed".into(),
+        pending: Some(3),
+        unmeasurable: None,
+        done: None,
+        error: None,
+        took_ms: 1,
+        measured_by: owner,
+    };
+    writer.store_queue_count(&count).await.expect("a count");
+    let measured = Change::Queue { worker: "feed".into() };
+    assert_eq!(next_matching(&mut feed, "the queue change", |c| *c == measured).await, measured);
+
+    writer.register_daemon(&daemon(owner)).await.expect("register");
+    let active = Change::Daemon { daemon: owner, state: DaemonState::Active };
+    assert_eq!(next_matching(&mut feed, "the new daemon", |c| *c == active).await, active);
+    writer.request_drain(owner, "ada", Duration::from_secs(60)).await.expect("drain");
+    let draining = Change::Daemon { daemon: owner, state: DaemonState::Draining };
+    assert_eq!(next_matching(&mut feed, "the draining daemon", |c| *c == draining).await, draining);
+
+    writer.clear_override(&catalogue_of(&["feed"]), "feed", "ada", Some("nothing to clear")).await.expect("clear");
+    let cleared = Change::Override { worker: "feed".into(), actor: "ada".into(), action: OverrideAction::Clear };
+    assert_eq!(next_matching(&mut feed, "the override change", |c| *c == cleared).await, cleared);
+    writer.close().await;
+}
+
+async fn the_queue_feed_wakes_daemons_for_requests_cancellations_and_their_rows(t: &TestDb) {
+    let mut feed = listening(&t.db, Topic::Queue).await;
+    let writer = t.another_pool().await;
+    let postgres = t.kind == Kind::Postgres;
+    // SQLite cannot say what changed: a write by another connection is `written`, and the daemon looks.
+    let woken = |expected: Change| move |c: &Change| *c == expected || (!postgres && *c == Change::Written);
+
+    let run = insert(&writer, "woken").await.expect("a request");
+    let requested = Change::Requested { run: run.id, worker: "woken".into() };
+    next_matching(&mut feed, "the request", woken(requested)).await;
+    let owner = Uuid::new_v4();
+    writer.claim_runs(owner, LONG_LEASE, 1, None).await.expect("claim");
+    writer.request_cancel(run.id, "ada").await.expect("cancel").expect("the run");
+    let cancel = Change::Cancel { run: run.id, worker: "woken".into(), daemon: Some(owner) };
+    next_matching(&mut feed, "the cancellation", woken(cancel)).await;
+    writer.register_daemon(&daemon(owner)).await.expect("register");
+    let registered = Change::Daemon { daemon: owner, state: DaemonState::Active };
+    next_matching(&mut feed, "the daemon row", woken(registered)).await;
+    writer.close().await;
+}

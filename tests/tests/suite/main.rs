@@ -1,0 +1,29 @@
+//! Every integration test of Scrinalia Scheduler, in one test binary: one link of the whole graph instead of one
+//! per file, and one pool of test threads for all of them (`cargo test -p scrinalia-tests --test suite`; a module
+//! alone: `… --test suite db_queue::`). Each module is a file of this folder, named for what it tests; the chaos
+//! suite is ignored here and run by `scripts/chaos`.
+
+mod api_admin;
+mod api_health;
+mod api_processes;
+mod api_runs;
+mod api_security;
+mod bad_input;
+mod chaos;
+mod cli;
+mod daemon_costs;
+mod daemon_fencing;
+mod daemon_lifecycle;
+mod daemon_runs;
+mod daemon_supervisor;
+mod db_changes;
+mod db_ledger;
+mod db_queue;
+mod deploy_units;
+mod object_store_s3;
+mod panel_e2e;
+mod python_adapter;
+mod telemetry_logs;
+mod telemetry_metrics;
+mod telemetry_traces;
+mod worker_protocol;

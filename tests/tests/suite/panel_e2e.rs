@@ -1,0 +1,423 @@
+//! End-to-end tests of the web panel in a real headless Chromium (Debian's `chromium` and `chromium-driver`),
+//! against the real `scrinalia-api` and `scrinalia-daemon` binaries running the demo worker's probes on a fresh
+//! database. Every wait polls the page for a condition, with generous timeouts; nothing sleeps to assert.
+//! Screenshots of each view go to `artifacts/screenshots/`; with `SCRINALIA_UPDATE_DOCS_SCREENSHOT=1` the first
+//! test also refreshes `docs/screenshot-workers.png`.
+
+use reqwest::StatusCode;
+use scrinalia_shared::{Engine, OptionSpec, OptionType, Role, WorkerSpec};
+use scrinalia_testkit::config::option;
+use scrinalia_tests::{
+    ConfigFile, Kind, Process, TestDb,
+    browser::{Browser, PATIENCE, workspace_root},
+    daemon_harness::probe,
+    demo_worker, eventually, free_port,
+};
+use serde_json::{Value, json};
+
+const VIEWER_TOKEN: &str = "scr_e2e_viewer_0123456789abcdef";
+const ADMIN_TOKEN: &str = "scr_e2e_admin_0123456789abcdef";
+
+/// How the API lets callers in.
+#[derive(Clone, Copy)]
+enum Access {
+    /// Anonymous admin from loopback, as the demo configuration does.
+    AnonymousAdmin,
+    /// Tokens only: `e2e-viewer` and `e2e-admin`.
+    Tokens,
+}
+
+/// The API, a daemon and their configuration on a fresh database.
+struct Stack {
+    db: TestDb,
+    base: String,
+    http: reqwest::Client,
+    token: Option<&'static str>,
+    api: Process,
+    daemon: Process,
+}
+
+impl Stack {
+    async fn start(kind: Kind, access: Access) -> Self {
+        let db = TestDb::new(kind).await;
+        let dir = db.dir.path().to_path_buf();
+        let port = free_port();
+        let config = Self::config(&db, port, access);
+        let path = db.write_config(&config, "config");
+        let config_path = path.to_str().expect("a UTF-8 path");
+        let env = [("SCRINALIA_CONFIG", config_path), ("RUST_LOG", "info")];
+        let api = scrinalia_tests::start("scrinalia-api", "api", &dir, &["--config", config_path], &env);
+        let daemon = scrinalia_tests::start("scrinalia-daemon", "daemon", &dir, &["--config", config_path], &env);
+        let token = match access {
+            Access::AnonymousAdmin => None,
+            Access::Tokens => Some(ADMIN_TOKEN),
+        };
+        let stack =
+            Self { db, base: format!("http://127.0.0.1:{port}"), http: reqwest::Client::new(), token, api, daemon };
+        eventually(PATIENCE, "the API to be ready", || async {
+            let r = stack.http.get(format!("{}/readyz", stack.base)).send().await.ok()?;
+            r.status().is_success().then_some(())
+        })
+        .await;
+        eventually(PATIENCE, "an active daemon", || async {
+            let daemons = stack.get("/api/daemons").await?;
+            daemons["daemons"].as_array()?.iter().any(|d| d["state"] == "active").then_some(())
+        })
+        .await;
+        stack
+    }
+
+    /// The panel's configuration: three probes with the fields the panel shows (titles, axes, an engine from
+    /// elsewhere, an Ollama engine nobody serves), and quick daemon timers.
+    fn config(db: &TestDb, port: u16, access: Access) -> ConfigFile {
+        let bin = demo_worker();
+        let presets = |p: &[(&str, &str)]| p.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let engines = [
+            (
+                "local",
+                Engine {
+                    kind: "none".into(),
+                    url: None,
+                    presets: presets(&[("fast", "tiny-model"), ("thorough", "big-model")]),
+                    description: None,
+                },
+            ),
+            (
+                "ollama",
+                Engine {
+                    kind: "ollama".into(),
+                    url: Some(format!("http://127.0.0.1:{}", free_port())),
+                    presets: presets(&[("small", "llama3.2:1b")]),
+                    description: None,
+                },
+            ),
+        ];
+        let described = |mut spec: WorkerSpec, title: &str, axis: &str, governance: &str| {
+            spec.title = Some(title.to_owned());
+            (spec.axis, spec.governance, spec.stamp) = (axis.to_owned(), governance.to_owned(), "none".to_owned());
+            spec
+        };
+        let mut one = described(probe(&bin, "probe-1", 120), "Probe 1", "testing", "none (test probe)");
+        one.description = Some("A steerable probe: a long run with many progress steps.".into());
+        (one.engine, one.preset) = (Some("local".into()), Some("fast".into()));
+        one.options = vec![
+            OptionSpec {
+                description: Some("How long the run takes.".into()),
+                ..option("duration_ms", OptionType::Integer, Some(json!(9000)))
+            },
+            option("progress_steps", OptionType::Integer, Some(json!(18))),
+            option("output_lines", OptionType::Integer, Some(json!(3))),
+            option("exit_code", OptionType::Integer, Some(json!(0))),
+            option("crash", OptionType::Boolean, Some(json!(false))),
+            option("note", OptionType::String, None),
+        ];
+        let mut two = described(probe(&bin, "probe-2", 120), "Quality probe", "quality", "cleaning rules");
+        (two.engine, two.preset) = (Some("local".into()), Some("thorough".into()));
+        two.engine_source = Some(
+            "Its engine comes from the active LLM_CHECK cleaning rule; change it in the cleaning rules screen.".into(),
+        );
+        two.engine_source_url = Some("/rules#llm-check".into());
+        two.options = vec![option("duration_ms", OptionType::Integer, Some(json!(300)))];
+        let mut three = described(probe(&bin, "probe-3", 120), "Probe 3", "testing", "none (test probe)");
+        (three.engine, three.preset) = (Some("ollama".into()), Some("small".into()));
+        three.options = vec![
+            option("duration_ms", OptionType::Integer, Some(json!(200))),
+            option("progress_steps", OptionType::Integer, Some(json!(6))),
+            option("output_lines", OptionType::Integer, Some(json!(2))),
+        ];
+        let mut config = db
+            .config()
+            .with(|f| {
+                (f.api.listen, f.api.events_poll_ms) = (([127, 0, 0, 1], port).into(), 100);
+                f.engines = engines.into_iter().map(|(name, engine)| (name.to_owned(), engine)).collect();
+                let d = &mut f.daemon;
+                (d.capacity, d.lease_seconds, d.poll_seconds, d.heartbeat_seconds) = (3, 10, 1, 1);
+                (d.gone_after_seconds, d.cancel_grace_seconds) = (5, 2);
+                (d.queue_count_interval_seconds, d.queue_count_timeout_seconds) = (2, 10);
+            })
+            .workers([one, two, three]);
+        match access {
+            Access::AnonymousAdmin => {
+                config.file.auth.anonymous_role = Some(Role::Admin);
+                config.file.auth.anonymous_loopback_only = true;
+            }
+            Access::Tokens => {
+                config =
+                    config.token("e2e-viewer", Role::Viewer, VIEWER_TOKEN).token("e2e-admin", Role::Admin, ADMIN_TOKEN);
+            }
+        }
+        config
+    }
+
+    async fn get(&self, path: &str) -> Option<Value> {
+        let mut request = self.http.get(format!("{}{path}", self.base));
+        if let Some(token) = self.token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        response.json().await.ok()
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        let mut request = self.http.post(format!("{}{path}", self.base)).json(&body);
+        if let Some(token) = self.token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.expect("POST to the API");
+        let status = response.status();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Logs of both processes, for a failure message.
+    fn logs(&self) -> String {
+        format!("--- api ---\n{}\n--- daemon ---\n{}", tail(&self.api.output()), tail(&self.daemon.output()))
+    }
+
+    async fn stop(self) {
+        drop(self.api);
+        drop(self.daemon);
+        self.db.cleanup().await;
+    }
+}
+
+fn tail(s: &str) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// The value of the `<progress>` bar of `worker`'s run in flight, if it shows one with a known total.
+async fn progress_of(browser: &Browser, worker: &str) -> Option<f64> {
+    let bar =
+        browser.find(&format!("article[data-worker={worker:?}] .in-flight[data-state=\"running\"] progress")).await?;
+    bar.attr("max").await.ok()??;
+    // `value` reflects the bar's property as an attribute (WebDriver's property call returns only strings).
+    bar.attr("value").await.ok()??.parse().ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_curator_runs_a_worker_and_watches_it_to_the_end_without_a_reload() {
+    let stack = Stack::start(Kind::Postgres, Access::AnonymousAdmin).await;
+    let browser = Browser::start("curator", stack.db.dir.path(), 1280, 1000).await;
+    browser.goto(&format!("{}/#/workers", stack.base)).await;
+
+    // Workers in catalogue order, each value marked with where it comes from.
+    browser.wait_for("#who[data-role=\"admin\"]").await;
+    browser.wait_for("article[data-worker=\"probe-3\"]").await;
+    let order = browser
+        .js("return [...document.querySelectorAll('article.worker')].map((a) => a.dataset.worker);", vec![])
+        .await;
+    assert_eq!(order, json!(["probe-1", "probe-2", "probe-3"]), "catalogue order");
+    let engine = browser.text("article[data-worker=\"probe-1\"] dd[data-field=\"engine\"]").await.unwrap_or_default();
+    assert!(engine.contains("local") && engine.contains("default"), "engine with its source: {engine:?}");
+    let model = browser.text("article[data-worker=\"probe-1\"] dd[data-field=\"model\"]").await.unwrap_or_default();
+    assert!(model.contains("tiny-model"), "model: {model:?}");
+    browser.wait_for_text("article[data-worker=\"probe-2\"] dd[data-field=\"engine\"]", "external").await;
+    browser.wait_for_text("article[data-worker=\"probe-2\"] .engine-source", "LLM_CHECK cleaning rule").await;
+    let tags = browser.text("article[data-worker=\"probe-2\"] .tags").await.unwrap_or_default();
+    assert!(tags.contains("quality") && tags.contains("cleaning rules"), "axis and governance: {tags:?}");
+
+    // The health strip and the queue snapshot the daemon measured (with its age).
+    browser.wait_for("#health li[data-check=\"database\"][data-status=\"ok\"]").await;
+    browser.wait_for("#health li[data-check=\"daemons\"][data-status=\"ok\"]").await;
+    let model_server =
+        browser.wait_for_text("#health li[data-check^=\"model_server\"][data-status=\"down\"]", "Model server").await;
+    assert!(model_server.len() > "Model server ollama".len() + 5, "a red check says why: {model_server:?}");
+    browser.wait_for_text("article[data-worker=\"probe-1\"] .queue", "pending").await;
+    browser.wait_for_text("article[data-worker=\"probe-1\"] .queue", "measured").await;
+
+    // Run is enabled once the panel knows a daemon is alive.
+    let run_button = "article[data-worker=\"probe-1\"] button.run";
+    browser
+        .wait("the Run button of probe-1 to be enabled", || async {
+            browser.is_enabled(run_button).await?.then_some(())
+        })
+        .await;
+    browser.screenshot("workers").await;
+    browser.js("window.__e2eNoReload = 'still the same page'; return true;", vec![]).await;
+
+    // Press Run: the run appears in flight and its progress bar moves.
+    browser.click(run_button).await;
+    let first = browser
+        .wait("probe-1's progress bar to show progress", || async {
+            progress_of(&browser, "probe-1").await.filter(|v| *v > 0.0)
+        })
+        .await;
+    browser
+        .wait("probe-1's progress bar to move", || async {
+            progress_of(&browser, "probe-1").await.filter(|v| *v > first)
+        })
+        .await;
+    let text = browser.text("article[data-worker=\"probe-1\"] .progress-text").await.unwrap_or_default();
+    assert!(text.contains("/ 18") && text.contains("per s"), "done / total and rate: {text:?}");
+    let shot = browser.screenshot("workers-running").await;
+    if std::env::var_os("SCRINALIA_UPDATE_DOCS_SCREENSHOT").is_some() {
+        std::fs::copy(&shot, workspace_root().join("docs/screenshot-workers.png")).expect("update the docs screenshot");
+    }
+
+    // While it runs, Run is disabled with the reason; a stale panel that presses it anyway (as two curators at
+    // once would) gets the API's 409 sentence next to the worker, in an alert.
+    assert_eq!(browser.is_enabled(run_button).await, Some(false), "Run is disabled");
+    browser.wait_for_text("article[data-worker=\"probe-1\"] .reason", "already running").await;
+    browser
+        .js(
+            "const b = document.querySelector(arguments[0]); b.disabled = false; b.click(); return true;",
+            vec![json!(run_button)],
+        )
+        .await;
+    let alert = browser.wait_for_text("#worker-probe-1-alert", "already has a run in flight").await;
+    assert!(alert.contains("probe-1"), "the 409 sentence names the worker: {alert:?}");
+    assert_eq!(browser.attr("#worker-probe-1-alert", "role").await.as_deref(), Some("alert"));
+    assert!(browser.find("article[data-worker=\"probe-1\"] .in-flight button.cancel").await.is_some(), "Cancel");
+    browser.screenshot("workers-409").await;
+
+    // The runs view, reached by the navigation (no reload), shows it running, then succeeded: live.
+    browser.click("nav.views a[data-nav=\"runs\"]").await;
+    let row = "#ledger tr[data-worker=\"probe-1\"]";
+    let seen = browser.wait("probe-1's run in the ledger", || browser.attr(row, "data-state")).await;
+    assert_eq!(seen, "running", "the run is seen in flight first\n{}", stack.logs());
+    browser.wait_for(&format!("{row}[data-state=\"succeeded\"]")).await;
+    let cells = browser.text(row).await.unwrap_or_default();
+    assert!(cells.contains("processed 18") && cells.contains(" s"), "outcome and duration: {cells:?}");
+    let marker = browser.js("return window.__e2eNoReload ?? null;", vec![]).await;
+    assert_eq!(marker, json!("still the same page"), "the page was not reloaded");
+    browser.screenshot("runs").await;
+
+    // Its detail: resolved configuration with sources, result counts, daemon, and the whole log.
+    browser.click(&format!("{row} td:last-child a")).await;
+    browser.wait_for(".view-head[data-state=\"succeeded\"]").await;
+    browser.wait_for_text("#run-log", "probe-1: stdout line 3 of 3").await;
+    browser.wait_for_text("#log-state", "complete").await;
+    let config = browser.text("tr[data-field=\"duration_ms\"]").await.unwrap_or_default();
+    assert!(config.contains("9000") && config.contains("default"), "resolved option with its source: {config:?}");
+    let counts = browser.text("table.counts").await.unwrap_or_default();
+    assert!(counts.contains("processed") && counts.contains("18"), "result counts: {counts:?}");
+    let facts = browser.text("dl.facts").await.unwrap_or_default();
+    assert!(facts.contains("Daemon") && facts.contains(" on "), "the daemon and its host: {facts:?}");
+    browser.screenshot("run-detail").await;
+
+    // Run with explicit arguments from the form, then follow that run's log live from its detail view.
+    browser.click("nav.views a[data-nav=\"workers\"]").await;
+    browser.click("article[data-worker=\"probe-3\"] details.run-options summary").await;
+    browser.type_into("#worker-probe-3-opt-duration_ms", "3000").await;
+    browser.type_into("#worker-probe-3-opt-output_lines", "4").await;
+    browser.click("article[data-worker=\"probe-3\"] .run-form button[type=\"submit\"]").await;
+    browser.click("article[data-worker=\"probe-3\"] .in-flight a").await;
+    browser.wait_for("#run-log[data-following=\"true\"]").await;
+    browser.wait_for_text("#run-log", "probe-3: stdout line 4 of 4").await;
+    browser.wait_for(".view-head[data-state=\"succeeded\"]").await;
+    browser.wait_for_text("#log-state", "complete").await;
+    let explicit = browser.text("tr[data-field=\"duration_ms\"]").await.unwrap_or_default();
+    assert!(explicit.contains("3000") && explicit.contains("explicit"), "an explicit argument: {explicit:?}");
+
+    // The ledger's filters: only probe-3's run.
+    browser.goto(&format!("{}/#/runs?worker=probe-3", stack.base)).await;
+    browser.wait_for("#ledger tr[data-worker=\"probe-3\"][data-state=\"succeeded\"]").await;
+    assert!(browser.find("#ledger tr[data-worker=\"probe-1\"]").await.is_none(), "the worker filter applies");
+
+    // Cancel from the panel: the run in flight ends `cancelled`.
+    browser.click("nav.views a[data-nav=\"workers\"]").await;
+    browser
+        .wait("Run of probe-1 to be enabled again", || async { browser.is_enabled(run_button).await?.then_some(()) })
+        .await;
+    browser.click(run_button).await;
+    browser.click("article[data-worker=\"probe-1\"] .in-flight[data-state=\"running\"] button.cancel").await;
+    browser.wait_for("article[data-worker=\"probe-1\"] .last[data-state=\"cancelled\"]").await;
+
+    // When the last daemon stops, Run is disabled with the reason and the health strip turns red.
+    stack.daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    browser.wait_for_text("article[data-worker=\"probe-3\"] .reason", "No daemon is alive").await;
+    assert_eq!(browser.is_enabled(run_button).await, Some(false), "Run is disabled");
+    browser.wait_for("#health li[data-check=\"daemons\"][data-status=\"down\"]").await;
+    browser.screenshot("workers-no-daemon").await;
+
+    let allowed = browser.assert_no_console_errors(&[409]).await;
+    assert_eq!(allowed.len(), 1, "exactly the provoked 409 was logged: {allowed:#?}");
+    browser.close().await;
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_sees_no_controls_and_an_admin_override_is_audited_and_effective() {
+    let stack = Stack::start(Kind::Sqlite, Access::Tokens).await;
+    let browser = Browser::start("tokens", stack.db.dir.path(), 1280, 1000).await;
+    browser.goto(&format!("{}/#/workers", stack.base)).await;
+
+    // Signed out: the panel asks for a token and reads nothing else.
+    browser.wait_for("#who[data-role=\"none\"]").await;
+    browser.wait_for_text("main h1", "Sign in").await;
+    browser.type_into("#token-input", "scr_not_a_token_of_this_api").await;
+    browser.click("#signin-form button[type=\"submit\"]").await;
+    browser.wait_for_text("#signin-error", "not one this API accepts").await;
+    sign_in(&browser, VIEWER_TOKEN, "viewer").await;
+    browser.wait_for("article[data-worker=\"probe-1\"] .queue").await;
+    browser.wait_for("#health li[data-check=\"database\"][data-status=\"ok\"]").await;
+
+    // A run in flight (started by someone else): the viewer sees it live, but no Run and no Cancel.
+    let (status, run) = stack.post("/api/workers/probe-1/runs", json!({})).await;
+    assert_eq!(status, StatusCode::CREATED, "{run}");
+    browser.wait_for("article[data-worker=\"probe-1\"] .in-flight").await;
+    assert!(browser.find_all("button.run").await.is_empty(), "a viewer sees no Run button");
+    assert!(browser.find_all("button.cancel").await.is_empty(), "a viewer sees no Cancel button");
+    assert!(browser.find_all(".run-options").await.is_empty(), "a viewer sees no run form");
+    browser.screenshot("viewer-workers").await;
+    let (status, _) = stack.post(&format!("/api/runs/{}/cancel", run["id"].as_str().expect("id")), json!({})).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    browser.wait_for("article[data-worker=\"probe-1\"] .last[data-state=\"cancelled\"]").await;
+
+    browser.goto(&format!("{}/#/overrides/probe-1", stack.base)).await;
+    browser.wait_for_text("main", "needs the admin role").await;
+    assert!(browser.find("#override-form").await.is_none(), "a viewer sees no override form");
+
+    // An admin sets a partial override with a reason: it shows in the audit trail and the effective config.
+    browser.click("#session button.link").await;
+    browser.wait_for("#who[data-role=\"none\"]").await;
+    sign_in(&browser, ADMIN_TOKEN, "admin").await;
+    browser.goto(&format!("{}/#/overrides/probe-1", stack.base)).await;
+    browser.wait_for("#override-form").await;
+    browser.wait_for_text("#audit-title", "Audit trail").await;
+    browser.type_into("#ov-opt-duration_ms", "1234").await;
+    browser.click("#override-form button[type=\"submit\"]").await;
+    browser.wait_for_text("#override-alert", "Give a reason").await;
+    browser.type_into("#ov-reason", "e2e: a shorter probe for the demo").await;
+    browser.click("#override-form button[type=\"submit\"]").await;
+    let entry = browser.wait_for_text("#audit tbody tr", "e2e: a shorter probe for the demo").await;
+    assert!(entry.contains("e2e-admin") && entry.contains("duration_ms") && entry.contains("1234"), "{entry:?}");
+    let effective = browser.wait_for_text("#effective tr[data-field=\"duration_ms\"]", "1234").await;
+    assert!(effective.contains("override"), "the effective value is marked override: {effective:?}");
+    browser.screenshot("overrides").await;
+
+    browser.click("nav.views a[data-nav=\"workers\"]").await;
+    let option =
+        browser.wait_for_text("article[data-worker=\"probe-1\"] li[data-option=\"duration_ms\"]", "1234").await;
+    assert!(option.contains("override"), "{option:?}");
+    assert!(browser.find("article[data-worker=\"probe-1\"] button.run").await.is_some(), "an admin may run");
+
+    // The quality probe's engine is not editable: the panel says where it comes from and links there.
+    browser.goto(&format!("{}/#/overrides/probe-2", stack.base)).await;
+    browser.wait_for_text(".engine-source", "LLM_CHECK cleaning rule").await;
+    assert_eq!(browser.attr("#engine-source-link", "href").await.as_deref(), Some("/rules#llm-check"));
+    browser.wait_for("#override-form").await;
+    assert!(browser.find("#ov-engine").await.is_none(), "no engine field for an engine configured elsewhere");
+
+    // A narrow screen: one column, nothing wider than the window.
+    browser.client.set_window_size(390, 844).await.expect("resize");
+    browser.goto(&format!("{}/#/workers", stack.base)).await;
+    browser.wait_for("article[data-worker=\"probe-3\"]").await;
+    let fits = browser.js("return document.documentElement.scrollWidth <= window.innerWidth + 1;", vec![]).await;
+    assert_eq!(fits, json!(true), "no horizontal scrolling on a narrow screen");
+    browser.screenshot("workers-narrow").await;
+
+    // Only the expected 401s (GET /api/me signed out, and with the refused token) are in the console.
+    browser.assert_no_console_errors(&[401]).await;
+    browser.close().await;
+    stack.stop().await;
+}
+
+async fn sign_in(browser: &Browser, token: &str, role: &str) {
+    browser.type_into("#token-input", token).await;
+    browser.click("#signin-form button[type=\"submit\"]").await;
+    browser.wait_for(&format!("#who[data-role={role:?}]")).await;
+}

@@ -1,0 +1,88 @@
+//! What can be chosen for a run (engine, preset and option values), by a request or by a persisted override,
+//! and the configuration a run resolves to, each value with where it came from.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Engine, preset and option values; every field is optional. The same shape is a run request's explicit
+/// arguments ([`ExplicitArgs`]) and a worker's persisted override ([`OverrideValues`], where an absent field
+/// keeps following the default).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "sqlx", derive(sqlx::FromRow))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Choices {
+    /// The engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    /// The preset of that engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<String>,
+    /// Option values, by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "sqlx", sqlx(json))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub options: BTreeMap<String, Value>,
+}
+
+/// The arguments given with a run request.
+pub type ExplicitArgs = Choices;
+/// A worker's persisted override.
+pub type OverrideValues = Choices;
+
+impl Choices {
+    /// Whether nothing is chosen.
+    pub fn is_empty(&self) -> bool {
+        self.engine.is_none() && self.preset.is_none() && self.options.is_empty()
+    }
+}
+
+/// Where a resolved value comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// Passed with the run request.
+    Explicit,
+    /// The worker's persisted override.
+    Override,
+    /// The catalogue.
+    Default,
+    /// Configured elsewhere (see the worker's `engine_source`).
+    External,
+}
+
+/// A value and where it comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Resolved<T> {
+    /// The value.
+    pub value: T,
+    /// Its source.
+    pub source: Source,
+}
+
+/// The configuration a run uses, each field with its source.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ResolvedConfig {
+    /// The engine, if the worker uses one.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub engine: Option<Resolved<String>>,
+    /// The preset, if the worker uses one.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub preset: Option<Resolved<String>>,
+    /// The model the preset resolves to.
+    pub model: Option<String>,
+    /// Where the model is called.
+    pub endpoint: Option<String>,
+    /// Whether engine and preset can be chosen here.
+    pub engine_configurable: bool,
+    /// Option values (only those with a value), by name.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub options: BTreeMap<String, Resolved<Value>>,
+    /// The run's timeout.
+    pub timeout_seconds: u64,
+}

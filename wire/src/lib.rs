@@ -1,0 +1,100 @@
+//! The types that cross a process boundary as JSON: runs, daemons, queue measurements, overrides, resolved
+//! configurations, live changes and roles. The API serialises them, the CLI reads them, and the database layer
+//! of `scrinalia-shared` decodes its rows into them (feature `sqlx`), so the three cannot disagree on a field.
+//!
+//! Nothing here opens a connection: the crate is small enough for the operator CLI to depend on.
+#![warn(missing_docs)]
+
+pub mod auth;
+pub mod change;
+pub mod choice;
+pub mod daemon;
+pub mod overrides;
+pub mod queue;
+pub mod run;
+
+pub use auth::Role;
+pub use change::Change;
+pub use choice::{Choices, ExplicitArgs, OverrideValues, Resolved, ResolvedConfig, Source};
+pub use daemon::{Daemon, DaemonState};
+pub use overrides::{AuditEntry, Override, OverrideAction};
+pub use queue::QueueCount;
+pub use run::{EndReason, ProgressEntry, Run, RunPage, RunState};
+
+/// A state name of a closed set that the database stores as text and JSON carries as a string.
+pub trait Named: Sized + Copy + 'static {
+    /// Every value, in a meaningful order.
+    const ALL: &'static [Self];
+    /// The name stored and sent.
+    fn name(self) -> &'static str;
+    /// What one value is called in sentences ("a run state").
+    const NOUN: &'static str;
+    /// What all of them are called ("the states").
+    const PLURAL: &'static str;
+
+    /// The value called `name`.
+    fn parse_name(name: &str) -> Result<Self, String> {
+        Self::ALL.iter().copied().find(|v| v.name() == name).ok_or_else(|| {
+            let names: Vec<&str> = Self::ALL.iter().map(|v| v.name()).collect();
+            format!("{name:?} is not {}; {} are {}", Self::NOUN, Self::PLURAL, names.join(", "))
+        })
+    }
+}
+
+/// Implements `Display` and `FromStr` for a [`Named`] set and, with the `sqlx` feature, its decoding from and
+/// encoding to a text column of any database whose text is a `String`.
+macro_rules! named {
+    ($ty:ty) => {
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str($crate::Named::name(*self))
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = String;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                <$ty as $crate::Named>::parse_name(s)
+            }
+        }
+
+        #[cfg(feature = "sqlx")]
+        impl<DB: sqlx::Database> sqlx::Type<DB> for $ty
+        where
+            String: sqlx::Type<DB>,
+        {
+            fn type_info() -> DB::TypeInfo {
+                <String as sqlx::Type<DB>>::type_info()
+            }
+
+            fn compatible(ty: &DB::TypeInfo) -> bool {
+                <String as sqlx::Type<DB>>::compatible(ty)
+            }
+        }
+
+        #[cfg(feature = "sqlx")]
+        impl<'r, DB: sqlx::Database> sqlx::Decode<'r, DB> for $ty
+        where
+            String: sqlx::Decode<'r, DB>,
+        {
+            fn decode(value: DB::ValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+                Ok(<String as sqlx::Decode<'r, DB>>::decode(value)?.parse::<$ty>()?)
+            }
+        }
+
+        #[cfg(feature = "sqlx")]
+        impl<'q, DB: sqlx::Database> sqlx::Encode<'q, DB> for $ty
+        where
+            String: sqlx::Encode<'q, DB>,
+        {
+            fn encode_by_ref(
+                &self,
+                buf: &mut <DB as sqlx::Database>::ArgumentBuffer,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                <String as sqlx::Encode<'q, DB>>::encode($crate::Named::name(*self).to_owned(), buf)
+            }
+        }
+    };
+}
+pub(crate) use named;

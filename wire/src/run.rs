@@ -1,0 +1,247 @@
+//! Runs: a request while queued, the ledger entry afterwards, and how each one ended.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::{ExplicitArgs, Named, ResolvedConfig, named};
+
+/// The states of a run: `queued → running → succeeded | failed | cancelled | interrupted`, and `queued → cancelled`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum RunState {
+    /// Requested, waiting for a daemon.
+    Queued,
+    /// Claimed by a daemon that holds its lease.
+    Running,
+    /// The worker exited with status 0.
+    Succeeded,
+    /// The worker failed, crashed or timed out.
+    Failed,
+    /// Cancelled by a person.
+    Cancelled,
+    /// Its daemon stopped or died before the worker finished.
+    Interrupted,
+}
+
+impl Named for RunState {
+    const ALL: &'static [Self] =
+        &[Self::Queued, Self::Running, Self::Succeeded, Self::Failed, Self::Cancelled, Self::Interrupted];
+    const NOUN: &'static str = "a run state";
+    const PLURAL: &'static str = "the states";
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+            Self::Interrupted => "interrupted",
+        }
+    }
+}
+named!(RunState);
+
+impl RunState {
+    /// The name stored in the database.
+    pub fn as_str(self) -> &'static str {
+        self.name()
+    }
+
+    /// Whether the run is over.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, Self::Queued | Self::Running)
+    }
+}
+
+/// Why a run ended, stored typed beside the sentence in `error`, so that programs (the panel, tests, alerts)
+/// match on it and never on the wording. Each reason implies the run's terminal state (see [`EndReason::state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    /// The worker exited by itself: `succeeded` with status 0, `failed` with any other.
+    ExitStatus,
+    /// The worker was killed by a signal nobody here sent (a crash, the kernel's OOM killer): `failed`.
+    Signal,
+    /// The worker (or its supervisor) could not be started: `failed`.
+    SpawnFailed,
+    /// The run's supervisor ended without reporting how its worker ended: `failed`.
+    SupervisorLost,
+    /// The worker ran longer than its catalogue timeout and was stopped: `failed`.
+    Timeout,
+    /// The daemon that claimed it has no such worker in its catalogue: `failed`.
+    UnknownWorker,
+    /// A person cancelled it, queued or running: `cancelled`.
+    Cancelled,
+    /// Its daemon stopped (a signal, the end of a drain's time) and stopped the worker: `interrupted`.
+    DaemonShutdown,
+    /// Its daemon could not renew the lease, so the supervisor killed the worker before the lease ended:
+    /// `interrupted`.
+    LeaseLost,
+    /// Its daemon stopped renewing the lease (it died, froze or lost the database) and another daemon's
+    /// recovery ended the run once the lease had expired: `interrupted`.
+    OwnerLost,
+}
+
+impl Named for EndReason {
+    const ALL: &'static [Self] = &[
+        Self::ExitStatus,
+        Self::Signal,
+        Self::SpawnFailed,
+        Self::SupervisorLost,
+        Self::Timeout,
+        Self::UnknownWorker,
+        Self::Cancelled,
+        Self::DaemonShutdown,
+        Self::LeaseLost,
+        Self::OwnerLost,
+    ];
+    const NOUN: &'static str = "an end reason";
+    const PLURAL: &'static str = "the end reasons";
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::ExitStatus => "exit_status",
+            Self::Signal => "signal",
+            Self::SpawnFailed => "spawn_failed",
+            Self::SupervisorLost => "supervisor_lost",
+            Self::Timeout => "timeout",
+            Self::UnknownWorker => "unknown_worker",
+            Self::Cancelled => "cancelled",
+            Self::DaemonShutdown => "daemon_shutdown",
+            Self::LeaseLost => "lease_lost",
+            Self::OwnerLost => "owner_lost",
+        }
+    }
+}
+named!(EndReason);
+
+impl EndReason {
+    /// The terminal state a run ending for this reason is in; `exit_code` only matters for `exit_status`.
+    pub fn state(self, exit_code: Option<i32>) -> RunState {
+        match self {
+            Self::ExitStatus if exit_code == Some(0) => RunState::Succeeded,
+            Self::ExitStatus | Self::Signal | Self::SpawnFailed | Self::SupervisorLost | Self::Timeout => {
+                RunState::Failed
+            }
+            Self::UnknownWorker => RunState::Failed,
+            Self::Cancelled => RunState::Cancelled,
+            Self::DaemonShutdown | Self::LeaseLost | Self::OwnerLost => RunState::Interrupted,
+        }
+    }
+}
+
+/// One run: a request while queued, the ledger entry afterwards.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "sqlx", derive(sqlx::FromRow))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Run {
+    /// The run's id (UUIDv7, so ids sort by request time).
+    pub id: Uuid,
+    /// The worker.
+    pub worker: String,
+    /// Where the run is in its lifecycle.
+    pub state: RunState,
+    /// Who asked for it.
+    pub requested_by: String,
+    /// When it was asked for (database clock).
+    pub requested_at: DateTime<Utc>,
+    /// The explicit arguments of the request.
+    #[cfg_attr(feature = "sqlx", sqlx(json))]
+    pub arguments: ExplicitArgs,
+    /// The resolved configuration, each field with its source.
+    #[cfg_attr(feature = "sqlx", sqlx(json))]
+    pub config: ResolvedConfig,
+    /// The daemon that claimed it.
+    #[cfg_attr(feature = "sqlx", sqlx(rename = "claimed_by"))]
+    pub daemon_id: Option<Uuid>,
+    /// When a daemon claimed it.
+    pub claimed_at: Option<DateTime<Utc>>,
+    /// Until when the daemon's lease holds.
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    /// When the worker process started.
+    pub started_at: Option<DateTime<Utc>>,
+    /// When it reached its terminal state.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// From the worker's start (or the claim) to the end.
+    pub duration_ms: Option<i64>,
+    /// The worker's exit status, when it exited.
+    pub exit_code: Option<i32>,
+    /// Why it ended, typed; absent while it is queued or running.
+    #[serde(default)]
+    pub end_reason: Option<EndReason>,
+    /// Why it did not succeed, as a sentence for people.
+    pub error: Option<String>,
+    /// The last progress the worker reported.
+    #[cfg_attr(feature = "sqlx", sqlx(json(nullable)))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub progress: Option<Value>,
+    /// The worker's final result (work counts).
+    #[cfg_attr(feature = "sqlx", sqlx(json(nullable)))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub result: Option<Value>,
+    /// When someone asked to cancel it.
+    pub cancel_requested_at: Option<DateTime<Utc>>,
+    /// Who asked to cancel it.
+    pub cancel_requested_by: Option<String>,
+    /// The W3C trace context of the request that created it.
+    pub trace_context: Option<String>,
+    /// Where its output is kept in the object store.
+    pub log_key: Option<String>,
+    /// The attempt number (retries are a later feature; always 1 today).
+    pub attempt: i32,
+}
+
+/// One page of the ledger.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RunPage {
+    /// Runs, newest first.
+    pub runs: Vec<Run>,
+    /// Pass as `after` to get the next page; absent on the last page.
+    #[serde(default)]
+    pub next: Option<String>,
+}
+
+/// One progress report of a run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "sqlx", derive(sqlx::FromRow))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ProgressEntry {
+    /// Order within the run.
+    pub seq: i32,
+    /// When it was recorded.
+    pub at: DateTime<Utc>,
+    /// What the worker reported.
+    #[cfg_attr(feature = "sqlx", sqlx(json))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub progress: Value,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_parses_back_and_reasons_imply_their_state() {
+        for reason in EndReason::ALL {
+            assert_eq!(reason.to_string().parse::<EndReason>(), Ok(*reason));
+            assert_eq!(serde_json::to_value(reason).expect("json"), reason.name());
+            assert!(reason.state(Some(1)).is_terminal());
+        }
+        for state in RunState::ALL {
+            assert_eq!(state.name().parse::<RunState>(), Ok(*state));
+        }
+        assert_eq!(EndReason::ExitStatus.state(Some(0)), RunState::Succeeded);
+        assert_eq!(EndReason::ExitStatus.state(Some(2)), RunState::Failed);
+        assert_eq!(EndReason::OwnerLost.state(None), RunState::Interrupted);
+        assert_eq!(
+            "paused".parse::<RunState>().expect_err("not a state"),
+            "\"paused\" is not a run state; the states are queued, running, succeeded, failed, cancelled, interrupted"
+        );
+    }
+}
