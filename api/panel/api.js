@@ -31,6 +31,12 @@ function headers(extra) {
   return out;
 }
 
+/** What `fetch` throwing means to a person (status 0: the API was not reached). */
+function unreachable() {
+  const message = "The API cannot be reached; check the connection and try again.";
+  return new ApiError(0, { code: "unreachable", message });
+}
+
 /** Calls the API; resolves with the parsed JSON body, rejects with an `ApiError` (status 0: unreachable). */
 export async function api(path, { method = "GET", body, signal } = {}) {
   let response;
@@ -44,7 +50,7 @@ export async function api(path, { method = "GET", body, signal } = {}) {
     });
   } catch (e) {
     if (e?.name === "AbortError") throw e;
-    throw new ApiError(0, { code: "unreachable", message: "The API cannot be reached; check the connection and try again." });
+    throw unreachable();
   }
   const text = await response.text();
   let data = null;
@@ -52,11 +58,13 @@ export async function api(path, { method = "GET", body, signal } = {}) {
     try {
       data = JSON.parse(text);
     } catch {
+      // Not JSON (a proxy's error page, say): the status alone says what happened.
       data = null;
     }
   }
   if (!response.ok) {
-    throw new ApiError(response.status, data ?? { code: `http_${response.status}`, message: `The API answered ${response.status} ${response.statusText}.` });
+    const message = `The API answered ${response.status} ${response.statusText}.`;
+    throw new ApiError(response.status, data ?? { code: `http_${response.status}`, message });
   }
   return data;
 }
@@ -71,7 +79,7 @@ export async function streamText(path, onText, signal) {
     response = await fetch(path, { headers: headers({ Accept: "text/plain" }), signal, cache: "no-store" });
   } catch (e) {
     if (e?.name === "AbortError") throw e;
-    throw new ApiError(0, { code: "unreachable", message: "The API cannot be reached; check the connection and try again." });
+    throw unreachable();
   }
   if (!response.ok) {
     let body = null;
@@ -90,38 +98,56 @@ export async function streamText(path, onText, signal) {
   }
 }
 
-const EVENT_NAMES = ["message", "run", "queue", "daemon", "resync", "override", "worker", "change"];
-
 /**
  * The live event stream (`/api/events`, Server-Sent Events). Without a token it is a plain `EventSource`; with a
  * token it is read through fetch, because an `EventSource` cannot send an Authorization header. Either way it
- * reconnects by itself, and `onOpen` is called at every (re)connection so that the caller can refetch what it may
- * have missed. Returns a function that closes it.
+ * reconnects by itself. Every (re)connection opens with `ready`, which names the kinds of event that follow (so
+ * the panel listens for exactly those) and means that no change goes unheard from then on: `onOpen` is called
+ * then, so that the caller can refetch what it may have missed. Returns a function that closes it.
  */
 export function connectEvents({ onEvent, onOpen, onDown }) {
-  const deliver = (data) => {
-    if (!data) return;
-    try {
-      onEvent(JSON.parse(data));
-    } catch {
-      // A comment or a keep-alive that is not JSON: nothing to do.
-    }
-  };
   if (!token()) {
     const source = new EventSource("/api/events");
-    for (const name of EVENT_NAMES) source.addEventListener(name, (e) => deliver(e.data));
-    source.addEventListener("open", () => onOpen());
+    const listening = new Set();
+    source.addEventListener("ready", (e) => {
+      // The listeners outlive the reconnections, which all open with `ready` again: each is added once.
+      for (const kind of JSON.parse(e.data).kinds) {
+        if (listening.has(kind)) continue;
+        listening.add(kind);
+        source.addEventListener(kind, (k) => onEvent(JSON.parse(k.data)));
+      }
+      onOpen();
+    });
     source.addEventListener("error", () => onDown());
     return () => source.close();
   }
   const controller = new AbortController();
+  let kinds = new Set();
+  // One event of the stream, dispatched like an EventSource would: by its name, or else by its kind.
+  const dispatch = (block) => {
+    let name = "";
+    const data = [];
+    for (const line of block.split("\n")) {
+      if (line.startsWith("event:")) name = line.slice(6).trim();
+      else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+    }
+    // A block without data is a comment: the keep-alive.
+    if (!data.length) return;
+    const event = JSON.parse(data.join("\n"));
+    name ||= event.kind;
+    if (name === "ready") {
+      kinds = new Set(event.kinds);
+      onOpen();
+    } else if (kinds.has(name)) onEvent(event);
+  };
   (async () => {
     let delay = 1000;
     while (!controller.signal.aborted) {
       try {
-        const response = await fetch("/api/events", { headers: headers({ Accept: "text/event-stream" }), signal: controller.signal, cache: "no-store" });
+        const response = await fetch("/api/events", {
+          headers: headers({ Accept: "text/event-stream" }), signal: controller.signal, cache: "no-store",
+        });
         if (!response.ok) throw new Error(`status ${response.status}`);
-        onOpen();
         delay = 1000;
         const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
         let buffer = "";
@@ -131,13 +157,11 @@ export function connectEvents({ onEvent, onOpen, onDown }) {
           buffer += value.replaceAll("\r\n", "\n");
           let end;
           while ((end = buffer.indexOf("\n\n")) >= 0) {
-            const block = buffer.slice(0, end);
+            dispatch(buffer.slice(0, end));
             buffer = buffer.slice(end + 2);
-            const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, "")).join("\n");
-            deliver(data);
           }
         }
-      } catch (e) {
+      } catch {
         if (controller.signal.aborted) return;
       }
       onDown();

@@ -28,9 +28,7 @@ const ctx = {
   serverOffsetMs: 0,
   /** Whether the caller has at least `role`. */
   can(role) {
-    // An API without /api/me cannot say the role: show the controls and let the API refuse what is not allowed.
-    if (this.session?.unknownRole) return true;
-    return (ROLES[this.session?.role] ?? 0) >= ROLES[role];
+    return ROLES[this.session?.role] >= ROLES[role];
   },
   /** The database clock, estimated from the last answer that carried it. */
   serverNow() {
@@ -49,7 +47,8 @@ const ctx = {
   /** The daemons alive that take `worker` (active, not draining or gone). */
   daemonsFor(worker) {
     if (!Array.isArray(this.daemons)) return null;
-    return this.daemons.filter((d) => d.state === "active" && (!d.workers?.length || d.workers.includes(worker)));
+    // A daemon that names no workers takes them all.
+    return this.daemons.filter((d) => d.state === "active" && (!d.workers.length || d.workers.includes(worker)));
   },
   /** Goes to another view. */
   navigate(hash) {
@@ -63,8 +62,7 @@ let health = null;
 
 async function loadDaemons() {
   try {
-    const data = await api("/api/daemons");
-    ctx.daemons = Array.isArray(data) ? data : data?.daemons ?? [];
+    ctx.daemons = (await api("/api/daemons")).daemons;
   } catch (e) {
     if (!(e instanceof ApiError)) throw e;
     ctx.daemons = null;
@@ -78,13 +76,8 @@ async function loadSession() {
     ctx.sessionError = null;
   } catch (e) {
     if (!(e instanceof ApiError)) throw e;
-    if (e.status === 404) {
-      ctx.session = { name: token() ? "token holder" : "anonymous", role: "unknown", unknownRole: true };
-      ctx.sessionError = null;
-    } else {
-      ctx.session = null;
-      ctx.sessionError = e.message;
-    }
+    ctx.session = null;
+    ctx.sessionError = e.message;
   }
   renderSession();
 }
@@ -92,30 +85,34 @@ async function loadSession() {
 function renderSession() {
   const el = document.getElementById("session");
   const s = ctx.session;
-  const form = h("form", { class: "signin", hidden: !!s, "aria-label": "Sign in with a token", onsubmit: signIn },
-    h("label", { for: "token-input" }, "Token"),
-    h("input", { id: "token-input", name: "token", type: "password", autocomplete: "off", required: true, placeholder: "scr_…" }),
-    h("button", { type: "submit" }, "Sign in"),
-  );
-  const who = s
-    ? h("span", { class: "who", id: "who", dataset: { role: s.role } }, "Signed in as ", h("strong", null, s.name), ` (${s.role})`)
-    : h("span", { class: "who", id: "who", dataset: { role: "none" } }, "Not signed in");
+  const input = h("input", {
+    id: "token-input", name: "token", type: "password", autocomplete: "off", required: true, placeholder: "scr_…",
+  });
+  const attrs = { class: "signin", id: "signin-form", hidden: !!s, "aria-label": "Sign in with a token" };
+  const form = h("form", { ...attrs, onsubmit: signIn },
+    h("label", { for: "token-input" }, "Token"), input, h("button", { type: "submit" }, "Sign in"));
+  const who = h("span", { class: "who", id: "who", dataset: { role: s?.role ?? "none" } },
+    s ? ["Signed in as ", h("strong", null, s.name), ` (${s.role})`] : "Not signed in");
   const buttons = [];
   if (token()) buttons.push(h("button", { type: "button", class: "link", onclick: signOut }, "Sign out"));
   else if (s) {
-    buttons.push(h("button", { type: "button", class: "link", "aria-controls": "signin-form", "aria-expanded": "false", onclick: (e) => {
+    const toggle = (e) => {
       form.hidden = !form.hidden;
       e.target.setAttribute("aria-expanded", String(!form.hidden));
-      if (!form.hidden) form.querySelector("input").focus();
-    } }, "Use a token"));
+      if (!form.hidden) input.focus();
+    };
+    buttons.push(h("button", {
+      type: "button", class: "link", "aria-controls": "signin-form", "aria-expanded": "false", onclick: toggle,
+    }, "Use a token"));
   }
-  form.id = "signin-form";
-  replace(el, who, buttons, form, ctx.sessionError && !s && token() ? h("p", { class: "error", role: "alert" }, ctx.sessionError) : null);
+  // A token given but refused says why; signed out without one, the view says what to do.
+  const refused = !s && token() ? h("p", { class: "error", role: "alert" }, ctx.sessionError) : null;
+  replace(el, who, buttons, form, refused);
 }
 
 async function signIn(event) {
   event.preventDefault();
-  const value = new FormData(event.target).get("token")?.toString().trim();
+  const value = new FormData(event.target).get("token").trim();
   if (!value) return;
   setToken(value);
   await restart();
@@ -125,7 +122,7 @@ async function signIn(event) {
     const error = ctx.sessionError;
     setToken(null);
     await restart();
-    document.getElementById("session").append(h("p", { class: "error", role: "alert", id: "signin-error" }, error ?? "The token was refused."));
+    document.getElementById("session").append(h("p", { class: "error", role: "alert", id: "signin-error" }, error));
   }
 }
 
@@ -137,27 +134,37 @@ async function signOut() {
 let closeEvents = null;
 const eventDebounce = debouncer(300);
 
+/** Reads again everything on screen: the daemons, the health strip and the current view. */
+function refetch() {
+  loadDaemons();
+  health.refresh();
+  current?.instance.refresh();
+}
+
 function startEvents() {
   closeEvents?.();
   let wasDown = false;
   closeEvents = connectEvents({
     onEvent(ev) {
-      if (ev?.kind === "resync") {
+      if (ev.kind === "resync") {
         // The API says changes may have been missed: read everything on screen again.
-        eventDebounce("resync", () => { loadDaemons(); health?.refresh(); current?.instance?.refresh?.(); });
+        eventDebounce("resync", refetch);
         return;
       }
-      if (ev?.kind === "daemon") eventDebounce("daemons", () => { loadDaemons(); health?.refresh(); });
-      current?.instance?.onEvent?.(ev);
+      if (ev.kind === "daemon") {
+        eventDebounce("daemons", () => {
+          loadDaemons();
+          health.refresh();
+        });
+      }
+      current?.instance.onEvent(ev);
     },
     onOpen() {
       document.body.dataset.live = "on";
       if (wasDown) {
         // Events may have been missed while disconnected: refetch what is on screen, once.
         wasDown = false;
-        loadDaemons();
-        health?.refresh();
-        current?.instance?.refresh?.();
+        refetch();
       }
     },
     onDown() {
@@ -171,17 +178,18 @@ function route() {
   const hash = location.hash || "#/workers";
   if (!ctx.session) {
     // Signed out: nothing is read until a token is given, so the API is not asked for what it would refuse.
-    current?.instance?.unmount?.();
+    current?.instance.unmount();
     current = null;
     const main = document.getElementById("view");
     replace(main, h("h1", null, "Sign in"),
-      h("p", null, "This API needs a token to show the workers and the runs. Enter yours in the Token field at the top; it is kept only in this tab (session storage) and sent as a bearer token."),
+      h("p", null, "This API needs a token to show the workers and the runs. Enter yours in the Token field at the ",
+        "top; it is kept only in this tab (session storage) and sent as a bearer token."),
       ctx.sessionError ? h("p", { class: "muted" }, `The API said: ${ctx.sessionError}`) : null);
-    document.getElementById("token-input")?.focus();
+    document.getElementById("token-input").focus();
     return;
   }
   const found = ROUTES.map((r) => ({ r, m: hash.match(r.pattern) })).find((x) => x.m);
-  current?.instance?.unmount?.();
+  current?.instance.unmount();
   current = null;
   for (const a of document.querySelectorAll("nav.views a")) {
     if (found && a.dataset.nav === found.r.nav) a.setAttribute("aria-current", "page");
@@ -189,7 +197,8 @@ function route() {
   }
   const main = document.getElementById("view");
   if (!found) {
-    replace(main, h("h1", null, "Not found"), h("p", null, "There is no such view. ", h("a", { href: "#/workers" }, "Go to the workers.")));
+    replace(main, h("h1", null, "Not found"),
+      h("p", null, "There is no such view. ", h("a", { href: "#/workers" }, "Go to the workers.")));
     return;
   }
   replace(main);
@@ -201,22 +210,22 @@ async function restart() {
   await loadSession();
   if (ctx.session) {
     await loadDaemons();
-    health?.refresh();
+    health.refresh();
     startEvents();
   } else {
     closeEvents?.();
     closeEvents = null;
-    health?.clear();
+    health.clear();
   }
   route();
 }
 
 async function main() {
-  health = startHealth(document.getElementById("health"), ctx);
+  health = startHealth(document.getElementById("health"));
   window.addEventListener("hashchange", route);
   if (!location.hash) history.replaceState(null, "", "#/workers");
   // Relative times ("3 min ago") and run progress are redrawn locally each second; nothing is fetched.
-  setInterval(() => current?.instance?.tick?.(), 1000);
+  setInterval(() => current?.instance.tick?.(), 1000);
   await restart();
 }
 

@@ -1,18 +1,18 @@
 // Small DOM helpers. Text always goes in as text nodes: nothing the API returns is ever parsed as HTML.
 
 /**
- * Creates an element. `props`: `class`, `dataset`, `on<event>` listeners, `value`/`checked` (set as properties),
- * booleans (present when true) and anything else as an attribute. Children: nodes, strings, numbers, arrays;
- * null, undefined and false are skipped.
+ * Creates an element. `props`: `class`, `dataset`, `on<event>` listeners, `value` (set as the property, which is
+ * what a form reads), booleans (present when true) and anything else as an attribute. Children: nodes, strings,
+ * numbers, arrays; null, undefined and false are skipped.
  */
 export function h(tag, props, ...children) {
   const el = document.createElement(tag);
   for (const [key, value] of Object.entries(props ?? {})) {
     if (value == null || value === false) continue;
-    if (key === "class") el.className = Array.isArray(value) ? value.filter(Boolean).join(" ") : value;
+    if (key === "class") el.className = value;
     else if (key === "dataset") Object.assign(el.dataset, value);
     else if (key.startsWith("on") && typeof value === "function") el.addEventListener(key.slice(2), value);
-    else if (key === "value" || key === "checked") el[key] = value;
+    else if (key === "value") el.value = value;
     else el.setAttribute(key, value === true ? "" : String(value));
   }
   append(el, children);

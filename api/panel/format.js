@@ -6,13 +6,15 @@ const pad = (n, w = 2) => String(n).padStart(w, "0");
 
 /** A local date and time, `2026-01-31 14:05:09`. */
 export function dateTime(iso) {
-  if (!iso) return "—";
   const d = new Date(iso);
-  if (Number.isNaN(d.getTime())) return String(iso);
-  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  const day = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}`;
+  return `${day} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
 }
 
-/** A `<time>` element with the local date and time, and the exact instant as its machine-readable value. */
+/**
+ * A `<time>` element with the local date and time, and the exact instant as its machine-readable value; a dash
+ * for a moment that has not come (a run not yet started, say).
+ */
 export function timeEl(iso) {
   if (!iso) return "—";
   return h("time", { datetime: iso, title: iso }, dateTime(iso));
@@ -20,7 +22,6 @@ export function timeEl(iso) {
 
 /** A duration for people: `850 ms`, `12.3 s`, `4 min 05 s`, `2 h 03 min`. */
 export function duration(ms) {
-  if (ms == null || Number.isNaN(ms)) return "—";
   ms = Math.max(0, Math.round(ms));
   if (ms < 1000) return `${ms} ms`;
   const s = ms / 1000;
@@ -35,7 +36,6 @@ export function duration(ms) {
 
 /** How long ago, from a number of seconds: `just now`, `42 s ago`, `3 min ago`. */
 export function ago(seconds) {
-  if (seconds == null || Number.isNaN(seconds)) return "";
   if (seconds < 2) return "just now";
   if (seconds < 60) return `${Math.round(seconds)} s ago`;
   if (seconds < 3600) return `${Math.round(seconds / 60)} min ago`;
@@ -45,7 +45,7 @@ export function ago(seconds) {
 
 /** A whole number with thousands separators. */
 export function count(n) {
-  return n == null ? "—" : Number(n).toLocaleString("en-US");
+  return n.toLocaleString("en-US");
 }
 
 const SOURCE_TITLES = {
@@ -58,7 +58,7 @@ const SOURCE_TITLES = {
 /** The badge saying where a configuration value comes from. */
 export function sourceBadge(source) {
   if (!source) return null;
-  return h("span", { class: `badge source source-${source}`, title: SOURCE_TITLES[source] ?? source }, source);
+  return h("span", { class: `badge source source-${source}`, title: SOURCE_TITLES[source] }, source);
 }
 
 export const TERMINAL = new Set(["succeeded", "failed", "cancelled", "interrupted"]);
@@ -88,16 +88,15 @@ export function resultSummary(result) {
 
 /** The first 8 characters of an id, with the whole id as its title. */
 export function shortId(id) {
-  if (!id) return "—";
-  return h("code", { class: "id", title: id }, String(id).slice(0, 8));
+  return h("code", { class: "id", title: id }, id.slice(0, 8));
 }
 
 /** How far a run is: done, total, rate and time left, from its progress and start. */
 export function progressFacts(run, nowMs) {
-  const p = run?.progress ?? null;
+  const p = run.progress ?? null;
   const done = Number(p?.done ?? 0);
   const total = p?.total == null ? null : Number(p.total);
-  const started = run?.started_at ? Date.parse(run.started_at) : null;
+  const started = run.started_at ? Date.parse(run.started_at) : null;
   const elapsed = started ? Math.max(0, (nowMs - started) / 1000) : null;
   const rate = elapsed && elapsed > 0.2 && done > 0 ? done / elapsed : null;
   const left = rate && total != null ? Math.max(0, (total - done) / rate) : null;

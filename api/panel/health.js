@@ -7,32 +7,34 @@ import { h, replace } from "./dom.js";
 
 const LABELS = { database: "Database", model_server: "Model server", object_store: "Object store", daemons: "Daemons" };
 
+/** A check's name for people: `model_server:local` is `Model server local`. */
 function label(name) {
-  const [kind, rest] = String(name).split(/[:/]/, 2);
-  const base = LABELS[kind] ?? kind.replaceAll("_", " ");
-  return rest ? `${base} ${rest}` : base;
+  const [kind, rest] = name.split(":", 2);
+  return rest ? `${LABELS[kind]} ${rest}` : LABELS[kind];
 }
 
-export function startHealth(el, ctx) {
+export function startHealth(el) {
   let inFlight = null;
-  const render = (data, failure) => {
-    if (failure) {
-      replace(el, h("ul", { class: "checks" }, h("li", { class: "check check-down", dataset: { check: "api", status: "down" } },
-        h("span", { class: "dot", "aria-hidden": "true" }), h("strong", null, "API"), " ", h("span", { class: "sentence" }, failure))));
-      return;
-    }
-    const checks = Array.isArray(data?.checks) ? data.checks : [];
-    replace(el, h("ul", { class: "checks" }, checks.map((c) => {
-      const status = ["ok", "degraded", "down"].includes(c.status) ? c.status : "degraded";
-      return h("li", { class: `check check-${status}`, dataset: { check: c.name, status }, title: c.latency_ms != null ? `${status}, checked in ${Math.round(c.latency_ms)} ms` : status },
+  // The API could not say how it is (unreachable, or the token refused): one red check with the reason.
+  const failed = (sentence) => {
+    const check = h("li", { class: "check check-down", dataset: { check: "api", status: "down" } },
+      h("span", { class: "dot", "aria-hidden": "true" }), h("strong", null, "API"), " ",
+      h("span", { class: "sentence" }, sentence));
+    replace(el, h("ul", { class: "checks" }, check));
+  };
+  const render = (data) => {
+    replace(el, h("ul", { class: "checks" }, data.checks.map((c) => {
+      const title = `${c.status}, checked in ${Math.round(c.latency_ms)} ms`;
+      // An unhealthy check says what is wrong; the daemons' healthy one says how many are alive.
+      const sentence = c.error ? h("span", { class: "sentence" }, c.error)
+        : c.name === "daemons" ? h("span", { class: "sentence muted" }, `${c.details.alive} alive`) : null;
+      return h("li", { class: `check check-${c.status}`, dataset: { check: c.name, status: c.status }, title },
         h("span", { class: "dot", "aria-hidden": "true" }),
         h("strong", null, label(c.name)),
-        h("span", { class: "visually-hidden" }, `: ${status}`),
-        c.error ? [" ", h("span", { class: "sentence" }, c.error)] : null,
-        !c.error && c.name === "daemons" && c.details?.alive != null ? [" ", h("span", { class: "sentence muted" }, `${c.details.alive} alive`)] : null,
-      );
+        h("span", { class: "visually-hidden" }, `: ${c.status}`),
+        sentence ? [" ", sentence] : null);
     })));
-    el.dataset.status = data?.status ?? "";
+    el.dataset.status = data.status;
   };
   const refresh = async () => {
     if (inFlight) return inFlight;
@@ -41,9 +43,7 @@ export function startHealth(el, ctx) {
         render(await api("/api/health"));
       } catch (e) {
         if (!(e instanceof ApiError)) throw e;
-        // A degraded or down API may answer its health with an error status but the same body.
-        if (Array.isArray(e.body?.checks)) render(e.body);
-        else render(null, e.message);
+        failed(e.message);
       } finally {
         inFlight = null;
       }

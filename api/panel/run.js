@@ -27,15 +27,18 @@ export function mount(root, [id], ctx) {
   const config = h("section", { class: "card", "aria-labelledby": "config-title" });
   const outcome = h("section", { class: "card", "aria-labelledby": "outcome-title" });
   const logState = h("span", { class: "log-state muted", id: "log-state" });
-  const logPre = h("pre", { class: "log", id: "run-log", tabindex: "0", "aria-label": "The run's output", "aria-describedby": "log-state" });
+  const logPre = h("pre", {
+    class: "log", id: "run-log", tabindex: "0", "aria-label": "The run's output", "aria-describedby": "log-state",
+  });
   const logSection = h("section", { class: "card log-card", "aria-labelledby": "log-title" },
     h("h2", { id: "log-title" }, "Output ", logState), logPre);
   replace(root, head, notice, alert, h("div", { class: "run-grid" }, summary, outcome, config), logSection);
 
   function render() {
     const r = run;
-    replace(head, h("p", { class: "crumbs" }, h("a", { href: "#/runs" }, "Runs"), " / ", h("a", { href: `#/runs?worker=${encodeURIComponent(r.worker)}` }, r.worker)),
-      h("h1", null, "Run ", h("code", { title: r.id }, r.id), " ", stateBadge(r.state)));
+    const crumbs = h("p", { class: "crumbs" }, h("a", { href: "#/runs" }, "Runs"), " / ",
+      h("a", { href: `#/runs?worker=${encodeURIComponent(r.worker)}` }, r.worker));
+    replace(head, crumbs, h("h1", null, "Run ", h("code", { title: r.id }, r.id), " ", stateBadge(r.state)));
     head.dataset.state = r.state;
     const daemon = r.daemon_id ? ctx.daemons?.find((d) => d.id === r.daemon_id) : null;
     const rows = [
@@ -45,46 +48,67 @@ export function mount(root, [id], ctx) {
       ["Started", timeEl(r.started_at)],
       ["Finished", timeEl(r.finished_at)],
       ["Duration", r.duration_ms != null ? duration(r.duration_ms) : TERMINAL.has(r.state) ? "—" : "in flight"],
-      ["Daemon", r.daemon_id ? [shortId(r.daemon_id), daemon ? ` on ${daemon.host} (pid ${daemon.pid}, ${daemon.state})` : ""] : "—"],
+      ["Daemon", r.daemon_id
+        ? [shortId(r.daemon_id), daemon ? ` on ${daemon.host} (pid ${daemon.pid}, ${daemon.state})` : ""]
+        : "—"],
       ["Exit status", r.exit_code ?? "—"],
     ];
-    if (r.cancel_requested_at) rows.push(["Cancel requested", [timeEl(r.cancel_requested_at), " by ", r.cancel_requested_by ?? "—"]]);
-    if (r.attempt && r.attempt !== 1) rows.push(["Attempt", r.attempt]);
+    if (r.cancel_requested_at) {
+      rows.push(["Cancel requested", [timeEl(r.cancel_requested_at), " by ", r.cancel_requested_by]]);
+    }
     const controls = [];
     if (!TERMINAL.has(r.state) && ctx.can("operator") && !r.cancel_requested_at) {
-      controls.push(h("button", { type: "button", class: "cancel", disabled: busy, onclick: cancel }, "Cancel this run"));
+      controls.push(h("button", { type: "button", class: "cancel", disabled: busy, onclick: cancel },
+        "Cancel this run"));
     }
     replace(summary, h("dl", { class: "facts" }, rows.map(([k, v]) => [h("dt", null, k), h("dd", null, v)])), controls);
 
     const f = progressFacts(r, ctx.serverNow());
-    const history = r.progress_history ?? [];
+    const history = r.progress_history;
+    const progress = r.progress || r.state === "running"
+      ? h("div", { class: "progress" }, progressBar(f, "Progress of this run"),
+        h("span", { class: "progress-text" }, TERMINAL.has(r.state) ? progressTextFinal(f) : progressText(f)))
+      : null;
+    const resultRow = ([k, v]) => h("tr", null,
+      h("th", { scope: "row" }, k.replaceAll("_", " ")), h("td", { class: "num" }, cell(v)));
+    const report = (p) => h("li", null, dateTime(p.at), " — ",
+      progressText(progressFacts({ progress: p.progress }, 0)));
     replace(outcome, h("h2", { id: "outcome-title" }, "Progress and outcome"),
-      r.progress || r.state === "running" ? h("div", { class: "progress" }, progressBar(f, "Progress of this run"), h("span", { class: "progress-text" }, TERMINAL.has(r.state) ? progressTextFinal(f) : progressText(f))) : null,
-      r.result ? h("table", { class: "counts" }, h("caption", null, "Result"), h("tbody", null, Object.entries(r.result).map(([k, v]) =>
-        h("tr", null, h("th", { scope: "row" }, k.replaceAll("_", " ")), h("td", { class: "num" }, cell(v)))))) : null,
+      progress,
+      r.result ? h("table", { class: "counts" }, h("caption", null, "Result"),
+        h("tbody", null, Object.entries(r.result).map(resultRow))) : null,
       r.error ? [h("h3", null, "Error"), h("pre", { class: "error-block" }, r.error)] : null,
       !r.result && !r.error && TERMINAL.has(r.state) ? h("p", { class: "muted" }, "No result was reported.") : null,
       history.length ? h("details", { class: "history" }, h("summary", null, `Progress reports (${history.length})`),
-        h("ol", null, history.slice(-200).map((p) => h("li", null, dateTime(p.at), " — ", progressText(progressFacts({ progress: p.progress }, 0)))))) : null);
+        h("ol", null, history.slice(-200).map(report))) : null);
 
-    const cfg = r.config ?? {};
+    const cfg = r.config;
     const cfgRows = [];
     if (cfg.engine) cfgRows.push(["engine", cfg.engine.value, cfg.engine.source]);
     if (cfg.preset) cfgRows.push(["preset", cfg.preset.value, cfg.preset.source]);
     if (cfg.model) cfgRows.push(["model", cfg.model, null]);
     if (cfg.endpoint) cfgRows.push(["endpoint", cfg.endpoint, null]);
-    for (const [k, v] of Object.entries(cfg.options ?? {})) cfgRows.push([k, valueText(v.value), v.source]);
+    for (const [k, v] of Object.entries(cfg.options)) cfgRows.push([k, valueText(v.value), v.source]);
     if (cfg.timeout_seconds) cfgRows.push(["timeout", duration(cfg.timeout_seconds * 1000), null]);
+    const cfgRow = ([k, v, s]) => h("tr", { dataset: { field: k } }, h("th", { scope: "row" }, k),
+      h("td", null, h("code", null, String(v))),
+      h("td", null, sourceBadge(s) ?? h("span", { class: "muted" }, "derived")));
     replace(config, h("h2", { id: "config-title" }, "Resolved configuration"),
-      cfgRows.length ? h("table", { class: "config-table" }, h("thead", null, h("tr", null, h("th", { scope: "col" }, "Field"), h("th", { scope: "col" }, "Value"), h("th", { scope: "col" }, "Source"))),
-        h("tbody", null, cfgRows.map(([k, v, s]) => h("tr", { dataset: { field: k } }, h("th", { scope: "row" }, k), h("td", null, h("code", null, String(v))), h("td", null, sourceBadge(s) ?? h("span", { class: "muted" }, "derived")))))) : h("p", { class: "muted" }, "Nothing to resolve."),
-      cfg.engine_configurable === false ? h("p", { class: "muted" }, "The engine of this worker is configured elsewhere.") : null);
+      cfgRows.length
+        ? h("table", { class: "config-table" },
+          h("thead", null, h("tr", null, ["Field", "Value", "Source"].map((c) => h("th", { scope: "col" }, c)))),
+          h("tbody", null, cfgRows.map(cfgRow)))
+        : h("p", { class: "muted" }, "Nothing to resolve."),
+      cfg.engine_configurable
+        ? null
+        : h("p", { class: "muted" }, "The engine of this worker is configured elsewhere."));
   }
 
   function cell(v) {
     if (typeof v === "number") return count(v);
     if (v && typeof v === "object" && !Array.isArray(v)) {
-      return h("ul", { class: "tally" }, Object.entries(v).map(([k, x]) => h("li", null, `${k}: `, typeof x === "number" ? count(x) : valueText(x))));
+      return h("ul", { class: "tally" },
+        Object.entries(v).map(([k, x]) => h("li", null, `${k}: `, typeof x === "number" ? count(x) : valueText(x))));
     }
     return valueText(v);
   }
@@ -157,7 +181,8 @@ export function mount(root, [id], ctx) {
 
   return {
     onEvent(ev) {
-      if (ev?.run === id || (ev?.kind === "daemon" && run?.daemon_id)) debounce("run", load);
+      // A daemon's event may change what is shown of the daemon running this run.
+      if (ev.run === id || (ev.kind === "daemon" && run?.daemon_id)) debounce("run", load);
     },
     refresh: load,
     tick() {

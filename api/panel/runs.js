@@ -5,6 +5,7 @@
 
 import { ApiError, api } from "./api.js";
 import { debouncer, h, replace } from "./dom.js";
+import { field } from "./form.js";
 import { STATES, duration, resultSummary, shortId, stateBadge, timeEl } from "./format.js";
 
 const PAGE_SIZES = [25, 50, 100, 200];
@@ -52,36 +53,59 @@ export function mount(root, [queryText], ctx) {
     STATES.map((s) => h("option", { value: s, selected: s === filter.state }, s)));
   const fromInput = h("input", { id: "filter-from", name: "from", type: "date", value: filter.from });
   const toInput = h("input", { id: "filter-to", name: "to", type: "date", value: filter.to });
-  const limitSelect = h("select", { id: "filter-limit", name: "limit" }, PAGE_SIZES.map((n) => h("option", { value: n, selected: n === filter.limit }, n)));
-  const form = h("form", { class: "filters", "aria-label": "Filter the runs", onsubmit: (e) => {
+  const limitSelect = h("select", { id: "filter-limit", name: "limit" },
+    PAGE_SIZES.map((n) => h("option", { value: n, selected: n === filter.limit }, n)));
+  const onsubmit = (e) => {
     e.preventDefault();
     pageStack.length = 0;
-    ctx.navigate(toHash({ worker: workerSelect.value, state: stateSelect.value, from: fromInput.value, to: toInput.value, limit: Number(limitSelect.value), after: "" }));
-  } },
-  h("div", { class: "field" }, h("label", { for: "filter-worker" }, "Worker"), workerSelect),
-  h("div", { class: "field" }, h("label", { for: "filter-state" }, "State"), stateSelect),
-  h("div", { class: "field" }, h("label", { for: "filter-from" }, "From (day)"), fromInput),
-  h("div", { class: "field" }, h("label", { for: "filter-to" }, "To (day, included)"), toInput),
-  h("div", { class: "field" }, h("label", { for: "filter-limit" }, "Per page"), limitSelect),
-  h("div", { class: "field buttons" }, h("button", { type: "submit", class: "primary" }, "Apply"),
-    h("a", { href: "#/runs", class: "button", onclick: () => { pageStack.length = 0; } }, "Reset")));
+    ctx.navigate(toHash({
+      worker: workerSelect.value, state: stateSelect.value, from: fromInput.value, to: toInput.value,
+      limit: Number(limitSelect.value), after: "",
+    }));
+  };
+  const reset = () => {
+    pageStack.length = 0;
+  };
+  const form = h("form", { class: "filters", "aria-label": "Filter the runs", onsubmit },
+    field("filter-worker", "Worker", workerSelect),
+    field("filter-state", "State", stateSelect),
+    field("filter-from", "From (day)", fromInput),
+    field("filter-to", "To (day, included)", toInput),
+    field("filter-limit", "Per page", limitSelect),
+    h("div", { class: "field buttons" }, h("button", { type: "submit", class: "primary" }, "Apply"),
+      h("a", { href: "#/runs", class: "button", onclick: reset }, "Reset")));
 
   const tbody = h("tbody");
+  const columns = ["Requested", "Worker", "State", "By", "Duration", "Outcome", "Run"];
   const table = h("table", { class: "ledger", id: "ledger", "aria-busy": "true" },
     h("caption", { class: "visually-hidden" }, "Runs, newest first"),
-    h("thead", null, h("tr", null, ["Requested", "Worker", "State", "By", "Duration", "Outcome", "Run"].map((c) => h("th", { scope: "col" }, c)))),
+    h("thead", null, h("tr", null, columns.map((c) => h("th", { scope: "col" }, c)))),
     tbody);
   const notice = h("div", { class: "notice", role: "status" });
-  const newer = h("button", { type: "button", onclick: () => ctx.navigate(toHash({ ...filter, after: pageStack.pop() ?? "" })) }, "← Newer");
-  const newest = h("button", { type: "button", onclick: () => { pageStack.length = 0; ctx.navigate(toHash({ ...filter, after: "" })); } }, "Newest");
-  const older = h("button", { type: "button", onclick: () => { pageStack.push(filter.after); ctx.navigate(toHash({ ...filter, after: next })); } }, "Older →");
+  const go = (after) => ctx.navigate(toHash({ ...filter, after }));
+  const toNewest = () => {
+    pageStack.length = 0;
+    go("");
+  };
+  const toOlder = () => {
+    pageStack.push(filter.after);
+    go(next);
+  };
+  const newer = h("button", { type: "button", onclick: () => go(pageStack.pop() ?? "") }, "← Newer");
+  const newest = h("button", { type: "button", onclick: toNewest }, "Newest");
+  const older = h("button", { type: "button", onclick: toOlder }, "Older →");
   const pager = h("nav", { class: "pager", "aria-label": "Pages of runs" }, newest, newer, older);
-  replace(root, h("div", { class: "view-head" }, h("h1", null, "Runs")), form, notice, h("div", { class: "table-wrap" }, table), pager);
+  replace(root, h("div", { class: "view-head" }, h("h1", null, "Runs")), form, notice,
+    h("div", { class: "table-wrap" }, table), pager);
 
   api("/api/workers").then((data) => {
     if (closed) return;
-    for (const w of data?.workers ?? []) if (w.name !== filter.worker) workerSelect.append(h("option", { value: w.name }, w.name));
-  }).catch((e) => { if (!(e instanceof ApiError)) throw e; });
+    for (const w of data.workers) {
+      if (w.name !== filter.worker) workerSelect.append(h("option", { value: w.name }, w.name));
+    }
+  }).catch((e) => {
+    if (!(e instanceof ApiError)) throw e;
+  });
 
   function query(after) {
     const q = new URLSearchParams();
@@ -108,13 +132,18 @@ export function mount(root, [queryText], ctx) {
   }
 
   function row(r) {
+    // A cancellation asked for but not (yet) what ended the run.
+    const cancelAsked = r.cancel_requested_at && r.state !== "cancelled";
+    const error = r.error?.length > 120 ? `${r.error.slice(0, 120)}…` : r.error;
     return h("tr", { dataset: { run: r.id, state: r.state, worker: r.worker } },
       h("td", null, timeEl(r.requested_at)),
       h("td", null, h("a", { href: `#/runs?worker=${encodeURIComponent(r.worker)}` }, r.worker)),
-      h("td", { class: "state-cell" }, stateBadge(r.state), r.cancel_requested_at && !["cancelled"].includes(r.state) ? h("small", { class: "muted" }, " cancel requested") : null),
+      h("td", { class: "state-cell" }, stateBadge(r.state),
+        cancelAsked ? h("small", { class: "muted" }, " cancel requested") : null),
       h("td", null, r.requested_by),
-      h("td", { class: "num" }, r.duration_ms != null ? duration(r.duration_ms) : r.state === "running" ? "running" : "—"),
-      h("td", { class: "outcome" }, r.error ? h("span", { class: "error-text" }, r.error.length > 120 ? `${r.error.slice(0, 120)}…` : r.error) : resultSummary(r.result)),
+      h("td", { class: "num" },
+        r.duration_ms != null ? duration(r.duration_ms) : r.state === "running" ? "running" : "—"),
+      h("td", { class: "outcome" }, error ? h("span", { class: "error-text" }, error) : resultSummary(r.result)),
       h("td", null, h("a", { href: `#/runs/${r.id}`, "aria-label": `Run ${r.id}` }, shortId(r.id))));
   }
 
@@ -124,13 +153,13 @@ export function mount(root, [queryText], ctx) {
       const page = await api(query(filter.after));
       if (closed) return;
       rows.clear();
-      const trs = (page?.runs ?? []).map((r) => {
+      const trs = page.runs.map((r) => {
         const tr = row(r);
         rows.set(r.id, tr);
         return tr;
       });
       replace(tbody, trs.length ? trs : h("tr", { class: "empty" }, h("td", { colspan: 7 }, "No runs match.")));
-      next = page?.next ?? null;
+      next = page.next ?? null;
       older.disabled = !next;
       newer.disabled = !filter.after;
       newest.disabled = !filter.after;
@@ -167,7 +196,7 @@ export function mount(root, [queryText], ctx) {
 
   return {
     onEvent(ev) {
-      if (ev?.kind === "run" && ev.run) debounce(ev.run, () => loadRun(ev.run));
+      if (ev.kind === "run") debounce(ev.run, () => loadRun(ev.run));
     },
     refresh: load,
     unmount() {

@@ -4,6 +4,7 @@
 
 import { ApiError, api } from "./api.js";
 import { debouncer, h, idFor, replace } from "./dom.js";
+import { engineFields, optionField, optionInput, readOptions } from "./form.js";
 import {
   ago, count, duration, progressBar, progressFacts, progressText, resultSummary, shortId, sourceBadge, stateBadge,
   timeEl, valueText,
@@ -19,9 +20,9 @@ export function mount(root, _params, ctx) {
 
   const list = h("div", { class: "worker-grid", id: "workers", "aria-busy": "true" });
   const notice = h("div", { class: "notice", role: "status" });
+  const sources = ["explicit", "override", "default", "external"].map((s, i) => [i ? " " : "", sourceBadge(s)]);
   replace(root, h("div", { class: "view-head" }, h("h1", null, "Workers"),
-    h("p", { class: "muted" }, "In catalogue order. Badges say where each value comes from: ",
-      sourceBadge("explicit"), " ", sourceBadge("override"), " ", sourceBadge("default"), " ", sourceBadge("external"), ".")),
+    h("p", { class: "muted" }, "In catalogue order. Badges say where each value comes from: ", sources, ".")),
   notice, list);
 
   async function loadAll() {
@@ -29,12 +30,11 @@ export function mount(root, _params, ctx) {
       const data = await api("/api/workers");
       if (closed) return;
       ctx.sawServerTime(data.now);
-      engines = data.engines ?? {};
-      const items = Array.isArray(data) ? data : data.workers ?? [];
+      engines = data.engines;
       const now = performance.now();
       const seen = new Set();
       const cards = [];
-      for (const w of items) {
+      for (const w of data.workers) {
         seen.add(w.name);
         let entry = workers.get(w.name);
         if (!entry) {
@@ -78,8 +78,13 @@ export function mount(root, _params, ctx) {
     const card = workers.get(name)?.card;
     if (!card) return;
     const a = alerts.get(name);
-    replace(card.alert, a ? [a.message, a.runId ? [" ", h("a", { href: `#/runs/${a.runId}` }, "Open that run")] : null,
-      " ", h("button", { type: "button", class: "link", "aria-label": `Dismiss the message about ${name}`, onclick: () => setAlert(name, null) }, "Dismiss")] : []);
+    const dismiss = () => h("button", {
+      type: "button", class: "link", "aria-label": `Dismiss the message about ${name}`,
+      onclick: () => setAlert(name, null),
+    }, "Dismiss");
+    replace(card.alert, a
+      ? [a.message, a.runId ? [" ", h("a", { href: `#/runs/${a.runId}` }, "Open that run")] : null, " ", dismiss()]
+      : []);
     card.alert.hidden = !a;
   }
 
@@ -90,10 +95,10 @@ export function mount(root, _params, ctx) {
     try {
       const run = await api(`/api/workers/${encodeURIComponent(name)}/runs`, { method: "POST", body: args });
       const entry = workers.get(name);
-      if (entry && run?.id) entry.data.in_flight = run;
+      if (entry) entry.data.in_flight = run;
     } catch (e) {
       if (!(e instanceof ApiError)) throw e;
-      setAlert(name, e.message, e.body?.run_id);
+      setAlert(name, e.message, e.body.run_id);
     } finally {
       busy.delete(name);
       update(name);
@@ -116,22 +121,30 @@ export function mount(root, _params, ctx) {
     }
   }
 
+  function tag(title, key, value) {
+    return value ? h("span", { class: "tag", title }, h("span", { class: "k" }, key), " ", value) : null;
+  }
+
   function buildCard(w) {
     const id = idFor("worker", w.name);
     const status = h("div", { class: "status" });
     const alert = h("p", { class: "alert", role: "alert", id: `${id}-alert`, hidden: true });
     const reason = h("p", { class: "reason", id: `${id}-reason` });
-    const runButton = h("button", { type: "button", class: "run primary", "aria-describedby": `${id}-reason`, onclick: () => trigger(w.name, {}) }, "Run");
+    const runButton = h("button", {
+      type: "button", class: "run primary", "aria-describedby": `${id}-reason`, onclick: () => trigger(w.name, {}),
+    }, "Run");
     const form = buildRunForm(w, id);
-    const overrideLink = h("a", { href: `#/overrides/${encodeURIComponent(w.name)}`, class: "override-link" }, "Override and audit trail");
+    const overrideLink = h("a", { href: `#/overrides/${encodeURIComponent(w.name)}`, class: "override-link" },
+      "Override and audit trail");
     const controls = h("div", { class: "controls" }, runButton, form.details);
-    const article = h("article", { class: "worker card", id, dataset: { worker: w.name }, "aria-labelledby": `${id}-title` },
-      h("header", null,
-        h("h2", { id: `${id}-title` }, w.title || w.name, w.title ? [" ", h("code", { class: "name" }, w.name)] : null),
-        h("p", { class: "tags" },
-          w.axis ? h("span", { class: "tag", title: "Axis of the archive" }, h("span", { class: "k" }, "axis"), " ", w.axis) : null,
-          w.governance ? h("span", { class: "tag", title: "Who governs its output" }, h("span", { class: "k" }, "governance"), " ", w.governance) : null,
-          w.stamp ? h("span", { class: "tag", title: "The stamp it leaves" }, h("span", { class: "k" }, "stamp"), " ", w.stamp) : null)),
+    const header = h("header", null,
+      h("h2", { id: `${id}-title` }, w.title || w.name, w.title ? [" ", h("code", { class: "name" }, w.name)] : null),
+      h("p", { class: "tags" },
+        tag("Axis of the archive", "axis", w.axis),
+        tag("Who governs its output", "governance", w.governance),
+        tag("The stamp it leaves", "stamp", w.stamp)));
+    const attrs = { class: "worker card", id, dataset: { worker: w.name }, "aria-labelledby": `${id}-title` };
+    const article = h("article", attrs, header,
       w.description ? h("p", { class: "description" }, w.description) : null,
       status,
       h("div", { class: "actions" }, controls, reason, alert, overrideLink));
@@ -140,65 +153,37 @@ export function mount(root, _params, ctx) {
 
   function buildRunForm(w, id) {
     const fields = [];
-    let engineSelect = null;
-    let presetSelect = null;
     const eff = w.effective;
+    let picks = null;
     if (w.engine_configurable && Object.keys(engines).length) {
-      engineSelect = h("select", { id: `${id}-engine`, name: "engine" },
-        h("option", { value: "" }, `as configured (${eff?.engine?.value ?? "none"})`),
-        Object.keys(engines).map((name) => h("option", { value: name }, name)));
-      presetSelect = h("select", { id: `${id}-preset`, name: "preset" });
-      const fillPresets = () => {
-        const engine = engineSelect.value || eff?.engine?.value;
-        const presets = engines[engine]?.presets ?? {};
-        replace(presetSelect, h("option", { value: "" }, engineSelect.value ? "the engine's preset as configured" : `as configured (${eff?.preset?.value ?? "none"})`),
-          Object.entries(presets).map(([p, model]) => h("option", { value: p }, `${p} (${model})`)));
-      };
-      engineSelect.addEventListener("change", fillPresets);
-      fillPresets();
-      fields.push(h("div", { class: "field" }, h("label", { for: `${id}-engine` }, "Engine"), engineSelect));
-      fields.push(h("div", { class: "field" }, h("label", { for: `${id}-preset` }, "Preset"), presetSelect));
+      // Left on its first option, a select sends nothing and the run uses what is configured.
+      picks = engineFields(id, engines, eff?.engine?.value, (text) => text, (name, chosen) => {
+        let head = `as configured (${eff?.[name]?.value ?? "none"})`;
+        if (name === "preset" && chosen) head = "the engine's preset as configured";
+        return [h("option", { value: "" }, head), null];
+      });
+      fields.push(picks.fields);
     }
     const inputs = [];
-    for (const o of w.options ?? []) {
-      const inputId = `${id}-opt-${o.name}`;
-      const current = eff?.options?.[o.name]?.value;
+    for (const o of w.options) {
+      const current = eff?.options[o.name]?.value;
       const hint = current !== undefined ? `as configured: ${valueText(current)}` : "worker's own default";
-      let input;
-      if (Array.isArray(o.choices) && o.choices.length) {
-        input = h("select", { id: inputId }, h("option", { value: "" }, hint), o.choices.map((c) => h("option", { value: JSON.stringify(c) }, valueText(c))));
-      } else if (o.type === "boolean") {
-        input = h("select", { id: inputId }, h("option", { value: "" }, hint), h("option", { value: "true" }, "true"), h("option", { value: "false" }, "false"));
-      } else if (o.type === "integer" || o.type === "number") {
-        input = h("input", { id: inputId, type: "number", step: o.type === "integer" ? "1" : "any", placeholder: hint, inputmode: o.type === "integer" ? "numeric" : "decimal" });
-      } else {
-        input = h("input", { id: inputId, type: "text", placeholder: hint });
-      }
+      const input = optionInput(o, id, hint, (text) => text);
       inputs.push({ spec: o, input });
-      fields.push(h("div", { class: "field" },
-        h("label", { for: inputId }, o.name, h("span", { class: "type" }, ` ${o.type}`)),
-        input,
-        o.description ? h("small", { class: "muted" }, o.description) : null));
+      fields.push(optionField(o, input));
     }
     const submit = h("button", { type: "submit", class: "primary" }, "Run with these arguments");
-    const form = h("form", { class: "run-form", "aria-label": `Arguments for a run of ${w.name}`, onsubmit: (event) => {
+    const onsubmit = (event) => {
       event.preventDefault();
       const args = {};
-      if (engineSelect?.value) args.engine = engineSelect.value;
-      if (presetSelect?.value) args.preset = presetSelect.value;
-      const options = {};
-      for (const { spec, input } of inputs) {
-        const raw = input.value.trim();
-        if (raw === "") continue;
-        if (input.tagName === "SELECT" && spec.type !== "boolean") options[spec.name] = JSON.parse(raw);
-        else if (spec.type === "boolean") options[spec.name] = raw === "true";
-        else if (spec.type === "integer") options[spec.name] = Number.parseInt(raw, 10);
-        else if (spec.type === "number") options[spec.name] = Number(raw);
-        else options[spec.name] = raw;
-      }
+      if (picks?.engine.value) args.engine = picks.engine.value;
+      if (picks?.preset.value) args.preset = picks.preset.value;
+      const options = readOptions(inputs);
       if (Object.keys(options).length) args.options = options;
       trigger(w.name, args);
-    } }, fields.length ? fields : h("p", { class: "muted" }, "This worker declares no options."), submit);
+    };
+    const form = h("form", { class: "run-form", "aria-label": `Arguments for a run of ${w.name}`, onsubmit },
+      fields.length ? fields : h("p", { class: "muted" }, "This worker declares no options."), submit);
     const details = h("details", { class: "run-options" }, h("summary", null, "Run with arguments…"), form);
     return { details, submit };
   }
@@ -214,9 +199,10 @@ export function mount(root, _params, ctx) {
     if (operator && !card.controls.parentNode) card.reason.before(card.controls);
     if (!operator && card.controls.parentNode) card.controls.remove();
     let reason = "";
-    if (!operator) reason = ctx.session ? "Running and cancelling need the operator role." : "";
-    else if (w.in_flight) reason = `A run is already ${w.in_flight.state === "queued" ? "queued" : "running"}; wait for it to end or cancel it.`;
-    else {
+    if (!operator) reason = "Running and cancelling need the operator role.";
+    else if (w.in_flight) {
+      reason = `A run is already ${w.in_flight.state}; wait for it to end or cancel it.`;
+    } else {
       const alive = ctx.daemonsFor(name);
       if (alive && alive.length === 0) reason = "No daemon is alive to run it: start one (see the health strip).";
     }
@@ -232,23 +218,32 @@ export function mount(root, _params, ctx) {
     const eff = w.effective;
     const parts = [];
     if (eff) {
-      const rows = [];
-      const derived = eff.preset?.source ?? eff.engine?.source;
-      rows.push(["Engine", eff.engine ? eff.engine.value : "none", eff.engine?.source, "engine"]);
-      if (eff.engine || eff.preset) rows.push(["Preset", eff.preset?.value ?? "none", eff.preset?.source, "preset"]);
-      if (eff.model) rows.push(["Model", eff.model, derived, "model"]);
-      const opts = Object.entries(eff.options ?? {});
-      parts.push(h("dl", { class: "config" },
-        rows.map(([k, v, source, field]) => [h("dt", null, k), h("dd", { dataset: { field, source: source ?? "" } }, h("span", { class: "value" }, v), " ", sourceBadge(source))]),
-        opts.length ? [h("dt", null, "Options"), h("dd", null, h("ul", { class: "options" }, opts.map(([k, r]) =>
-          h("li", { dataset: { option: k, source: r.source } }, h("code", null, k), " = ", h("span", { class: "value" }, valueText(r.value)), " ", sourceBadge(r.source)))))] : null));
-      if (eff.endpoint) parts.push(h("p", { class: "endpoint muted" }, "Model server: ", h("code", null, eff.endpoint)));
-    } else if (w.effective_error) {
+      const rows = [["Engine", eff.engine?.value ?? "none", eff.engine?.source, "engine"]];
+      // A preset needs an engine, and a model comes from a preset.
+      if (eff.engine) rows.push(["Preset", eff.preset?.value ?? "none", eff.preset?.source, "preset"]);
+      if (eff.model) rows.push(["Model", eff.model, eff.preset.source, "model"]);
+      const row = ([k, v, source, field]) => [h("dt", null, k), h("dd", { dataset: { field, source: source ?? "" } },
+        h("span", { class: "value" }, v), " ", sourceBadge(source))];
+      const option = ([k, r]) => h("li", { dataset: { option: k, source: r.source } },
+        h("code", null, k), " = ", h("span", { class: "value" }, valueText(r.value)), " ", sourceBadge(r.source));
+      const opts = Object.entries(eff.options);
+      const options = opts.length
+        ? [h("dt", null, "Options"), h("dd", null, h("ul", { class: "options" }, opts.map(option)))]
+        : null;
+      parts.push(h("dl", { class: "config" }, rows.map(row), options));
+      if (eff.endpoint) {
+        parts.push(h("p", { class: "endpoint muted" }, "Model server: ", h("code", null, eff.endpoint)));
+      }
+    } else {
       parts.push(h("p", { class: "error" }, "The effective configuration cannot be resolved: ", w.effective_error));
     }
-    if (!w.engine_configurable && w.engine_source) {
-      parts.push(h("p", { class: "engine-source" }, h("strong", null, "Engine not configurable here: "), w.engine_source,
-        w.engine_source_url ? [" ", h("a", { href: w.engine_source_url, rel: "noopener noreferrer", target: "_blank" }, "Where it is configured")] : null));
+    if (!w.engine_configurable) {
+      const link = w.engine_source_url
+        ? [" ", h("a", { href: w.engine_source_url, rel: "noopener noreferrer", target: "_blank" },
+          "Where it is configured")]
+        : null;
+      parts.push(h("p", { class: "engine-source" },
+        h("strong", null, "Engine not configurable here: "), w.engine_source, link));
     }
     parts.push(queueLine(w.queue, entry));
     parts.push(inFlight(w));
@@ -259,10 +254,14 @@ export function mount(root, _params, ctx) {
   function queueLine(q, entry) {
     const line = h("p", { class: "queue" }, h("strong", null, "Queue: "));
     if (!q) return replace(line, h("strong", null, "Queue: "), h("span", { class: "muted" }, "not measured yet"));
+    // A measurement has exactly one of a failure, a pending count or the reason it cannot be counted.
     if (q.error) line.append(h("span", { class: "warn" }, `the last measurement failed: ${q.error}`));
-    else if (q.pending != null) line.append(h("span", { class: "pending", dataset: { pending: q.pending } }, `${count(q.pending)} pending`));
-    else line.append(h("span", { class: "unmeasurable" }, `not measurable: ${q.unmeasurable ?? "no reason given"}`,
-      q.done != null ? ` — ${count(q.done)} already done` : ""));
+    else if (q.pending != null) {
+      line.append(h("span", { class: "pending", dataset: { pending: q.pending } }, `${count(q.pending)} pending`));
+    } else {
+      line.append(h("span", { class: "unmeasurable" }, `not measurable: ${q.unmeasurable}`,
+        q.done != null ? ` — ${count(q.done)} already done` : ""));
+    }
     const age = h("span", { class: "age muted", dataset: { ageSeconds: q.age_seconds } });
     age.textContent = ` · measured ${ago(q.age_seconds)}`;
     entry.ageEl = age;
@@ -275,29 +274,36 @@ export function mount(root, _params, ctx) {
     if (!r) return null;
     const label = `Progress of ${w.name}'s run`;
     const box = h("div", { class: "in-flight", dataset: { run: r.id, state: r.state } });
-    const head = h("p", null, stateBadge(r.state), " ",
-      r.state === "running" ? ["since ", timeEl(r.started_at ?? r.claimed_at), r.daemon_id ? [" on daemon ", shortId(r.daemon_id)] : null]
-        : ["requested ", timeEl(r.requested_at), " by ", r.requested_by, " — waiting for a daemon"],
-      " ", h("a", { href: `#/runs/${r.id}` }, "Details"));
-    box.append(head);
+    // A claimed run has no start time until its daemon has started the worker.
+    const when = r.state === "running"
+      ? ["since ", timeEl(r.started_at ?? r.claimed_at), r.daemon_id ? [" on daemon ", shortId(r.daemon_id)] : null]
+      : ["requested ", timeEl(r.requested_at), " by ", r.requested_by, " — waiting for a daemon"];
+    box.append(h("p", null, stateBadge(r.state), " ", when, " ", h("a", { href: `#/runs/${r.id}` }, "Details")));
     if (r.state === "running") {
       const f = progressFacts(r, ctx.serverNow());
-      box.append(h("div", { class: "progress" }, progressBar(f, label), h("span", { class: "progress-text" }, progressText(f))));
+      box.append(h("div", { class: "progress" }, progressBar(f, label),
+        h("span", { class: "progress-text" }, progressText(f))));
     }
-    if (r.cancel_requested_at) box.append(h("p", { class: "muted" }, `Cancellation requested by ${r.cancel_requested_by ?? "someone"}.`));
-    else if (ctx.can("operator")) {
-      box.append(h("button", { type: "button", class: "cancel", disabled: busy.has(w.name), "aria-label": `Cancel the run of ${w.name}`, onclick: () => cancel(w.name, r.id) }, "Cancel"));
+    if (r.cancel_requested_at) {
+      box.append(h("p", { class: "muted" }, `Cancellation requested by ${r.cancel_requested_by}.`));
+    } else if (ctx.can("operator")) {
+      box.append(h("button", {
+        type: "button", class: "cancel", disabled: busy.has(w.name), "aria-label": `Cancel the run of ${w.name}`,
+        onclick: () => cancel(w.name, r.id),
+      }, "Cancel"));
     }
     return box;
   }
 
   function lastRun(r) {
     if (!r) return h("p", { class: "last muted" }, "Never run.");
-    return h("p", { class: "last", dataset: { run: r.id, state: r.state } }, h("strong", null, "Last run: "), stateBadge(r.state),
+    const error = r.error?.length > 160 ? `${r.error.slice(0, 160)}…` : r.error;
+    return h("p", { class: "last", dataset: { run: r.id, state: r.state } },
+      h("strong", null, "Last run: "), stateBadge(r.state),
       r.duration_ms != null ? ` in ${duration(r.duration_ms)}` : "",
-      r.finished_at ? [" · finished ", timeEl(r.finished_at)] : "",
+      " · finished ", timeEl(r.finished_at),
       r.result ? [" · ", h("span", { class: "result" }, resultSummary(r.result))] : "",
-      r.error ? [" · ", h("span", { class: "error-text" }, r.error.length > 160 ? `${r.error.slice(0, 160)}…` : r.error)] : "",
+      error ? [" · ", h("span", { class: "error-text" }, error)] : "",
       " ", h("a", { href: `#/runs/${r.id}` }, "Details"));
   }
 
@@ -308,14 +314,20 @@ export function mount(root, _params, ctx) {
 
   return {
     onEvent(ev) {
-      if (ev?.worker && workers.has(ev.worker)) debounce(ev.worker, () => loadOne(ev.worker));
-      else if (ev?.kind === "run" || ev?.kind === "override" || ev?.kind === "queue") debounce("*", loadAll);
+      // Daemon events carry no worker: the daemon list (ctx.onDaemons) redraws the cards for those.
+      if (!ev.worker) return;
+      if (workers.has(ev.worker)) debounce(ev.worker, () => loadOne(ev.worker));
+      // Before the first list has arrived, it may already be older than the change: read it all again.
+      else debounce("*", loadAll);
     },
     refresh: loadAll,
     tick() {
       const now = performance.now();
       for (const entry of workers.values()) {
-        if (entry.ageEl) entry.ageEl.textContent = ` · measured ${ago(Number(entry.ageEl.dataset.ageSeconds) + (now - entry.fetchedAt) / 1000)}`;
+        if (entry.ageEl) {
+          const seconds = Number(entry.ageEl.dataset.ageSeconds) + (now - entry.fetchedAt) / 1000;
+          entry.ageEl.textContent = ` · measured ${ago(seconds)}`;
+        }
         const r = entry.data.in_flight;
         const text = entry.card.status.querySelector(".progress-text");
         if (r?.state === "running" && text) text.textContent = progressText(progressFacts(r, ctx.serverNow()));

@@ -48,6 +48,7 @@ static ASSETS: &[Asset] = &[
     asset!("api.js", JS),
     asset!("dom.js", JS),
     asset!("format.js", JS),
+    asset!("form.js", JS),
     asset!("health.js", JS),
     asset!("workers.js", JS),
     asset!("runs.js", JS),
