@@ -104,19 +104,21 @@ pub(super) async fn metacharacters_are_stored_verbatim_or_refused_and_reach_a_wo
         let mine: Vec<&String> = values.iter().skip(lane).step_by(3).collect();
         async move {
             for value in mine {
+                let row = format!("{worker} with note {value:?}");
                 let run = stack.trigger(worker, json!({"options": {"note": value}})).await;
-                assert_eq!(run["arguments"]["options"]["note"], json!(value), "the request is stored verbatim");
-                assert_eq!(run["config"]["options"]["note"]["value"], json!(value));
+                assert_eq!(run["arguments"]["options"]["note"], json!(value), "{row}: the request is stored verbatim");
+                assert_eq!(run["config"]["options"]["note"]["value"], json!(value), "{row}: resolved verbatim");
                 let id = run["id"].as_str().expect("an id").to_owned();
                 let done = stack.finished(&id).await;
-                assert_eq!(done["state"], "succeeded", "{worker} with note {value:?}: {done}");
-                assert_eq!(done["arguments"]["options"]["note"], json!(value), "read back verbatim");
-                let args = stack.probe_args(&id).unwrap_or_else(|| panic!("no probe start line for run {id}"));
-                let at = args.iter().position(|a| a == "--note").unwrap_or_else(|| panic!("no --note in {args:?}"));
+                assert_eq!(done["state"], "succeeded", "{row}: {done}");
+                assert_eq!(done["arguments"]["options"]["note"], json!(value), "{row}: read back verbatim");
+                let args = stack.probe_args(&id).unwrap_or_else(|| panic!("{row}: no probe start line for run {id}"));
+                let at = args.iter().position(|a| a == "--note");
+                let at = at.unwrap_or_else(|| panic!("{row}: no --note in {args:?}"));
                 assert_eq!(
                     args.get(at + 1),
                     Some(value),
-                    "the worker got the value verbatim as one argument: {args:?}"
+                    "{row}: the worker got the value verbatim as one argument: {args:?}"
                 );
             }
         }
@@ -126,21 +128,23 @@ pub(super) async fn metacharacters_are_stored_verbatim_or_refused_and_reach_a_wo
     // The override reason and option values (set, then cleared through `?reason=`): stored verbatim (the reason
     // trimmed, as documented), and an overridden value reaches the worker verbatim too.
     for (i, value) in values.iter().enumerate() {
+        let row = format!("the override of note and reason {value:?}");
         let change = json!({"options": {"note": value}, "reason": value});
-        let view =
-            stack.json(Method::PUT, "/api/workers/probe-3/override", ADMIN, change).await.expect(StatusCode::OK, None);
-        assert_eq!(view["override"]["values"]["options"]["note"], json!(value));
-        assert_eq!(view["effective"]["options"]["note"]["value"], json!(value));
-        let audit = stack.get("/api/workers/probe-3/audit?limit=1", VIEWER).await.expect(StatusCode::OK, None);
-        assert_eq!(audit["entries"][0]["reason"], json!(value.trim()), "the reason is stored verbatim");
+        let view = stack.json(Method::PUT, "/api/workers/probe-3/override", ADMIN, change).await;
+        let view = view.expect_of(&row, StatusCode::OK, None);
+        assert_eq!(view["override"]["values"]["options"]["note"], json!(value), "{row}: stored verbatim");
+        assert_eq!(view["effective"]["options"]["note"]["value"], json!(value), "{row}: effective verbatim");
+        let audit = stack.get("/api/workers/probe-3/audit?limit=1", VIEWER).await.expect_of(&row, StatusCode::OK, None);
+        assert_eq!(audit["entries"][0]["reason"], json!(value.trim()), "{row}: the reason is stored verbatim");
         if i % 4 == 0 {
             let run = stack.trigger("probe-3", json!({})).await;
             let id = run["id"].as_str().expect("an id").to_owned();
-            assert_eq!(run["config"]["options"]["note"], json!({"value": value, "source": "override"}));
-            assert_eq!(stack.finished(&id).await["state"], "succeeded");
-            let args = stack.probe_args(&id).expect("a probe start line");
-            let at = args.iter().position(|a| a == "--note").expect("--note");
-            assert_eq!(args.get(at + 1), Some(value), "{args:?}");
+            let resolved = json!({"value": value, "source": "override"});
+            assert_eq!(run["config"]["options"]["note"], resolved, "{row}: the next run resolves to it");
+            assert_eq!(stack.finished(&id).await["state"], "succeeded", "{row}: the run");
+            let args = stack.probe_args(&id).unwrap_or_else(|| panic!("{row}: no probe start line"));
+            let at = args.iter().position(|a| a == "--note").unwrap_or_else(|| panic!("{row}: no --note"));
+            assert_eq!(args.get(at + 1), Some(value), "{row}: the worker got it verbatim: {args:?}");
         }
         let cleared = stack
             .send(
@@ -150,10 +154,10 @@ pub(super) async fn metacharacters_are_stored_verbatim_or_refused_and_reach_a_wo
                 None,
             )
             .await
-            .expect(StatusCode::OK, None);
-        assert!(cleared["override"].is_null());
-        let audit = stack.get("/api/workers/probe-3/audit?limit=1", VIEWER).await.expect(StatusCode::OK, None);
-        assert_eq!(audit["entries"][0]["reason"], json!(value.trim()));
+            .expect_of(&row, StatusCode::OK, None);
+        assert!(cleared["override"].is_null(), "{row}: cleared");
+        let audit = stack.get("/api/workers/probe-3/audit?limit=1", VIEWER).await.expect_of(&row, StatusCode::OK, None);
+        assert_eq!(audit["entries"][0]["reason"], json!(value.trim()), "{row}: the clearing reason is stored verbatim");
     }
 
     // NUL (which JSON allows as \u0000): a worker's arguments cannot hold it and PostgreSQL cannot store it, so
