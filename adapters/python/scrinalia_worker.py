@@ -2,13 +2,15 @@
 
 A worker module defines plain functions, as the archive's workers already do::
 
-    def execute(batch_size: int = 50, engine_name: str = "ollama", preset: str = "fast", progress=None): ...
-    def count_pending(batch_size: int = 50, **_): ...      # an int, or {"unmeasurable": "why", "done": n}
-    def describe_config(engine_name: str = "ollama", preset: str = "fast", **_): ...   # a dict
+    def execute(db, batch_size: int = 50, engine_name: str = "ollama", preset: str = "fast", progress=None): ...
+    def count_pending(db, batch_size: int = 50, **_): ...   # an int, or {"unmeasurable": "why", "done": n}
+    def describe_config(db, engine_name: str = "ollama", preset: str = "fast", **_): ...   # a dict
+    def check(db, **_): ...                                   # True, or a sentence saying what is missing
 
 and the catalogue declares it as::
 
-    command = ["python3", "adapters/python/scrinalia_worker.py", "example_worker"]
+    command = ["python3", "adapters/python/scrinalia_worker.py", "--session", "archive.db:SessionLocal",
+               "--registries", "archive.engines:REGISTRIES", "archive.workers.tag_suggest"]
 
 The daemon appends a verb and flags (``run --run-id ID --engine E --preset P --model M --endpoint URL
 --batch_size 50``). This adapter converts each value to the type the function's annotations or defaults suggest,
@@ -16,12 +18,23 @@ passes it by name, gives ``execute`` a ``progress(done, total, message=None)`` c
 of that name, prints the return value as a protocol line, turns SIGTERM into a clean stop (the ``Stopped``
 exception, which ``except Exception`` does not catch) and reports errors with a traceback on stderr.
 
+With ``--session MODULE:CALLABLE``, a function whose first parameter is ``db`` (or ``session``) gets a session of
+its own for the verb: the callable returns a session or a context manager yielding one (a SQLAlchemy
+``sessionmaker`` works as it is); the session is committed when the function returns, rolled back when it raises
+or is stopped, and always closed.
+
+``describe`` also reports what the code declares (``"declared"``): the options of ``execute`` with their types,
+defaults, choices (``Literal``) and bounds (``Annotated`` metadata with ``ge``/``le``/``gt``/``lt``, as
+annotated-types and pydantic write them), its engine and preset defaults, and each registry's ``PRESETS`` (with
+``--registries MODULE:ATTR``, a mapping of engine name to registry), without running the worker.
+
 Exit status: 0 done; 1 the worker raised; 2 a usage error (unknown module, verb or option, or a bad value);
 143 stopped by SIGTERM (130 by SIGINT). Standard library only; Python 3.11 or newer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -33,11 +46,12 @@ import traceback
 import types
 import typing
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 USAGE = (
-    "usage: scrinalia_worker.py <module> describe|count-pending|run [--run-id ID] [--engine E] [--preset P] "
-    "[--model M] [--endpoint URL] [--<option> <value>]..."
+    "usage: scrinalia_worker.py [--session MODULE:CALLABLE] [--registries MODULE:ATTR] <module> "
+    "describe|count-pending|check|run [--run-id ID] [--engine E] [--preset P] [--model M] [--endpoint URL] "
+    "[--<option> <value>]..."
 )
 
 #: Flags every worker receives besides its options, with their environment fallbacks.
@@ -58,7 +72,16 @@ PARAMETER_NAMES = {
     "endpoint": ("endpoint", "base_url"),
 }
 
-VERBS = {"describe": "describe_config", "count-pending": "count_pending", "run": "execute"}
+#: Parameters that are never options: the session, the adapter's callbacks, the common flags.
+NOT_OPTIONS = {"db", "session", "progress", *(name for names in PARAMETER_NAMES.values() for name in names)}
+
+VERBS = {"describe": "describe_config", "count-pending": "count_pending", "check": "check", "run": "execute"}
+
+#: The names the first parameter of a function that wants a session has.
+SESSION_PARAMETERS = ("db", "session")
+
+#: Option types of the catalogue, by Python type.
+TYPE_NAMES = {bool: "boolean", int: "integer", float: "number", str: "string"}
 
 
 class UsageError(Exception):
@@ -87,12 +110,12 @@ def progress(done: int, total: int | None = None, message: str | None = None) ->
     emit({"progress": body})
 
 
-def load_module(name: str) -> types.ModuleType:
-    """Imports a module by dotted name, or from a path ending in ``.py``."""
+def load_module(name: str, what: str = "worker module") -> types.ModuleType:
+    """Imports a module by dotted name, or from a path ending in ``.py``; ``what`` names it in errors."""
     if name.endswith(".py"):
         path = Path(name)
         if not path.is_file():
-            raise UsageError(f"the worker module file {name} does not exist.")
+            raise UsageError(f"the {what} file {name} does not exist.")
         spec = importlib.util.spec_from_file_location(path.stem, path)
         if spec is None or spec.loader is None:
             raise UsageError(f"{name} cannot be loaded as a Python module.")
@@ -106,8 +129,21 @@ def load_module(name: str) -> types.ModuleType:
         return importlib.import_module(name)
     except ModuleNotFoundError as error:
         if error.name and name.startswith(error.name):
-            raise UsageError(f"there is no worker module {name!r} on the Python path.") from error
+            raise UsageError(f"there is no {what} {name!r} on the Python path.") from error
         raise
+
+
+def load_attribute(reference: str, flag: str) -> Any:
+    """The attribute named by ``MODULE:ATTR`` (for ``--session`` and ``--registries``)."""
+    module_name, colon, attribute = reference.partition(":")
+    if not colon or not module_name or not attribute:
+        raise UsageError(f"{flag} must be MODULE:ATTRIBUTE, not {reference!r}.")
+    value: Any = load_module(module_name, f"{flag} module")
+    for part in attribute.split("."):
+        if not hasattr(value, part):
+            raise UsageError(f"{flag} {reference!r}: {module_name} has no attribute {attribute!r}.")
+        value = getattr(value, part)
+    return value
 
 
 def parse_flags(args: list[str]) -> dict[str, str]:
@@ -127,18 +163,40 @@ def parse_flags(args: list[str]) -> dict[str, str]:
     return flags
 
 
+def _hints(function: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(function, include_extras=True)
+    except Exception:  # unresolvable annotations: fall back to the defaults' types
+        return {}
+
+
+def _unwrap(hint: Any) -> tuple[Any, list[Any]]:
+    """A hint without ``Optional`` and ``Annotated``: the bare type and the ``Annotated`` metadata."""
+    metadata: list[Any] = []
+    while True:
+        origin = typing.get_origin(hint)
+        if origin is typing.Annotated:
+            hint, *extra = typing.get_args(hint)
+            metadata.extend(extra)
+        elif origin in (typing.Union, types.UnionType):
+            concrete = [a for a in typing.get_args(hint) if a is not type(None)]
+            if len(concrete) != 1:
+                return None, metadata
+            hint = concrete[0]
+        else:
+            return hint, metadata
+
+
 def _target_type(parameter: inspect.Parameter, hints: dict[str, Any]) -> Any:
     """The type a parameter's value should have: its annotation, else the type of its default, else None."""
-    hint = hints.get(parameter.name, inspect.Parameter.empty)
-    if hint is not inspect.Parameter.empty:
-        origin = typing.get_origin(hint)
-        if origin in (typing.Union, types.UnionType):
-            concrete = [a for a in typing.get_args(hint) if a is not type(None)]
-            hint = concrete[0] if len(concrete) == 1 else None
-        if hint in (bool, int, float, str):
-            return hint
+    hint, _ = _unwrap(hints.get(parameter.name, inspect.Parameter.empty))
+    if typing.get_origin(hint) is typing.Literal:
+        kinds = {type(choice) for choice in typing.get_args(hint)}
+        hint = kinds.pop() if len(kinds) == 1 else None
+    if hint in TYPE_NAMES:
+        return hint
     default = parameter.default
-    if default is not inspect.Parameter.empty and default is not None and type(default) in (bool, int, float, str):
+    if default is not inspect.Parameter.empty and default is not None and type(default) in TYPE_NAMES:
         return type(default)
     return None
 
@@ -165,18 +223,25 @@ def convert(name: str, text: str, target: Any) -> Any:
     return text
 
 
-def build_kwargs(function: Callable[..., Any], flags: dict[str, str], env: dict[str, str]) -> dict[str, Any]:
+def wants_session(function: Callable[..., Any]) -> bool:
+    """Whether ``function``'s first parameter is the session (``db`` or ``session``)."""
+    first = next(iter(inspect.signature(function).parameters.values()), None)
+    return first is not None and first.name in SESSION_PARAMETERS
+
+
+def build_kwargs(
+    function: Callable[..., Any], flags: dict[str, str], env: dict[str, str], strict: bool = True
+) -> dict[str, Any]:
     """The keyword arguments for ``function``: common flags under the names it uses, then its options.
 
-    A common flag the function does not take is left out; an option it does not take is a usage error, unless
-    the function has ``**kwargs``.
+    A common flag the function does not take is left out; an option it does not take is a usage error (left out
+    too when not ``strict``), unless the function has ``**kwargs``. The session parameter is the adapter's, never
+    an option.
     """
-    signature = inspect.signature(function)
-    try:
-        hints = typing.get_type_hints(function)
-    except Exception:  # unresolvable annotations: fall back to the defaults' types
-        hints = {}
-    parameters = signature.parameters
+    hints = _hints(function)
+    parameters = dict(inspect.signature(function).parameters)
+    if wants_session(function):
+        del parameters[next(iter(parameters))]
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     kwargs: dict[str, Any] = {}
     for flag, variable in COMMON_FLAGS.items():
@@ -190,17 +255,14 @@ def build_kwargs(function: Callable[..., Any], flags: dict[str, str], env: dict[
     for name, text in flags.items():
         if name in COMMON_FLAGS:
             continue
-        if name == "progress":
-            raise UsageError("'progress' is the adapter's callback, not an option.")
+        if name in ("progress", *SESSION_PARAMETERS):
+            raise UsageError(f"{name!r} is the adapter's to give, not an option.")
         parameter = parameters.get(name)
         if parameter is None or parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            if not takes_any and not strict:
+                continue
             if not takes_any:
-                known = [
-                    p.name
-                    for p in parameters.values()
-                    if p.name != "progress"
-                    and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-                ]
+                known = [p.name for p in _option_parameters(parameters.values())]
                 raise UsageError(
                     f"{function.__name__}() has no option {name!r}; it accepts: {', '.join(known) or 'none'}."
                 )
@@ -208,6 +270,103 @@ def build_kwargs(function: Callable[..., Any], flags: dict[str, str], env: dict[
             continue
         kwargs[name] = convert(name, text, _target_type(parameter, hints))
     return kwargs
+
+
+def _option_parameters(parameters: Any) -> list[inspect.Parameter]:
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p for p in parameters if p.kind in named and p.name not in NOT_OPTIONS]
+
+
+@contextlib.contextmanager
+def open_session(factory: Callable[[], Any]) -> Iterator[Any]:
+    """One session from ``factory``: committed when the block ends normally, rolled back when it raises (a
+    ``Stopped`` included), always closed. ``factory()`` returns a session, or a context manager yielding one."""
+    made = factory()
+    is_session = hasattr(made, "commit") and hasattr(made, "rollback")
+    manager = None if is_session or not hasattr(made, "__enter__") else made
+    session = manager.__enter__() if manager is not None else made
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        if hasattr(session, "close"):
+            session.close()
+        if manager is not None:
+            manager.__exit__(None, None, None)
+
+
+def call(function: Callable[..., Any], kwargs: dict[str, Any], sessions: Callable[[], Any] | None) -> Any:
+    """Calls ``function`` with ``kwargs``, and with a session of its own first when it wants one."""
+    if not wants_session(function):
+        return function(**kwargs)
+    if sessions is None:
+        raise UsageError(f"{function.__name__}() takes a database session first: give the adapter --session.")
+    with open_session(sessions) as session:
+        return function(session, **kwargs)
+
+
+def _bounds(metadata: list[Any], integer: bool) -> dict[str, Any]:
+    """``minimum``/``maximum`` from ``Annotated`` metadata: objects with ``ge``/``gt``/``le``/``lt`` (an exclusive
+    bound of a whole number moves by one; of a float it is kept as it is, inclusive)."""
+    bounds: dict[str, Any] = {}
+    for item in metadata:
+        for attribute, key, step in (("ge", "minimum", 0), ("gt", "minimum", 1), ("le", "maximum", 0),
+                                     ("lt", "maximum", -1)):
+            value = item.get(attribute) if isinstance(item, dict) else getattr(item, attribute, None)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                bounds[key] = value + step if integer else value
+    return bounds
+
+
+def declared_options(function: Callable[..., Any]) -> list[dict[str, Any]]:
+    """The options of ``function`` as its signature declares them."""
+    hints = _hints(function)
+    options = []
+    for parameter in _option_parameters(inspect.signature(function).parameters.values()):
+        hint, metadata = _unwrap(hints.get(parameter.name, inspect.Parameter.empty))
+        choices = list(typing.get_args(hint)) if typing.get_origin(hint) is typing.Literal else None
+        target = _target_type(parameter, hints)
+        option: dict[str, Any] = {"name": parameter.name, "type": TYPE_NAMES.get(target, "string")}
+        default = parameter.default
+        if default is not inspect.Parameter.empty and default is not None:
+            option["default"] = default
+        if choices:
+            option["choices"] = choices
+        option.update(_bounds(metadata, target is int))
+        options.append(option)
+    return options
+
+
+def _presets(registry: Any) -> dict[str, str]:
+    """A registry's ``PRESETS`` as preset → model (a model may be a name, or an object or dict with ``model``)."""
+    presets = registry.get("PRESETS", registry) if isinstance(registry, dict) else getattr(registry, "PRESETS", {})
+    models = {}
+    for name, model in dict(presets).items():
+        if isinstance(model, dict):
+            model = model.get("model")
+        elif not isinstance(model, str):
+            model = getattr(model, "model", None)
+        if isinstance(model, str):
+            models[str(name)] = model
+    return models
+
+
+def declared(module: types.ModuleType, registries: dict[str, Any] | None) -> dict[str, Any]:
+    """What the code declares: ``execute``'s options and engine defaults, and each registry's presets."""
+    execute = getattr(module, "execute", None)
+    section: dict[str, Any] = {"options": [], "engine": None, "preset": None, "presets": {}}
+    if callable(execute):
+        section["options"] = declared_options(execute)
+        parameters = inspect.signature(execute).parameters
+        for key, names in (("engine", PARAMETER_NAMES["engine"]), ("preset", PARAMETER_NAMES["preset"])):
+            default = next((parameters[n].default for n in names if n in parameters), inspect.Parameter.empty)
+            if isinstance(default, str):
+                section[key] = default
+    section["presets"] = {str(engine): _presets(registry) for engine, registry in (registries or {}).items()}
+    return section
 
 
 def count_line(value: Any) -> dict[str, Any]:
@@ -221,6 +380,20 @@ def count_line(value: Any) -> dict[str, Any]:
     raise TypeError(f'count_pending must return an int, or {{"unmeasurable": reason, "done": n}}; got {value!r}')
 
 
+def check_line(value: Any) -> dict[str, Any]:
+    """The protocol object for what ``check`` returned: True or None is ready; False, a sentence or a dict with
+    ``ready`` and ``reason`` is not (or is, as the dict says)."""
+    if value is None or value is True:
+        return {"ready": True}
+    if value is False:
+        return {"ready": False, "reason": "the worker's check said it is not ready"}
+    if isinstance(value, str):
+        return {"ready": False, "reason": value}
+    if isinstance(value, dict) and "ready" in value:
+        return {"ready": bool(value["ready"]), "reason": value.get("reason")}
+    raise TypeError(f"check must return True, a sentence saying what is missing, or a dict; got {value!r}")
+
+
 def result_line(value: Any) -> dict[str, Any]:
     """The ``result`` object for what ``execute`` returned (None becomes an empty result)."""
     if value is None:
@@ -232,8 +405,25 @@ def result_line(value: Any) -> dict[str, Any]:
     return {"value": value}
 
 
+def config_line(described: Any) -> dict[str, Any]:
+    """The engine configuration ``describe_config`` returned, as the protocol reports it (``source``, where the
+    engine comes from when it is not chosen here, included)."""
+    return {"engine": None, "preset": None, "model": None, "endpoint": None, **dict(described or {})}
+
+
 def _raise_stopped(signum: int, _frame: Any) -> None:
     raise Stopped(signum)
+
+
+def parse_adapter_options(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    """The adapter's own options (``--session``, ``--registries``), which come before the worker module."""
+    options: dict[str, str] = {}
+    while argv and argv[0] in ("--session", "--registries"):
+        if len(argv) < 2:
+            raise UsageError(f"{argv[0]} needs a MODULE:ATTRIBUTE.")
+        options[argv[0][2:]] = argv[1]
+        argv = argv[2:]
+    return options, argv
 
 
 def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> int:
@@ -241,20 +431,29 @@ def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> in
     argv = sys.argv[1:] if argv is None else argv
     env = dict(os.environ) if env is None else env
     try:
+        adapter_options, argv = parse_adapter_options(argv)
         if len(argv) < 2:
             raise UsageError("a worker module and a verb are needed.")
         module_name, verb, rest = argv[0], argv[1], argv[2:]
         if verb not in VERBS:
-            raise UsageError(f"{verb!r} is not a verb of the worker protocol; use describe, count-pending or run.")
+            raise UsageError(
+                f"{verb!r} is not a verb of the worker protocol; use describe, count-pending, check or run."
+            )
         flags = parse_flags(rest)
+        sessions = load_attribute(adapter_options["session"], "--session") if "session" in adapter_options else None
+        registries = (
+            load_attribute(adapter_options["registries"], "--registries") if "registries" in adapter_options else None
+        )
         module = load_module(module_name)
         function = getattr(module, VERBS[verb], None)
-        if verb == "describe" and function is None:
-            emit({key: flags.get(key) or env.get(COMMON_FLAGS[key]) for key in ("engine", "preset", "model", "endpoint")})
-            return 0
-        if not callable(function):
+        if function is not None and not callable(function):
+            raise UsageError(f"{module_name}.{VERBS[verb]} is not a function.")
+        if function is None and verb not in ("describe", "check"):
             raise UsageError(f"the module {module_name!r} has no function {VERBS[verb]}().")
-        kwargs = build_kwargs(function, flags, env)
+        kwargs = build_kwargs(function, flags, env) if function is not None else {}
+        describe = getattr(module, "describe_config", None)
+        # The run's configuration line: `describe_config` gets the flags it takes, and no others.
+        describe_kwargs = build_kwargs(describe, flags, env, strict=False) if callable(describe) else {}
     except UsageError as error:
         print(f"scrinalia_worker: {error}\n{USAGE}", file=sys.stderr)
         return 2
@@ -266,24 +465,36 @@ def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> in
     name = module_name
     try:
         if verb == "describe":
-            described = function(**kwargs)
-            emit({"engine": None, "preset": None, "model": None, "endpoint": None, **dict(described or {})})
+            if function is None:
+                described = {key: flags.get(key) or env.get(COMMON_FLAGS[key]) for key in ("engine", "preset", "model",
+                                                                                            "endpoint")}
+            else:
+                described = call(function, kwargs, sessions)
+            emit({**config_line(described), "declared": declared(module, registries)})
         elif verb == "count-pending":
-            emit(count_line(function(**kwargs)))
+            emit(count_line(call(function, kwargs, sessions)))
+        elif verb == "check":
+            emit(check_line(call(function, kwargs, sessions) if function is not None else True))
         else:
             signal.signal(signal.SIGTERM, _raise_stopped)
             signal.signal(signal.SIGINT, _raise_stopped)
+            if callable(describe):
+                # What this run really uses, as the worker sees it now (an engine chosen elsewhere included).
+                emit({"config": config_line(call(describe, describe_kwargs, sessions))})
             if "progress" in inspect.signature(function).parameters:
                 kwargs["progress"] = progress
             run_id = kwargs.get("run_id") or flags.get("run-id") or env.get("SCRINALIA_RUN_ID") or "none"
             print(f"{name}: run {run_id} starts", file=sys.stderr, flush=True)
-            emit({"result": result_line(function(**kwargs))})
+            emit({"result": result_line(call(function, kwargs, sessions))})
             print(f"{name}: run {run_id} done", file=sys.stderr, flush=True)
         return 0
     except Stopped as stop:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         print(f"{name}: {stop}; stopping cleanly", file=sys.stderr, flush=True)
         return 128 + stop.signum
+    except UsageError as error:
+        print(f"scrinalia_worker: {error}\n{USAGE}", file=sys.stderr)
+        return 2
     except Exception:
         traceback.print_exc(file=sys.stderr)
         print(f"{name}: {verb} failed", file=sys.stderr, flush=True)

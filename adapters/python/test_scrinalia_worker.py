@@ -111,10 +111,13 @@ class ProtocolTest(unittest.TestCase):
     def test_describe_prints_the_engine_configuration(self):
         out = run_adapter("example_worker", "describe", "--engine", "ollama", "--preset", "thorough", "--batch_size", "3")
         self.assertEqual(out.returncode, 0, out.stderr)
+        [described] = json_lines(out.stdout)
+        declared = described.pop("declared")
         self.assertEqual(
-            json_lines(out.stdout),
-            [{"engine": "ollama", "preset": "thorough", "model": "qwen2.5:14b", "endpoint": "http://127.0.0.1:11434"}],
+            described,
+            {"engine": "ollama", "preset": "thorough", "model": "qwen2.5:14b", "endpoint": "http://127.0.0.1:11434"},
         )
+        self.assertEqual((declared["engine"], declared["preset"]), ("ollama", "fast"), "execute's defaults")
 
     def test_count_pending_falls_after_a_run_that_reports_progress_and_a_result(self):
         out = run_adapter("example_worker", "count-pending", "--folder", self.folder, "--batch_size", "3")
@@ -160,7 +163,10 @@ class ProtocolTest(unittest.TestCase):
                 return {"unmeasurable": "Nobody can count this.", "done": 2}
         """))
         out = run_adapter(str(module), "describe", "--engine", "ollama", cwd=Path(self.folder))
-        self.assertEqual(json_lines(out.stdout), [{"engine": "ollama", "preset": None, "model": None, "endpoint": None}])
+        [described] = json_lines(out.stdout)
+        declared = described.pop("declared")
+        self.assertEqual(described, {"engine": "ollama", "preset": None, "model": None, "endpoint": None})
+        self.assertEqual(declared, {"options": [], "engine": None, "preset": None, "presets": {}})
         out = run_adapter(str(module), "count-pending", cwd=Path(self.folder))
         self.assertEqual(json_lines(out.stdout), [{"unmeasurable": "Nobody can count this.", "done": 2}])
         out = run_adapter(str(module), "run", "--x", "1", "--y", "2", cwd=Path(self.folder))
@@ -175,7 +181,8 @@ class ProtocolTest(unittest.TestCase):
         )
         try:
             first = child.stdout.readline()
-            self.assertIn("progress", first)
+            self.assertIn('"config"', first, "the run first reports the configuration it uses")
+            self.assertIn("progress", child.stdout.readline())
             child.send_signal(signal.SIGTERM)
             _, stderr = child.communicate(timeout=30)
         finally:

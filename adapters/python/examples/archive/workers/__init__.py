@@ -1,0 +1,1 @@
+"""The example archive's workers (see ``archive/__init__.py``)."""
