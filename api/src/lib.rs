@@ -33,6 +33,7 @@ use tokio::{net::TcpListener, task::JoinSet};
 pub fn app(state: AppState) -> Router {
     let routes = Router::new()
         .merge(routes::workers::router())
+        .merge(routes::chores::router())
         .merge(routes::runs::router())
         .merge(routes::logs::router())
         .merge(routes::overrides::router())

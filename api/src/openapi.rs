@@ -9,7 +9,7 @@ use utoipa::{
 };
 
 use crate::{
-    routes::{daemons, events, health, logs, me, meta, metrics, overrides, runs, workers},
+    routes::{chores, daemons, events, health, logs, me, meta, metrics, overrides, runs, workers},
     state::AppState,
 };
 
@@ -30,10 +30,11 @@ pub(crate) async fn document() -> Json<utoipa::openapi::OpenApi> {
         title = "Scrinalia Scheduler API",
         description = "Trigger and follow the archive's AI workers. Every error is a JSON object \
             `{\"code\": \"...\", \"message\": \"a sentence\"}`. Bearer tokens carry a role: viewer (read), \
-            operator (trigger, cancel), admin (overrides, drain)."
+            operator (trigger, cancel, ask for a describe, count or check), admin (overrides, drain)."
     ),
     paths(
         workers::list_workers, workers::get_worker,
+        chores::describe_worker, chores::count_worker, chores::check_worker,
         runs::trigger_run, runs::list_runs, runs::get_run, runs::cancel_run, logs::run_log,
         overrides::set_override, overrides::clear_override, overrides::audit_trail,
         daemons::list_daemons, daemons::drain_daemon,
@@ -43,7 +44,7 @@ pub(crate) async fn document() -> Json<utoipa::openapi::OpenApi> {
     components(schemas(crate::error::ErrorBody, scrinalia_shared::Role, Change)),
     modifiers(&BearerAuth, &EventNames),
     tags(
-        (name = "workers", description = "The catalogue with effective configuration, queue and runs"),
+        (name = "workers", description = "The catalogue with effective configuration, what each worker's code declares, readiness, queue and runs; asking for a describe, count or check"),
         (name = "runs", description = "Trigger, list, read, cancel and tail runs"),
         (name = "overrides", description = "Persisted per-worker overrides and their audit trail"),
         (name = "daemons", description = "The scheduler daemons"),

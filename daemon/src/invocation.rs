@@ -50,14 +50,23 @@ impl Invocation {
         invocation
     }
 
-    /// `<command> count-pending <flags>`.
-    pub fn count_pending(
+    /// `<command> <verb> <flags>` for a chore (`count-pending`, `check`); `describe` gets no flags at all, so the
+    /// worker answers with its code's own defaults.
+    pub fn chore(
         spec: &WorkerSpec,
         exe_dir: &Path,
         extra_env: &BTreeMap<String, String>,
-        config: &ResolvedConfig,
+        verb: &str,
+        config: Option<&ResolvedConfig>,
     ) -> Self {
-        Self::base(spec, exe_dir, extra_env, &["count-pending"], config)
+        match config {
+            Some(config) => Self::base(spec, exe_dir, extra_env, &[verb], config),
+            None => {
+                let mut invocation = Self::base(spec, exe_dir, extra_env, &[verb], &ResolvedConfig::empty());
+                invocation.env.retain(|(k, _)| k != "SCRINALIA_OPTIONS");
+                invocation
+            }
+        }
     }
 
     fn base(
@@ -100,19 +109,12 @@ fn locate(program: &str, exe_dir: &Path) -> PathBuf {
     PathBuf::from(program)
 }
 
-/// `--engine E --preset P --model M --endpoint URL --<option> <value>...`, for the values that are resolved.
+/// `--engine E --preset P --model M --endpoint URL --<option> <value>...`, for the values that are resolved. A
+/// worker whose engine comes from elsewhere gets no engine flags: it reads its engine where it lives.
 pub fn config_flags(config: &ResolvedConfig) -> Vec<String> {
     let mut flags = Vec::new();
-    let named = [
-        ("engine", config.engine.as_ref().map(|r| r.value.clone())),
-        ("preset", config.preset.as_ref().map(|r| r.value.clone())),
-        ("model", config.model.clone()),
-        ("endpoint", config.endpoint.clone()),
-    ];
-    for (name, value) in named {
-        if let Some(value) = value {
-            flags.extend([format!("--{name}"), value]);
-        }
+    for (name, value) in engine_values(config) {
+        flags.extend([format!("--{name}"), value]);
     }
     for (name, resolved) in &config.options {
         flags.extend([format!("--{name}"), render(&resolved.value)]);
@@ -120,15 +122,25 @@ pub fn config_flags(config: &ResolvedConfig) -> Vec<String> {
     flags
 }
 
+/// The engine, preset, model and endpoint passed to the worker, by flag name: none when they come from elsewhere.
+fn engine_values(config: &ResolvedConfig) -> Vec<(&'static str, String)> {
+    if !config.engine_configurable {
+        return Vec::new();
+    }
+    let named = [
+        ("engine", config.engine.as_ref().map(|r| r.value.clone())),
+        ("preset", config.preset.as_ref().map(|r| r.value.clone())),
+        ("model", config.model.clone()),
+        ("endpoint", config.endpoint.clone()),
+    ];
+    named.into_iter().filter_map(|(name, value)| Some((name, value?))).collect()
+}
+
 fn config_env(worker: &str, config: &ResolvedConfig) -> Vec<(String, String)> {
     let mut env = vec![("SCRINALIA_WORKER".to_owned(), worker.to_owned())];
-    let named = [
-        ("SCRINALIA_ENGINE", config.engine.as_ref().map(|r| r.value.clone())),
-        ("SCRINALIA_PRESET", config.preset.as_ref().map(|r| r.value.clone())),
-        ("SCRINALIA_MODEL", config.model.clone()),
-        ("SCRINALIA_ENDPOINT", config.endpoint.clone()),
-    ];
-    env.extend(named.into_iter().filter_map(|(k, v)| Some((k.to_owned(), v?))));
+    env.extend(
+        engine_values(config).into_iter().map(|(name, value)| (format!("SCRINALIA_{}", name.to_uppercase()), value)),
+    );
     let options: serde_json::Map<String, Value> =
         config.options.iter().map(|(k, r)| (k.clone(), r.value.clone())).collect();
     env.push(("SCRINALIA_OPTIONS".to_owned(), Value::Object(options).to_string()));
@@ -182,6 +194,7 @@ mod tests {
             model: Some("m:7b".into()),
             endpoint: None,
             engine_configurable: true,
+            engine_source: None,
             options,
             timeout_seconds: 60,
         };
@@ -189,6 +202,13 @@ mod tests {
             config_flags(&config),
             ["--engine", "ollama", "--model", "m:7b", "--batch", "20", "--dry_run", "true", "--label", "a b"]
         );
+        let elsewhere = ResolvedConfig { engine_configurable: false, ..config };
+        assert_eq!(
+            config_flags(&elsewhere),
+            ["--batch", "20", "--dry_run", "true", "--label", "a b"],
+            "no engine flags"
+        );
+        assert!(!config_env("w", &elsewhere).iter().any(|(k, _)| k == "SCRINALIA_ENGINE" || k == "SCRINALIA_MODEL"));
     }
 
     #[test]

@@ -55,6 +55,8 @@ pub struct Inputs {
     pub drain: CancellationToken,
     /// Asks the heartbeat task for an immediate heartbeat.
     pub heartbeat_now: Arc<Notify>,
+    /// Tells the chores task that a chore may have been asked for.
+    pub chores_now: Arc<Notify>,
 }
 
 /// The main loop's state.
@@ -217,7 +219,11 @@ impl MainLoop {
                 Change::Requested { .. } => claim = true,
                 // SQLite: something was written, a request or a cancellation; a resync: anything may have been
                 // missed.
-                Change::Written | Change::Resync { .. } => (claim, cancels) = (true, true),
+                Change::Written | Change::Resync { .. } => {
+                    (claim, cancels) = (true, true);
+                    inputs.chores_now.notify_one();
+                }
+                Change::Chore { .. } => inputs.chores_now.notify_one(),
                 Change::Cancel { run, .. } => self.cancel(run),
                 Change::Daemon { daemon, .. } if daemon == self.ctx.daemon_id => inputs.heartbeat_now.notify_one(),
                 _ => {}

@@ -1,4 +1,4 @@
-//! The worker's stdout protocol (`{"progress": …}` and `{"result": …}` lines) and the throttle that keeps a
+//! The worker's stdout protocol (`{"config": …}`, `{"progress": …}` and `{"result": …}` lines) and the throttle that keeps a
 //! chatty worker from writing the database more than twice a second; the last report is always written.
 
 use std::time::Duration;
@@ -22,12 +22,14 @@ pub enum StdoutLine {
     Progress(Value),
     /// `{"result": {...}}`.
     Result(Value),
+    /// `{"config": {...}}`: the configuration the worker reports it really uses.
+    Config(Value),
     /// Anything else: free text for the logs.
     Text,
 }
 
 impl StdoutLine {
-    /// Classifies a line; only a JSON object whose one key is `progress` or `result` is protocol.
+    /// Classifies a line; only a JSON object whose one key is `config`, `progress` or `result` is protocol.
     pub fn parse(line: &str) -> Self {
         if !line.trim_start().starts_with('{') {
             return Self::Text;
@@ -36,9 +38,10 @@ impl StdoutLine {
         if object.len() != 1 {
             return Self::Text;
         }
-        match (object.remove("progress"), object.remove("result")) {
-            (Some(progress), None) => Self::Progress(progress),
-            (None, Some(result)) => Self::Result(result),
+        match (object.remove("progress"), object.remove("result"), object.remove("config")) {
+            (Some(progress), None, None) => Self::Progress(progress),
+            (None, Some(result), None) => Self::Result(result),
+            (None, None, Some(config)) if config.is_object() => Self::Config(config),
             _ => Self::Text,
         }
     }
@@ -97,6 +100,8 @@ mod tests {
     fn only_single_key_objects_are_protocol() {
         assert_eq!(StdoutLine::parse(r#"{"progress": {"done": 1}}"#), StdoutLine::Progress(json!({"done": 1})));
         assert_eq!(StdoutLine::parse(r#"{"result": {"processed": 2}}"#), StdoutLine::Result(json!({"processed": 2})));
+        assert_eq!(StdoutLine::parse(r#"{"config": {"model": "m"}}"#), StdoutLine::Config(json!({"model": "m"})));
+        assert_eq!(StdoutLine::parse(r#"{"config": "m"}"#), StdoutLine::Text, "a config that is no object is text");
         for text in ["hello", "{not json", r#"{"progress": 1, "x": 2}"#, r#"{"other": 1}"#, "[1]"] {
             assert_eq!(StdoutLine::parse(text), StdoutLine::Text, "{text}");
         }

@@ -259,7 +259,24 @@ impl Session {
         match StdoutLine::parse(&line) {
             StdoutLine::Progress(value) => self.progress.offer(value),
             StdoutLine::Result(value) => self.result = Some(value),
+            StdoutLine::Config(value) => {
+                self.text("stdout", &line).await;
+                self.report_config(&value).await;
+            }
             StdoutLine::Text => self.text("stdout", &line).await,
+        }
+    }
+
+    /// Stores the configuration the worker reported (fenced: a run that is no longer ours is killed).
+    async fn report_config(&mut self, config: &serde_json::Value) {
+        let report = self.ctx.db.report_config(self.run, self.ctx.daemon_id, config);
+        match tokio::time::timeout(Duration::from_secs(5), report).await {
+            Ok(Ok(())) => tracing::info!(config = %config, "the worker reported its configuration"),
+            Ok(Err(DbError::LeaseLost { .. })) => {
+                self.lose("the run was no longer this daemon's when its worker reported its configuration").await
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not store the worker's reported configuration"),
+            Err(_) => tracing::warn!("storing the worker's reported configuration timed out"),
         }
     }
 

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+pub use scrinalia_wire::{OptionSpec, OptionType};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -28,62 +29,6 @@ pub struct Engine {
 
 fn default_engine_kind() -> String {
     "ollama".to_owned()
-}
-
-/// The type of a worker option; explicit arguments and overrides are checked against it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum OptionType {
-    /// A whole number.
-    Integer,
-    /// Any number.
-    Number,
-    /// `true` or `false`.
-    Boolean,
-    /// Text.
-    String,
-}
-
-impl OptionType {
-    /// Whether `value` has this type.
-    pub fn admits(self, value: &Value) -> bool {
-        match self {
-            Self::Integer => value.is_i64() || value.is_u64(),
-            Self::Number => value.is_number(),
-            Self::Boolean => value.is_boolean(),
-            Self::String => value.is_string(),
-        }
-    }
-
-    /// The word used in error sentences.
-    pub fn noun(self) -> &'static str {
-        match self {
-            Self::Integer => "a whole number",
-            Self::Number => "a number",
-            Self::Boolean => "true or false",
-            Self::String => "a string",
-        }
-    }
-}
-
-/// One option a worker accepts.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct OptionSpec {
-    /// The option's name, as passed to the worker (`--name value`).
-    pub name: String,
-    /// Its type.
-    #[serde(rename = "type")]
-    pub kind: OptionType,
-    /// The catalogue default; `None` means the worker's own default applies and nothing is passed.
-    #[serde(default)]
-    pub default: Option<Value>,
-    /// The values allowed, if the option is a choice.
-    #[serde(default)]
-    pub choices: Option<Vec<Value>>,
-    /// A sentence for people.
-    #[serde(default)]
-    pub description: Option<String>,
 }
 
 /// One worker of the catalogue.
@@ -261,10 +206,57 @@ impl Catalogue {
                         format!("the choice {choice} of option {:?} is not {}", option.name, option.kind.noun()),
                     );
                 }
+                for problem in bound_problems(option) {
+                    push(format!("{key}.{}", problem.0), problem.1);
+                }
             }
         }
         problems
     }
+}
+
+/// What is wrong with an option's bounds, as (key, sentence): bounds only on numbers, the minimum not above the
+/// maximum, the default and the choices within them. Used for the catalogue and for what a worker's code declares.
+pub fn bound_problems(option: &OptionSpec) -> Vec<(&'static str, String)> {
+    let mut problems = Vec::new();
+    let numeric = matches!(option.kind, OptionType::Integer | OptionType::Number);
+    for (key, bound) in [("minimum", &option.minimum), ("maximum", &option.maximum)] {
+        if let Some(bound) = bound {
+            if !numeric {
+                problems.push((
+                    key,
+                    format!("option {:?} is {}, so it cannot have a {key}", option.name, option.kind.noun()),
+                ));
+            } else if option.kind == OptionType::Integer && !(bound.is_i64() || bound.is_u64()) {
+                problems.push((key, format!("the {key} {bound} of option {:?} is not a whole number", option.name)));
+            }
+        }
+    }
+    if !numeric {
+        return problems;
+    }
+    let as_f64 = |n: &Option<serde_json::Number>| n.as_ref().and_then(serde_json::Number::as_f64);
+    if let (Some(min), Some(max)) = (as_f64(&option.minimum), as_f64(&option.maximum))
+        && min > max
+    {
+        problems.push(("minimum", format!("option {:?} has a minimum above its maximum", option.name)));
+    }
+    if let Some(default) = option.default.as_ref().filter(|d| out_of_bounds(option, d).is_some()) {
+        problems.push(("default", format!("the default {default} of option {:?} is out of its bounds", option.name)));
+    }
+    for choice in option.choices.iter().flatten().filter(|c| out_of_bounds(option, c).is_some()) {
+        problems.push(("choices", format!("the choice {choice} of option {:?} is out of its bounds", option.name)));
+    }
+    problems
+}
+
+/// The bound `value` breaks, as ("minimum" or "maximum", the bound), if it breaks one.
+pub fn out_of_bounds<'a>(option: &'a OptionSpec, value: &Value) -> Option<(&'static str, &'a serde_json::Number)> {
+    let v = value.as_f64()?;
+    if let Some(min) = option.minimum.as_ref().filter(|m| m.as_f64().is_some_and(|m| v < m)) {
+        return Some(("minimum", min));
+    }
+    option.maximum.as_ref().filter(|m| m.as_f64().is_some_and(|m| v > m)).map(|m| ("maximum", m))
 }
 
 /// Names that end up in paths, log keys and arguments are kept to a safe alphabet.

@@ -10,6 +10,8 @@ pub mod changes;
 pub mod config;
 pub mod daemons;
 mod db;
+pub mod descriptions;
+pub mod effective;
 pub mod logstore;
 pub mod metrics;
 pub mod overrides;
@@ -21,11 +23,13 @@ pub mod telemetry;
 pub use catalogue::{Catalogue, Engine, OptionSpec, OptionType, WorkerSpec};
 pub use config::{ConfigError, Settings};
 pub use db::{Backend, Database, DbError, Pings};
+pub use effective::EffectiveWorker;
 pub use resolve::{ResolveError, resolve};
 pub use scrinalia_wire::{
     AuditEntry, Change, Choices, Daemon, DaemonState, EndReason, ExplicitArgs, Named, Override, OverrideAction,
     OverrideValues, ProgressEntry, QueueCount, Resolved, ResolvedConfig, Role, Run, RunPage, RunState, Source, auth,
 };
+pub use scrinalia_wire::{Chore, ChoreKind, Declared, Description, EngineSource, Readiness, WorkerDescription};
 
 /// The version every binary reports (daemon registry, health, OpenAPI).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

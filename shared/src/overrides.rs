@@ -8,8 +8,8 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use crate::{
-    AuditEntry, Catalogue, Database, DbError, ExplicitArgs, Override, OverrideValues, ResolveError, ResolvedConfig,
-    WorkerSpec,
+    AuditEntry, Catalogue, Database, DbError, EffectiveWorker, ExplicitArgs, Override, OverrideValues, ResolveError,
+    ResolvedConfig,
     db::{self, retrying},
     resolve,
     resolve::check_override,
@@ -102,9 +102,9 @@ pub struct OverrideState {
 }
 
 impl OverrideState {
-    /// The state of `spec` with `stored` as its override.
-    pub fn of(catalogue: &Catalogue, spec: &WorkerSpec, stored: Option<Override>) -> Self {
-        let effective = resolve(catalogue, spec, &ExplicitArgs::default(), stored.as_ref().map(|o| &o.values));
+    /// The state of `worker` with `stored` as its override.
+    pub fn of(worker: &EffectiveWorker, stored: Option<Override>) -> Self {
+        let effective = resolve(worker, &ExplicitArgs::default(), stored.as_ref().map(|o| &o.values));
         Self { stored, effective }
     }
 }
@@ -135,16 +135,16 @@ impl Database {
         actor: &str,
         change: &OverrideChange,
     ) -> Result<OverrideState, OverrideError> {
-        let spec =
-            catalogue.worker(worker).ok_or_else(|| OverrideError::UnknownWorker { worker: worker.to_owned() })?;
         let reason = check_reason(change.reason.as_deref())?;
+        let spec = self.effective_worker(catalogue, worker).await?;
+        let spec = spec.ok_or_else(|| OverrideError::UnknownWorker { worker: worker.to_owned() })?;
         let next = |current: Option<&OverrideValues>| {
             let next = change.apply(current);
-            check_override(catalogue, spec, &next).map(|()| next)
+            check_override(&spec, &next).map(|()| next)
         };
         let stored =
-            db::overrides::change(self, &spec.name, actor, &reason, next).await?.map_err(OverrideError::Invalid)?;
-        Ok(OverrideState::of(catalogue, spec, stored))
+            db::overrides::change(self, spec.name(), actor, &reason, next).await?.map_err(OverrideError::Invalid)?;
+        Ok(OverrideState::of(&spec, stored))
     }
 
     /// Removes `worker`'s override as `actor`, for `reason`; the change is audited even when there was none.
@@ -155,13 +155,13 @@ impl Database {
         actor: &str,
         reason: Option<&str>,
     ) -> Result<OverrideState, OverrideError> {
-        let spec =
-            catalogue.worker(worker).ok_or_else(|| OverrideError::UnknownWorker { worker: worker.to_owned() })?;
         let reason = check_reason(reason)?;
+        let spec = self.effective_worker(catalogue, worker).await?;
+        let spec = spec.ok_or_else(|| OverrideError::UnknownWorker { worker: worker.to_owned() })?;
         let clear = |_: Option<&OverrideValues>| Ok::<_, ResolveError>(OverrideValues::default());
         let stored =
-            db::overrides::change(self, &spec.name, actor, &reason, clear).await?.map_err(OverrideError::Invalid)?;
-        Ok(OverrideState::of(catalogue, spec, stored))
+            db::overrides::change(self, spec.name(), actor, &reason, clear).await?.map_err(OverrideError::Invalid)?;
+        Ok(OverrideState::of(&spec, stored))
     }
 
     /// One worker's override.

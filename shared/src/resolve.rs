@@ -1,5 +1,5 @@
-//! Configuration resolution: explicit argument > persisted override > catalogue default, each resolved field
-//! carrying its source. The read-only "effective configuration" view and every run use this one function, so
+//! Configuration resolution: explicit argument > persisted override > the worker's default (its code's, else the
+//! catalogue's; see `crate::effective`), each resolved field carrying its source. The read-only "effective configuration" view and every run use this one function, so
 //! the panel cannot describe a configuration a run would not use.
 
 use std::collections::BTreeMap;
@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::{
-    ExplicitArgs, OverrideValues, Resolved, ResolvedConfig, Source,
-    catalogue::{Catalogue, WorkerSpec},
+    ExplicitArgs, OverrideValues, Resolved, ResolvedConfig, Source, catalogue::out_of_bounds,
+    effective::EffectiveWorker,
 };
 
 /// Why arguments or an override cannot be resolved; each displays as a sentence for people.
@@ -41,6 +41,18 @@ pub enum ResolveError {
         option: String,
         /// The allowed values.
         choices: String,
+        /// What was given.
+        got: String,
+    },
+    /// The value is below the option's minimum or above its maximum.
+    #[error("Option {option:?} must be {bound} {limit}, not {got}.")]
+    OutOfBounds {
+        /// The option.
+        option: String,
+        /// "at least" or "at most".
+        bound: &'static str,
+        /// The bound.
+        limit: String,
         /// What was given.
         got: String,
     },
@@ -89,23 +101,18 @@ pub enum ResolveError {
 
 /// Resolves the configuration of `worker` for a run (or for the view, with no explicit arguments).
 pub fn resolve(
-    catalogue: &Catalogue,
-    worker: &WorkerSpec,
+    worker: &EffectiveWorker,
     explicit: &ExplicitArgs,
     overrides: Option<&OverrideValues>,
 ) -> Result<ResolvedConfig, ResolveError> {
     let empty = OverrideValues::default();
     let overrides = overrides.unwrap_or(&empty);
-    if let Some(sentence) = &worker.engine_source
-        && (explicit.engine.is_some() || explicit.preset.is_some())
-    {
-        return Err(ResolveError::EngineNotConfigurable {
-            worker: worker.name.clone(),
-            source_sentence: sentence.clone(),
-        });
-    }
+    let spec = &worker.spec;
+    refuse_engine_choice(worker, explicit)?;
+    let external = worker.engine_source.is_some();
+    let described = worker.described.as_ref().filter(|d| external && d.source.is_some());
     let pick = |explicit: &Option<String>, overridden: &Option<String>, default: &Option<String>| {
-        if worker.engine_source.is_some() {
+        if external {
             return default.clone().map(|value| Resolved { value, source: Source::External });
         }
         match (explicit, overridden, default) {
@@ -115,13 +122,54 @@ pub fn resolve(
             (None, None, None) => None,
         }
     };
-    let engine = pick(&explicit.engine, &overrides.engine, &worker.engine);
-    let preset = pick(&explicit.preset, &overrides.preset, &worker.preset);
-    let (model, endpoint) = match (&engine, &preset) {
+    let (engine, preset, model, endpoint) = match described {
+        // The engine comes from elsewhere and the code said what it is: what it said, as of its description.
+        Some(d) => (pick(&None, &None, &d.engine), pick(&None, &None, &d.preset), d.model.clone(), d.endpoint.clone()),
+        None => {
+            let engine = pick(&explicit.engine, &overrides.engine, &spec.engine);
+            let preset = pick(&explicit.preset, &overrides.preset, &spec.preset);
+            let (model, endpoint) = model_of(worker, engine.as_ref(), preset.as_ref())?;
+            (engine, preset, model, endpoint)
+        }
+    };
+    let mut options = BTreeMap::new();
+    for (name, value) in explicit.options.iter().chain(&overrides.options) {
+        check_option(worker, name, value)?;
+    }
+    for option in &spec.options {
+        let chosen = match (explicit.options.get(&option.name), overrides.options.get(&option.name), &option.default) {
+            (Some(v), _, _) => Some(Resolved { value: v.clone(), source: Source::Explicit }),
+            (None, Some(v), _) => Some(Resolved { value: v.clone(), source: Source::Override }),
+            (None, None, Some(v)) => Some(Resolved { value: v.clone(), source: Source::Default }),
+            (None, None, None) => None,
+        };
+        if let Some(chosen) = chosen {
+            options.insert(option.name.clone(), chosen);
+        }
+    }
+    Ok(ResolvedConfig {
+        engine,
+        preset,
+        model,
+        endpoint,
+        engine_configurable: worker.engine_configurable(),
+        engine_source: worker.engine_source.clone(),
+        options,
+        timeout_seconds: spec.timeout_seconds,
+    })
+}
+
+/// The model and endpoint of a resolved engine and preset, from the engines the worker can use.
+fn model_of(
+    worker: &EffectiveWorker,
+    engine: Option<&Resolved<String>>,
+    preset: Option<&Resolved<String>>,
+) -> Result<(Option<String>, Option<String>), ResolveError> {
+    match (engine, preset) {
         (Some(e), preset) => {
-            let declared = catalogue.engines.get(&e.value).ok_or_else(|| ResolveError::UnknownEngine {
+            let declared = worker.engines.get(&e.value).ok_or_else(|| ResolveError::UnknownEngine {
                 engine: e.value.clone(),
-                known: join(catalogue.engines.keys()),
+                known: join(worker.engines.keys()),
             })?;
             let model = match preset {
                 Some(p) => {
@@ -133,69 +181,65 @@ pub fn resolve(
                 }
                 None => None,
             };
-            (model, declared.url.clone())
+            Ok((model, declared.url.clone()))
         }
-        (None, Some(_)) => return Err(ResolveError::NoEngine { worker: worker.name.clone() }),
-        (None, None) => (None, None),
-    };
-    let mut options = BTreeMap::new();
-    for (name, value) in explicit.options.iter().chain(&overrides.options) {
-        check_option(worker, name, value)?;
+        (None, Some(_)) => Err(ResolveError::NoEngine { worker: worker.spec.name.clone() }),
+        (None, None) => Ok((None, None)),
     }
-    for spec in &worker.options {
-        let chosen = match (explicit.options.get(&spec.name), overrides.options.get(&spec.name), &spec.default) {
-            (Some(v), _, _) => Some(Resolved { value: v.clone(), source: Source::Explicit }),
-            (None, Some(v), _) => Some(Resolved { value: v.clone(), source: Source::Override }),
-            (None, None, Some(v)) => Some(Resolved { value: v.clone(), source: Source::Default }),
-            (None, None, None) => None,
-        };
-        if let Some(chosen) = chosen {
-            options.insert(spec.name.clone(), chosen);
-        }
-    }
-    Ok(ResolvedConfig {
-        engine,
-        preset,
-        model,
-        endpoint,
-        engine_configurable: worker.engine_configurable(),
-        options,
-        timeout_seconds: worker.timeout_seconds,
-    })
 }
 
-/// Checks an override before it is stored: the same rules as explicit arguments.
-pub fn check_override(catalogue: &Catalogue, worker: &WorkerSpec, values: &OverrideValues) -> Result<(), ResolveError> {
-    if let Some(sentence) = &worker.engine_source
+fn refuse_engine_choice(worker: &EffectiveWorker, values: &OverrideValues) -> Result<(), ResolveError> {
+    if let Some(sentence) = &worker.spec.engine_source
         && (values.engine.is_some() || values.preset.is_some())
     {
         return Err(ResolveError::EngineNotConfigurable {
-            worker: worker.name.clone(),
+            worker: worker.spec.name.clone(),
             source_sentence: sentence.clone(),
         });
     }
-    // An override is checked as if it were a run's explicit arguments.
-    resolve(catalogue, worker, values, None).map(|_| ())
+    Ok(())
 }
 
-fn check_option(worker: &WorkerSpec, name: &str, value: &Value) -> Result<(), ResolveError> {
-    let spec = worker.option(name).ok_or_else(|| ResolveError::UnknownOption {
-        worker: worker.name.clone(),
+/// Checks an override before it is stored: the same rules as explicit arguments.
+pub fn check_override(worker: &EffectiveWorker, values: &OverrideValues) -> Result<(), ResolveError> {
+    refuse_engine_choice(worker, values)?;
+    // An override is checked as if it were a run's explicit arguments.
+    resolve(worker, values, None).map(|_| ())
+}
+
+fn check_option(worker: &EffectiveWorker, name: &str, value: &Value) -> Result<(), ResolveError> {
+    let spec = &worker.spec;
+    let option = spec.option(name).ok_or_else(|| ResolveError::UnknownOption {
+        worker: spec.name.clone(),
         option: name.to_owned(),
-        known: if worker.options.is_empty() { "none".to_owned() } else { join(worker.options.iter().map(|o| &o.name)) },
+        known: match (spec.options.is_empty(), &worker.described) {
+            (true, None) => "none known yet (its catalogue entry declares none and its code has not described \
+                             itself)"
+                .to_owned(),
+            (true, Some(_)) => "none".to_owned(),
+            (false, _) => join(spec.options.iter().map(|o| &o.name)),
+        },
     })?;
-    if !spec.kind.admits(value) {
+    if !option.kind.admits(value) {
         return Err(ResolveError::WrongType {
             option: name.to_owned(),
-            expected: spec.kind.noun(),
+            expected: option.kind.noun(),
             got: describe(value),
         });
     }
-    if let Some(choices) = spec.choices.as_ref().filter(|c| !c.contains(value)) {
+    if let Some(choices) = option.choices.as_ref().filter(|c| !c.contains(value)) {
         return Err(ResolveError::NotAChoice {
             option: name.to_owned(),
             choices: choices.iter().map(Value::to_string).collect::<Vec<_>>().join(", "),
             got: describe(value),
+        });
+    }
+    if let Some((bound, limit)) = out_of_bounds(option, value) {
+        return Err(ResolveError::OutOfBounds {
+            option: name.to_owned(),
+            bound: if bound == "minimum" { "at least" } else { "at most" },
+            limit: limit.to_string(),
+            got: value.to_string(),
         });
     }
     if value.as_str().is_some_and(|s| s.contains('\0')) {
@@ -230,7 +274,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::catalogue::{Engine, OptionSpec, OptionType};
+    use crate::catalogue::{Catalogue, Engine, OptionSpec, OptionType, WorkerSpec};
 
     fn catalogue() -> Catalogue {
         let engine = Engine {
@@ -244,6 +288,8 @@ mod tests {
             kind,
             default,
             choices: None,
+            minimum: (name == "batch_size").then(|| 1.into()),
+            maximum: (name == "batch_size").then(|| 500.into()),
             description: None,
         };
         let worker = |name: &str, engine_source: Option<&str>| WorkerSpec {
@@ -276,14 +322,14 @@ mod tests {
     #[test]
     fn explicit_beats_override_beats_default_and_a_partial_override_follows_the_default() {
         let cat = catalogue();
-        let worker = cat.worker("tag-suggest").expect("worker");
+        let worker = &EffectiveWorker::from_catalogue(&cat, cat.worker("tag-suggest").expect("worker"));
         let overrides = OverrideValues {
             engine: None,
             preset: Some("thorough".into()),
             options: [("batch_size".into(), json!(8)), ("language".into(), json!("pt"))].into(),
         };
         let explicit = ExplicitArgs { options: [("language".into(), json!("fr"))].into(), ..Default::default() };
-        let resolved = resolve(&cat, worker, &explicit, Some(&overrides)).expect("resolves");
+        let resolved = resolve(worker, &explicit, Some(&overrides)).expect("resolves");
         assert_eq!(resolved.engine, Some(Resolved { value: "ollama".into(), source: Source::Default }));
         assert_eq!(resolved.preset, Some(Resolved { value: "thorough".into(), source: Source::Override }));
         assert_eq!(resolved.model.as_deref(), Some("big:14b"), "the model follows the resolved preset");
@@ -292,7 +338,7 @@ mod tests {
         assert_eq!(resolved.options["language"], Resolved { value: json!("fr"), source: Source::Explicit });
         assert!(!resolved.options.contains_key("dry_run"), "no default and no value: nothing is passed");
 
-        let view = resolve(&cat, worker, &ExplicitArgs::default(), None).expect("resolves");
+        let view = resolve(worker, &ExplicitArgs::default(), None).expect("resolves");
         assert_eq!(view.preset, Some(Resolved { value: "fast".into(), source: Source::Default }));
         assert_eq!(view.options["batch_size"], Resolved { value: json!(50), source: Source::Default });
     }
@@ -300,45 +346,49 @@ mod tests {
     #[test]
     fn bad_explicit_arguments_are_rejected_with_a_sentence() {
         let cat = catalogue();
-        let worker = cat.worker("tag-suggest").expect("worker");
+        let worker = &EffectiveWorker::from_catalogue(&cat, cat.worker("tag-suggest").expect("worker"));
         let with = |options: Value| ExplicitArgs {
             options: serde_json::from_value(options).expect("options"),
             ..Default::default()
         };
-        let unknown = resolve(&cat, worker, &with(json!({"batchsize": 3})), None).expect_err("unknown option");
+        let unknown = resolve(worker, &with(json!({"batchsize": 3})), None).expect_err("unknown option");
         assert_eq!(
             unknown.to_string(),
             "Worker \"tag-suggest\" has no option \"batchsize\"; it accepts: batch_size, language, dry_run."
         );
-        let wrong = resolve(&cat, worker, &with(json!({"batch_size": "ten"})), None).expect_err("wrong type");
+        let wrong = resolve(worker, &with(json!({"batch_size": "ten"})), None).expect_err("wrong type");
         assert_eq!(wrong.to_string(), "Option \"batch_size\" must be a whole number, not string \"ten\".");
-        let fraction = resolve(&cat, worker, &with(json!({"batch_size": 2.5})), None).expect_err("not whole");
+        let fraction = resolve(worker, &with(json!({"batch_size": 2.5})), None).expect_err("not whole");
         assert!(matches!(fraction, ResolveError::WrongType { .. }));
         // A long value is cut by characters: a cut inside a multi-byte character used to panic.
-        let long = resolve(&cat, worker, &with(json!({"batch_size": "é".repeat(50)})), None).expect_err("wrong type");
+        let long = resolve(worker, &with(json!({"batch_size": "é".repeat(50)})), None).expect_err("wrong type");
         assert!(long.to_string().contains(&format!("not string \"{}...", "é".repeat(36))), "{long}");
+        let negative = resolve(worker, &with(json!({"batch_size": -5})), None);
+        assert_eq!(negative.expect_err("below").to_string(), "Option \"batch_size\" must be at least 1, not -5.");
+        let huge = resolve(worker, &with(json!({"batch_size": 501})), None);
+        assert_eq!(huge.expect_err("above").to_string(), "Option \"batch_size\" must be at most 500, not 501.");
         let preset = ExplicitArgs { preset: Some("huge".into()), ..Default::default() };
         assert_eq!(
-            resolve(&cat, worker, &preset, None).expect_err("unknown preset").to_string(),
+            resolve(worker, &preset, None).expect_err("unknown preset").to_string(),
             "Engine \"ollama\" has no preset \"huge\"; its presets are: fast, thorough."
         );
         let engine = ExplicitArgs { engine: Some("openai".into()), ..Default::default() };
-        assert!(matches!(resolve(&cat, worker, &engine, None), Err(ResolveError::UnknownEngine { .. })));
+        assert!(matches!(resolve(worker, &engine, None), Err(ResolveError::UnknownEngine { .. })));
     }
 
     #[test]
     fn an_engine_from_elsewhere_cannot_be_chosen_here() {
         let cat = catalogue();
-        let worker = cat.worker("quality-validator").expect("worker");
+        let worker = &EffectiveWorker::from_catalogue(&cat, cat.worker("quality-validator").expect("worker"));
         let explicit = ExplicitArgs { preset: Some("thorough".into()), ..Default::default() };
-        let refused = resolve(&cat, worker, &explicit, None).expect_err("not configurable");
+        let refused = resolve(worker, &explicit, None).expect_err("not configurable");
         assert_eq!(
             refused.to_string(),
             "The engine of worker \"quality-validator\" is not configurable here: It comes from the LLM_CHECK rule."
         );
         let overrides = OverrideValues { engine: Some("ollama".into()), ..Default::default() };
-        assert!(check_override(&cat, worker, &overrides).is_err());
-        let view = resolve(&cat, worker, &ExplicitArgs::default(), None).expect("the view still resolves");
+        assert!(check_override(worker, &overrides).is_err());
+        let view = resolve(worker, &ExplicitArgs::default(), None).expect("the view still resolves");
         assert_eq!(view.engine.map(|e| e.source), Some(Source::External));
         assert!(!view.engine_configurable);
     }

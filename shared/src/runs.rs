@@ -9,7 +9,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    Catalogue, Database, DbError, EndReason, ExplicitArgs, ProgressEntry, ResolveError, Run, RunPage, RunState,
+    Catalogue, Database, DbError, EffectiveWorker, EndReason, ExplicitArgs, ProgressEntry, ResolveError, Run, RunPage,
+    RunState,
     db::{self, retrying},
     resolve,
 };
@@ -154,16 +155,16 @@ impl Database {
         let spec = catalogue
             .worker(&request.worker)
             .ok_or_else(|| RequestError::UnknownWorker { worker: request.worker.clone() })?;
-        let stored = self.get_override(&spec.name).await?;
-        let config =
-            resolve(catalogue, spec, &request.arguments, stored.as_ref().map(|o| &o.values)).map_err(|error| {
-                // Arguments that resolve alone point at the override.
-                if stored.is_some() && resolve(catalogue, spec, &request.arguments, None).is_ok() {
-                    RequestError::InvalidOverride { worker: spec.name.clone(), error }
-                } else {
-                    RequestError::InvalidArguments(error)
-                }
-            })?;
+        let (stored, described) = tokio::try_join!(self.get_override(&spec.name), self.description(&spec.name))?;
+        let worker = EffectiveWorker::of(catalogue, spec, described.as_ref().and_then(|d| d.description.as_ref()));
+        let config = resolve(&worker, &request.arguments, stored.as_ref().map(|o| &o.values)).map_err(|error| {
+            // Arguments that resolve alone point at the override.
+            if stored.is_some() && resolve(&worker, &request.arguments, None).is_ok() {
+                RequestError::InvalidOverride { worker: spec.name.clone(), error }
+            } else {
+                RequestError::InvalidArguments(error)
+            }
+        })?;
         let new = db::runs::NewRun {
             id: Uuid::now_v7(),
             worker: &spec.name,
@@ -216,6 +217,16 @@ impl Database {
         db::runs::mark_started(self, run, daemon, log_key)
             .await?
             .ok_or(DbError::LeaseLost { run_id: run, daemon_id: daemon })
+    }
+
+    /// Stores the configuration the worker of a run held by `daemon` reported it uses (fenced like every owner
+    /// write: refused with [`DbError::LeaseLost`] when the run is no longer this daemon's).
+    pub async fn report_config(&self, run: Uuid, daemon: Uuid, config: &serde_json::Value) -> Result<(), DbError> {
+        if db::runs::report_config(self, run, daemon, config).await? {
+            Ok(())
+        } else {
+            Err(DbError::LeaseLost { run_id: run, daemon_id: daemon })
+        }
     }
 
     /// Extends the lease of a run held by `daemon` to `lease` from now. Refused ([`DbError::LeaseLost`]) when the

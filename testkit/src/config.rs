@@ -119,7 +119,7 @@ pub fn worker(name: &str, command: &[&str]) -> WorkerSpec {
 
 /// An option of `kind` with `default`.
 pub fn option(name: &str, kind: OptionType, default: Option<Value>) -> OptionSpec {
-    OptionSpec { name: name.to_owned(), kind, default, choices: None, description: None }
+    OptionSpec { name: name.to_owned(), kind, default, choices: None, minimum: None, maximum: None, description: None }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::{DaemonState, OverrideAction, RunState};
+use crate::{ChoreKind, DaemonState, OverrideAction, RunState};
 
 /// One change, tagged by `kind`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,6 +59,19 @@ pub enum Change {
         /// `set` or `clear`.
         action: OverrideAction,
     },
+    /// What a worker's `describe` or `check` answered was stored again.
+    Worker {
+        /// The worker.
+        worker: String,
+    },
+    /// Someone asked for a worker's chore (a count after a run ended, a describe or count asked for by an
+    /// operator): the daemons that take the worker look for chores to do.
+    Chore {
+        /// The worker.
+        worker: String,
+        /// The chore.
+        chore: ChoreKind,
+    },
     /// Changes may have been missed (a reconnection, a client that fell behind): read everything again.
     Resync {
         /// Why, for people.
@@ -72,7 +85,7 @@ pub enum Change {
 impl Change {
     /// The kinds a panel hears on `GET /api/events` (besides `ready`, which opens every stream), in the order
     /// the API's documentation lists them.
-    pub const PANEL_KINDS: [&'static str; 5] = ["run", "queue", "daemon", "override", "resync"];
+    pub const PANEL_KINDS: [&'static str; 6] = ["run", "queue", "worker", "daemon", "override", "resync"];
 
     /// The kind: the `kind` field of the payload and the name of the live event.
     pub fn kind(&self) -> &'static str {
@@ -83,6 +96,8 @@ impl Change {
             Self::Queue { .. } => "queue",
             Self::Daemon { .. } => "daemon",
             Self::Override { .. } => "override",
+            Self::Worker { .. } => "worker",
+            Self::Chore { .. } => "chore",
             Self::Resync { .. } => "resync",
             Self::Written => "written",
         }
@@ -108,6 +123,8 @@ mod tests {
             Change::Queue { worker: "w".into() },
             Change::Daemon { daemon: run, state: DaemonState::Draining },
             Change::Override { worker: "w".into(), actor: "ada".into(), action: OverrideAction::Clear },
+            Change::Worker { worker: "w".into() },
+            Change::Chore { worker: "w".into(), chore: ChoreKind::Count },
             Change::resync("reconnected"),
             Change::Written,
         ];

@@ -80,9 +80,30 @@ pub struct ResolvedConfig {
     pub endpoint: Option<String>,
     /// Whether engine and preset can be chosen here.
     pub engine_configurable: bool,
+    /// When they cannot: where the engine comes from, as the worker last described it. The engine, preset
+    /// and model above are then what that source said at the time; the run reports what it really used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_source: Option<crate::EngineSource>,
     /// Option values (only those with a value), by name.
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub options: BTreeMap<String, Resolved<Value>>,
     /// The run's timeout.
     pub timeout_seconds: u64,
+}
+
+impl ResolvedConfig {
+    /// Nothing resolved: what a worker asked to `describe` itself is given, so that it answers with its own
+    /// defaults.
+    pub fn empty() -> Self {
+        Self {
+            engine: None,
+            preset: None,
+            model: None,
+            endpoint: None,
+            engine_configurable: true,
+            engine_source: None,
+            options: BTreeMap::new(),
+            timeout_seconds: 0,
+        }
+    }
 }

@@ -12,6 +12,7 @@ pub mod daemon;
 pub mod overrides;
 pub mod queue;
 pub mod run;
+pub mod worker;
 
 pub use auth::Role;
 pub use change::Change;
@@ -20,6 +21,9 @@ pub use daemon::{Daemon, DaemonState};
 pub use overrides::{AuditEntry, Override, OverrideAction};
 pub use queue::QueueCount;
 pub use run::{EndReason, ProgressEntry, Run, RunPage, RunState};
+pub use worker::{
+    Chore, ChoreKind, Declared, Description, EngineSource, OptionSpec, OptionType, Readiness, WorkerDescription,
+};
 
 /// A state name of a closed set that the database stores as text and JSON carries as a string.
 pub trait Named: Sized + Copy + 'static {

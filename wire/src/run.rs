@@ -156,6 +156,12 @@ pub struct Run {
     /// The resolved configuration, each field with its source.
     #[cfg_attr(feature = "sqlx", sqlx(json))]
     pub config: ResolvedConfig,
+    /// The configuration the worker reported it actually uses (its `{"config": …}` line at the start of the
+    /// run): for a worker whose engine comes from elsewhere, the only place the run's model is known.
+    #[serde(default)]
+    #[cfg_attr(feature = "sqlx", sqlx(json(nullable)))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub reported_config: Option<Value>,
     /// The daemon that claimed it.
     #[cfg_attr(feature = "sqlx", sqlx(rename = "claimed_by"))]
     pub daemon_id: Option<Uuid>,

@@ -1,6 +1,7 @@
 //! Health of everything a run depends on: the database, each Ollama model server (reachable, and every preset's
-//! model present), the run-log store (a probe key written, read and deleted) and the daemons (alive by
-//! heartbeat). The checks run at once, each bounded in time; the answer is always 200 with the status in the
+//! model present, the presets the workers' code declares included), the run-log store (a probe key written, read
+//! and deleted), the daemons (alive by heartbeat) and each worker (ready as its last `check` said, and whether its
+//! catalogue entry agrees with its code). The checks run at once, each bounded in time; the answer is always 200 with the status in the
 //! body, so that a panel can show what is down even when most things are.
 
 use std::{
@@ -10,7 +11,9 @@ use std::{
 
 use axum::{Json, Router, extract::State, routing::get};
 use object_store::PutPayload;
-use scrinalia_shared::{DaemonState, Engine};
+use std::collections::{BTreeMap, HashMap};
+
+use scrinalia_shared::{DaemonState, EffectiveWorker, Engine, Readiness};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
@@ -74,17 +77,65 @@ pub(crate) async fn health(_: Viewer, State(state): State<AppState>) -> Json<Hea
 
 /// Runs every check at once.
 pub async fn check_all(state: &AppState) -> HealthView {
+    let started = Instant::now();
+    let facts = tokio::time::timeout(CHECK_TIMEOUT, async {
+        tokio::try_join!(state.db().effective_workers(state.catalogue()), state.db().readiness())
+    })
+    .await;
+    let (workers, readiness) = match facts {
+        Ok(Ok((workers, readiness))) => (workers, Some(readiness)),
+        // The database check says why; the workers' checks are left out rather than guessed.
+        _ => (
+            state.catalogue().workers.iter().map(|w| EffectiveWorker::from_catalogue(state.catalogue(), w)).collect(),
+            None,
+        ),
+    };
+    let mut engines: BTreeMap<String, Engine> = state.catalogue().engines.clone();
+    for worker in &workers {
+        for (name, engine) in &worker.engines {
+            engines.entry(name.clone()).or_insert_with(|| engine.clone()).presets.extend(engine.presets.clone());
+        }
+    }
     let mut checks: Vec<std::pin::Pin<Box<dyn Future<Output = Check> + Send + '_>>> = vec![
         Box::pin(timed("database".to_owned(), database(state))),
         Box::pin(timed("object_store".to_owned(), object_store(state))),
         Box::pin(timed("daemons".to_owned(), daemons(state))),
     ];
-    for (name, engine) in state.catalogue().engines.iter().filter(|(_, e)| e.kind == "ollama") {
+    for (name, engine) in engines.iter().filter(|(_, e)| e.kind == "ollama") {
         checks.push(Box::pin(timed(format!("model_server:{name}"), model_server(state, name, engine))));
     }
-    let checks = futures::future::join_all(checks).await;
+    let mut checks = futures::future::join_all(checks).await;
+    if let Some(readiness) = readiness {
+        let latency_ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
+        let mut readiness: HashMap<String, Readiness> = readiness.into_iter().map(|r| (r.worker.clone(), r)).collect();
+        checks.extend(workers.iter().map(|w| worker_check(w, readiness.remove(w.name()), latency_ms)));
+    }
     let status = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);
     HealthView { status, checks, version: scrinalia_shared::VERSION.to_owned() }
+}
+
+/// A worker: down when its check says it is not ready, degraded when its check failed or its catalogue entry
+/// disagrees with its code, ok otherwise (also before its first check).
+fn worker_check(worker: &EffectiveWorker, readiness: Option<Readiness>, latency_ms: f64) -> Check {
+    let name = worker.name();
+    let mut problems = Vec::new();
+    let mut status = Status::Ok;
+    if let Some(problem) = readiness.as_ref().and_then(Readiness::problem) {
+        status =
+            if readiness.as_ref().is_some_and(|r| r.ready == Some(false)) { Status::Down } else { Status::Degraded };
+        problems.push(format!("Worker {name} is not ready: {problem}"));
+    }
+    if !worker.disagreements.is_empty() {
+        status = status.max(Status::Degraded);
+        problems.push(format!("Its catalogue entry disagrees with its code: {}", worker.disagreements.join("; ")));
+    }
+    let details = json!({
+        "ready": readiness.as_ref().and_then(|r| r.ready),
+        "checked_at": readiness.as_ref().map(|r| r.checked_at),
+        "disagreements": worker.disagreements,
+    });
+    let error = (!problems.is_empty()).then(|| crate::error::sentence(problems.join(". ")));
+    Check { name: format!("worker:{name}"), status, latency_ms, error, details }
 }
 
 type Outcome = (Status, Option<String>, Value);

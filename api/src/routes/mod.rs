@@ -1,5 +1,6 @@
 //! The endpoints, one module per resource; each module exposes `router()`.
 
+pub mod chores;
 pub mod daemons;
 pub mod events;
 pub mod health;

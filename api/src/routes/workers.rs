@@ -1,6 +1,7 @@
 //! The worker view: the catalogue in order, each worker with its effective configuration (and where each value
-//! comes from), its declared options, its last queue measurement, its run in flight and its last finished run.
-//! It reads snapshots and never counts: a constant number of queries, whatever the number of workers.
+//! comes from), its options as its code and the catalogue declare them (and where the two disagree), its last
+//! description, readiness and queue measurement, its run in flight and its last finished run. It reads
+//! snapshots and never runs a worker: a constant number of queries, whatever the number of workers.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -11,7 +12,8 @@ use axum::{
 };
 use chrono::{DateTime, Utc};
 use scrinalia_shared::{
-    Engine, OptionSpec, Override, QueueCount, ResolvedConfig, Run, WorkerSpec, overrides::OverrideState,
+    EffectiveWorker, Engine, OptionSpec, Override, QueueCount, Readiness, ResolvedConfig, Run, WorkerDescription,
+    WorkerSpec, overrides::OverrideState,
 };
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -66,8 +68,15 @@ pub struct WorkerView {
     pub engine_source: Option<String>,
     /// A link to where the engine is configured.
     pub engine_source_url: Option<String>,
-    /// The options the worker accepts, for the panel's form.
+    /// The options the worker accepts (its code's declarations over the catalogue's), for the panel's form.
     pub options: Vec<OptionSpec>,
+    /// Where the catalogue and the worker's code disagree, one sentence each; the code wins.
+    pub disagreements: Vec<String>,
+    /// The worker's last description: what its code declared, when, by which daemon, for which command, and
+    /// why the last attempt failed if it did. `None` until a daemon has described it.
+    pub described: Option<WorkerDescription>,
+    /// Whether the worker has what it needs, as its last `check` said.
+    pub readiness: Option<Readiness>,
     /// The last queue measurement, with its age.
     pub queue: Option<QueueCount>,
     /// The run queued or running, if any.
@@ -81,8 +90,8 @@ pub struct WorkerView {
     security(("bearer" = [])))]
 pub(crate) async fn list_workers(_: Viewer, State(state): State<AppState>) -> ApiResult<Json<WorkersView>> {
     let specs: Vec<&WorkerSpec> = state.catalogue().workers.iter().collect();
-    let (workers, now) = worker_views(&state, &specs).await?;
-    Ok(Json(WorkersView { workers, engines: state.catalogue().engines.clone(), now }))
+    let (workers, engines, now) = worker_views(&state, &specs).await?;
+    Ok(Json(WorkersView { workers, engines, now }))
 }
 
 #[utoipa::path(get, path = "/api/workers/{name}", tag = "workers",
@@ -95,7 +104,7 @@ pub(crate) async fn get_worker(
     Path(name): Path<String>,
 ) -> ApiResult<Json<WorkerView>> {
     let spec = find_worker(&state, &name)?;
-    let (mut views, _) = worker_views(&state, &[spec]).await?;
+    let (mut views, _, _) = worker_views(&state, &[spec]).await?;
     views.pop().map(Json).ok_or_else(|| ApiError::unknown_worker(&name))
 }
 
@@ -104,25 +113,41 @@ pub fn find_worker<'a>(state: &'a AppState, name: &str) -> ApiResult<&'a WorkerS
     state.catalogue().worker(name).ok_or_else(|| ApiError::unknown_worker(name))
 }
 
-/// The views of `specs`, from five queries run at once, whatever their number.
-pub async fn worker_views(state: &AppState, specs: &[&WorkerSpec]) -> ApiResult<(Vec<WorkerView>, DateTime<Utc>)> {
+/// The views of `specs` and the engines they can use (the catalogue's, with the presets their code declares),
+/// from seven queries run at once, whatever their number.
+pub async fn worker_views(
+    state: &AppState,
+    specs: &[&WorkerSpec],
+) -> ApiResult<(Vec<WorkerView>, BTreeMap<String, Engine>, DateTime<Utc>)> {
     let db = state.db();
     let names: Vec<String> = specs.iter().map(|w| w.name.clone()).collect();
-    let (overrides, counts, in_flight, finished, now) = tokio::try_join!(
+    let (overrides, counts, in_flight, finished, now, descriptions, readiness) = tokio::try_join!(
         db.list_overrides(),
         db.queue_counts(),
         db.runs_in_flight(),
         db.last_finished(&names),
         db.now(),
+        db.descriptions(),
+        db.readiness(),
     )?;
     let mut overrides: HashMap<String, Override> = overrides.into_iter().map(|o| (o.worker.clone(), o)).collect();
     let mut counts: HashMap<String, QueueCount> = counts.into_iter().map(|c| (c.worker.clone(), c)).collect();
     let mut in_flight: HashMap<String, Run> = in_flight.into_iter().map(|r| (r.worker.clone(), r)).collect();
     let mut finished: HashMap<String, Run> = finished.into_iter().map(|r| (r.worker.clone(), r)).collect();
+    let mut descriptions: HashMap<String, WorkerDescription> =
+        descriptions.into_iter().map(|d| (d.worker.clone(), d)).collect();
+    let mut readiness: HashMap<String, Readiness> = readiness.into_iter().map(|r| (r.worker.clone(), r)).collect();
+    let mut engines = state.catalogue().engines.clone();
     let views = specs
         .iter()
         .map(|spec| {
-            let config = OverrideState::of(state.catalogue(), spec, overrides.remove(&spec.name));
+            let described = descriptions.remove(&spec.name);
+            let worker =
+                EffectiveWorker::of(state.catalogue(), spec, described.as_ref().and_then(|d| d.description.as_ref()));
+            for (name, engine) in &worker.engines {
+                engines.entry(name.clone()).or_insert_with(|| engine.clone()).presets.extend(engine.presets.clone());
+            }
+            let config = OverrideState::of(&worker, overrides.remove(&spec.name));
             let (effective, effective_error) = match config.effective {
                 Ok(config) => (Some(config), None),
                 Err(e) => (None, Some(e.to_string())),
@@ -137,15 +162,18 @@ pub async fn worker_views(state: &AppState, specs: &[&WorkerSpec]) -> ApiResult<
                 effective,
                 effective_error,
                 override_: config.stored,
-                engine_configurable: spec.engine_configurable(),
-                engine_source: spec.engine_source.clone(),
+                engine_configurable: worker.engine_configurable(),
+                engine_source: worker.spec.engine_source.clone(),
                 engine_source_url: spec.engine_source_url.clone(),
-                options: spec.options.clone(),
+                options: worker.spec.options,
+                disagreements: worker.disagreements,
+                described,
+                readiness: readiness.remove(&spec.name),
                 queue: counts.remove(&spec.name),
                 in_flight: in_flight.remove(&spec.name),
                 last_finished: finished.remove(&spec.name),
             }
         })
         .collect();
-    Ok((views, now))
+    Ok((views, engines, now))
 }

@@ -172,10 +172,12 @@ pub struct DaemonSettings {
     pub gone_after_seconds: u64,
     /// After SIGTERM to a cancelled or stopped worker, how long before SIGKILL.
     pub cancel_grace_seconds: u64,
-    /// How often each worker's `count-pending` runs.
+    /// How often each worker's `count-pending` runs (by one daemon at a time across all daemons).
     pub queue_count_interval_seconds: u64,
-    /// How long one `count-pending` may take.
+    /// How long one `count-pending`, `check` or `describe` may take before its process group is killed.
     pub queue_count_timeout_seconds: u64,
+    /// How often each worker's `check` runs (by one daemon at a time across all daemons).
+    pub check_interval_seconds: u64,
     /// Where the daemon serves `/metrics`; none by default.
     pub metrics_listen: Option<SocketAddr>,
     /// Extra environment for every worker process.
@@ -198,6 +200,7 @@ impl Default for DaemonSettings {
             cancel_grace_seconds: 10,
             queue_count_interval_seconds: 60,
             queue_count_timeout_seconds: 30,
+            check_interval_seconds: 300,
             metrics_listen: None,
             worker_env: BTreeMap::new(),
             supervisor_program: None,
@@ -214,6 +217,16 @@ impl DaemonSettings {
     /// How long a daemon may stay silent before it is gone.
     pub fn gone_after(&self) -> Duration {
         Duration::from_secs(self.gone_after_seconds)
+    }
+
+    /// How often this daemon's chores (counts, checks) come due.
+    pub fn chore_intervals(&self) -> crate::descriptions::ChoreIntervals {
+        crate::descriptions::ChoreIntervals {
+            count: Duration::from_secs(self.queue_count_interval_seconds),
+            check: Duration::from_secs(self.check_interval_seconds),
+            // Requests arriving within a second of each other (runs ending together, two clicks) are one.
+            min_gap: Duration::from_secs(1).min(Duration::from_secs(self.queue_count_interval_seconds)),
+        }
     }
 }
 
@@ -393,6 +406,9 @@ impl Settings {
         }
         if d.poll_seconds == 0 {
             problems.push(("daemon.poll_seconds".into(), "must be at least 1 second".into()));
+        }
+        if d.check_interval_seconds == 0 {
+            problems.push(("daemon.check_interval_seconds".into(), "must be at least 1 second".into()));
         }
         if d.queue_count_interval_seconds == 0 || d.queue_count_timeout_seconds == 0 {
             problems.push((

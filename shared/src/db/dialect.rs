@@ -88,6 +88,10 @@ macro_rules! fragment {
         concat!("to_char(", stringify!($c), " at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')")
     };
     (sqlite; time_text($c:ident)) => { stringify!($c) };
+    // The end of a query that locks the rows it picks, skipping those another transaction holds (SQLite
+    // serialises writers, so it has nothing to skip).
+    (postgres; skip_locked) => { " for update skip locked" };
+    (sqlite; skip_locked) => { "" };
     // Parameter `$n`, a JSON list of strings, as a table `alias` with one column `value`.
     (postgres; json_list($n:literal, $alias:ident)) => {
         concat!("jsonb_array_elements_text($", $n, "::jsonb) as ", stringify!($alias), "(value)")

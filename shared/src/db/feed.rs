@@ -35,7 +35,7 @@ use tokio::{
 };
 use uuid::Uuid;
 
-use super::{Database, OwnWrites, Result, daemons, overrides, queue_counts, runs};
+use super::{Database, OwnWrites, Result, daemons, descriptions, overrides, queue_counts, runs};
 use crate::{Change, DaemonState, OverrideAction, RunState};
 
 /// The PostgreSQL channel of daemons: requests, cancellations of running runs, daemon state changes.
@@ -207,17 +207,20 @@ struct Snapshot {
     /// Each worker's newest audit entry: every change of an override appends exactly one, a clear included, so
     /// a new id is a change (the override table alone would not show a clear of a worker that had none).
     overrides: HashMap<String, (i64, String, OverrideAction)>,
+    /// When each worker's description (0) and readiness (1) were last stored.
+    workers: HashMap<(String, i64), String>,
 }
 
 impl Snapshot {
     async fn read(db: &Database, since: Option<DateTime<Utc>>) -> Result<Self> {
         let read_at = db.now().await?;
         let since = since.unwrap_or(read_at);
-        let (runs, counts, daemons, overrides) = tokio::try_join!(
+        let (runs, counts, daemons, overrides, workers) = tokio::try_join!(
             runs::marks_since(db, since),
             queue_counts::list(db),
             daemons::marks(db),
-            overrides::last_changes(db)
+            overrides::last_changes(db),
+            descriptions::marks(db)
         )?;
         Ok(Self {
             read_at,
@@ -225,6 +228,7 @@ impl Snapshot {
             queues: counts.into_iter().map(|c| (c.worker, c.measured_at)).collect(),
             daemons: daemons.into_iter().map(|d| (d.id, (d.state, d.draining))).collect(),
             overrides: overrides.into_iter().map(|a| (a.worker, (a.id, a.actor, a.action))).collect(),
+            workers: workers.into_iter().map(|(worker, which, at)| ((worker, which), at)).collect(),
         })
     }
 
@@ -252,6 +256,15 @@ impl Snapshot {
                 changes.push(Change::Override { worker: worker.clone(), actor: actor.clone(), action: *action });
             }
         }
+        let mut described: Vec<&String> = next
+            .workers
+            .iter()
+            .filter(|(key, at)| self.workers.get(*key) != Some(*at))
+            .map(|((worker, _), _)| worker)
+            .collect();
+        described.sort();
+        described.dedup();
+        changes.extend(described.into_iter().map(|worker| Change::Worker { worker: worker.clone() }));
         changes
     }
 }

@@ -16,7 +16,9 @@
 //!
 //! Leases and every other time come from the database clock.
 
+pub(crate) mod chores;
 pub(crate) mod daemons;
+pub(crate) mod descriptions;
 pub(crate) mod dialect;
 pub(crate) mod feed;
 pub(crate) mod overrides;

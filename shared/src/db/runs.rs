@@ -20,7 +20,7 @@ use crate::{
 /// The columns of a run, for every statement that returns runs.
 macro_rules! run_columns {
     ($d:ident;) => {
-        "id, worker, state, requested_by, requested_at, arguments, config, claimed_by, claimed_at, \
+        "id, worker, state, requested_by, requested_at, arguments, config, reported_config, claimed_by, claimed_at, \
          lease_expires_at, started_at, finished_at, duration_ms, exit_code, end_reason, error, progress, result, \
          cancel_requested_at, cancel_requested_by, trace_context, log_key, attempt"
     };
@@ -122,6 +122,20 @@ pub(crate) async fn claim(
         }
     };
     Ok(claimed?)
+}
+
+/// Stores the configuration the worker of a run held by `daemon` reported; `false` when the lease is lost.
+pub(crate) async fn report_config(db: &Database, run: Uuid, daemon: Uuid, config: &serde_json::Value) -> Result<bool> {
+    const REPORT: Sql =
+        sql!("update worker_runs set reported_config = $3 where id = $1 and claimed_by = $2 and state = 'running'");
+    let updated = on_pool!(db, REPORT, |pool, sql| sqlx::query(sql)
+        .bind(run)
+        .bind(daemon)
+        .bind(Json(config))
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))?;
+    Ok(updated == 1)
 }
 
 /// Records that the worker of a run held by `daemon` started, and where its log goes.

@@ -5,17 +5,18 @@
 use std::time::Duration;
 
 use scrinalia_shared::{
-    Change, DaemonState, Database, OverrideAction, RunState,
+    Change, ChoreKind, DaemonState, Database, OverrideAction, RunState,
     changes::{ChangeFeed, Topic},
     daemons::NewDaemon,
+    descriptions::{NewDescription, NewReadiness},
     queue::NewQueueCount,
 };
 use scrinalia_tests::{Kind, TestDb, backend_tests, fixtures::*};
 use uuid::Uuid;
 
 backend_tests!(
-    the_events_feed_reports_runs_queues_daemons_and_overrides,
-    the_queue_feed_wakes_daemons_for_requests_cancellations_and_their_rows,
+    the_events_feed_reports_runs_queues_workers_daemons_and_overrides,
+    the_queue_feed_wakes_daemons_for_requests_cancellations_chores_and_their_rows,
 );
 
 /// Waits (at most 5 s) for a change that `wanted` accepts, skipping the others; panics with what came instead.
@@ -48,7 +49,7 @@ fn daemon(id: Uuid) -> NewDaemon {
     NewDaemon { id, host: "host".into(), pid: 1, version: "0".into(), capacity: 1, workers: Vec::new() }
 }
 
-async fn the_events_feed_reports_runs_queues_daemons_and_overrides(t: &TestDb) {
+async fn the_events_feed_reports_runs_queues_workers_daemons_and_overrides(t: &TestDb) {
     let mut feed = listening(&t.db, Topic::Events { sqlite_poll: Duration::from_millis(50) }).await;
     let writer = t.another_pool().await;
 
@@ -73,6 +74,27 @@ async fn the_events_feed_reports_runs_queues_daemons_and_overrides(t: &TestDb) {
     let measured = Change::Queue { worker: "feed".into() };
     assert_eq!(next_matching(&mut feed, "the queue change", |c| *c == measured).await, measured);
 
+    let description = NewDescription {
+        worker: "feed".into(),
+        outcome: Err("describe failed".into()),
+        described_by: owner,
+        command: vec!["w".into()],
+        took_ms: 1,
+    };
+    writer.store_description(&description).await.expect("a description");
+    let described = Change::Worker { worker: "feed".into() };
+    assert_eq!(next_matching(&mut feed, "the description", |c| *c == described).await, described);
+    let readiness = NewReadiness {
+        worker: "feed".into(),
+        ready: Some(true),
+        reason: None,
+        error: None,
+        took_ms: 1,
+        checked_by: owner,
+    };
+    writer.store_readiness(&readiness).await.expect("a readiness");
+    assert_eq!(next_matching(&mut feed, "the readiness", |c| *c == described).await, described);
+
     writer.register_daemon(&daemon(owner)).await.expect("register");
     let active = Change::Daemon { daemon: owner, state: DaemonState::Active };
     assert_eq!(next_matching(&mut feed, "the new daemon", |c| *c == active).await, active);
@@ -86,7 +108,7 @@ async fn the_events_feed_reports_runs_queues_daemons_and_overrides(t: &TestDb) {
     writer.close().await;
 }
 
-async fn the_queue_feed_wakes_daemons_for_requests_cancellations_and_their_rows(t: &TestDb) {
+async fn the_queue_feed_wakes_daemons_for_requests_cancellations_chores_and_their_rows(t: &TestDb) {
     let mut feed = listening(&t.db, Topic::Queue).await;
     let writer = t.another_pool().await;
     let postgres = t.kind == Kind::Postgres;
@@ -104,5 +126,8 @@ async fn the_queue_feed_wakes_daemons_for_requests_cancellations_and_their_rows(
     writer.register_daemon(&daemon(owner)).await.expect("register");
     let registered = Change::Daemon { daemon: owner, state: DaemonState::Active };
     next_matching(&mut feed, "the daemon row", woken(registered)).await;
+    writer.request_chore(&["woken".to_owned()], ChoreKind::Count).await.expect("a chore");
+    let chore = Change::Chore { worker: "woken".into(), chore: ChoreKind::Count };
+    next_matching(&mut feed, "the chore asked for", woken(chore)).await;
     writer.close().await;
 }

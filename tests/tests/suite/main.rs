@@ -17,6 +17,7 @@ mod daemon_lifecycle;
 mod daemon_runs;
 mod daemon_supervisor;
 mod db_changes;
+mod db_chores;
 mod db_ledger;
 mod db_queue;
 mod deploy_units;

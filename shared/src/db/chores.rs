@@ -1,0 +1,125 @@
+//! The statements of `worker_chores`: which daemon describes, counts or checks which worker, when, under a lease
+//! on the database clock, so that each chore of a worker is done by one daemon at a time across all daemons.
+
+use std::time::Duration;
+
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use super::{
+    Database, Result,
+    dialect::{Sql, sql},
+    on_pool,
+};
+use crate::{Chore, ChoreKind, descriptions::ChoreIntervals};
+
+/// Makes sure every chore of `workers` has its row, so that a run's end can ask for a count.
+pub(crate) async fn prepare(db: &Database, workers: &[String]) -> Result<()> {
+    const PREPARE: Sql = sql!(
+        "insert into worker_chores (worker, chore) select w.value, k.value from ",
+        json_list(1, w),
+        " cross join ",
+        json_list(2, k),
+        " where true on conflict (worker, chore) do nothing"
+    );
+    let kinds: Vec<&str> = <ChoreKind as crate::Named>::ALL.iter().map(|k| crate::Named::name(*k)).collect();
+    on_pool!(db, PREPARE, |pool, sql| sqlx::query(sql)
+        .bind(Json(workers))
+        .bind(Json(&kinds))
+        .execute(pool)
+        .await
+        .map(drop))?;
+    Ok(())
+}
+
+/// Asks for `chore` of each of `workers` (now, on the database clock); the row is made if missing.
+pub(crate) async fn request(db: &Database, workers: &[String], chore: ChoreKind) -> Result<Vec<Chore>> {
+    const REQUEST: Sql = sql!(
+        "insert into worker_chores (worker, chore, requested_at) select w.value, $2, ",
+        now,
+        " from ",
+        json_list(1, w),
+        " where true on conflict (worker, chore) do update set requested_at = excluded.requested_at \
+         returning worker, chore, requested_at, started_at, finished_at, lease_by, lease_until"
+    );
+    Ok(on_pool!(db, REQUEST, |pool, sql| sqlx::query_as(sql).bind(Json(workers)).bind(chore).fetch_all(pool).await)?)
+}
+
+/// Takes up to `limit` due chores of `workers` for `daemon`, each leased for `lease`: a chore is due when no
+/// lease holds it and it was asked for since it last started (but not within `intervals.min_gap` of that start),
+/// or, for counts and checks, when it last started an interval ago or never. Describes come first.
+pub(crate) async fn claim(
+    db: &Database,
+    daemon: Uuid,
+    workers: &[String],
+    intervals: &ChoreIntervals,
+    lease: Duration,
+    limit: u32,
+) -> Result<Vec<Chore>> {
+    const CLAIM: Sql = sql!(
+        "with due as (select worker, chore from worker_chores \
+             where worker in (select value from ",
+        json_list(2, mine),
+        ") and (lease_until is null or lease_until < ",
+        now,
+        ") and ( \
+                 (requested_at is not null and (started_at is null or requested_at > started_at) \
+                     and (started_at is null or started_at <= ",
+        now_minus(4),
+        ")) \
+                 or (chore = 'count' and (started_at is null or started_at <= ",
+        now_minus(5),
+        ")) \
+                 or (chore = 'check' and (started_at is null or started_at <= ",
+        now_minus(6),
+        "))) \
+             order by case chore when 'describe' then 0 when 'count' then 1 else 2 end, started_at, worker \
+             limit $7",
+        skip_locked,
+        ") \
+         update worker_chores set lease_by = $1, lease_until = ",
+        now_plus(3),
+        ", started_at = ",
+        now,
+        " from due where worker_chores.worker = due.worker and worker_chores.chore = due.chore \
+         returning worker_chores.worker, worker_chores.chore, worker_chores.requested_at, worker_chores.started_at, \
+             worker_chores.finished_at, worker_chores.lease_by, worker_chores.lease_until"
+    );
+    Ok(on_pool!(db, CLAIM, |pool, sql| sqlx::query_as(sql)
+        .bind(daemon)
+        .bind(Json(workers))
+        .bind(lease.as_secs_f64())
+        .bind(intervals.min_gap.as_secs_f64())
+        .bind(intervals.count.as_secs_f64())
+        .bind(intervals.check.as_secs_f64())
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await)?)
+}
+
+/// Ends `daemon`'s lease of a chore.
+pub(crate) async fn finish(db: &Database, daemon: Uuid, worker: &str, chore: ChoreKind) -> Result<()> {
+    const FINISH: Sql = sql!(
+        "update worker_chores set finished_at = ",
+        now,
+        ", lease_by = null, lease_until = null \
+         where worker = $1 and chore = $2 and lease_by = $3"
+    );
+    on_pool!(db, FINISH, |pool, sql| sqlx::query(sql)
+        .bind(worker)
+        .bind(chore)
+        .bind(daemon)
+        .execute(pool)
+        .await
+        .map(drop))?;
+    Ok(())
+}
+
+/// Every chore of `worker`.
+pub(crate) async fn of(db: &Database, worker: &str) -> Result<Vec<Chore>> {
+    const OF: Sql = sql!(
+        "select worker, chore, requested_at, started_at, finished_at, lease_by, lease_until from worker_chores \
+         where worker = $1 order by chore"
+    );
+    Ok(on_pool!(db, OF, |pool, sql| sqlx::query_as(sql).bind(worker).fetch_all(pool).await)?)
+}

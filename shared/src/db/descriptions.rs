@@ -1,0 +1,113 @@
+//! The statements of `worker_descriptions` and `worker_readiness`: what each worker's `describe` and `check`
+//! last answered.
+
+use sqlx::types::Json;
+
+use super::{
+    Database, Result,
+    dialect::{Sql, sql},
+    on_pool,
+};
+use crate::{Readiness, WorkerDescription, descriptions::NewDescription, descriptions::NewReadiness};
+
+/// Stores an attempt to describe a worker: a success replaces the description; a failure keeps the last good
+/// one and records why this attempt failed.
+pub(crate) async fn store(db: &Database, d: &NewDescription) -> Result<()> {
+    const STORE: Sql = sql!(
+        "insert into worker_descriptions \
+             (worker, description, described_at, described_by, command, took_ms, error, attempted_at) \
+         values ($1, $2, case when $2 is null then null else ",
+        now,
+        " end, case when $2 is null then null else $3 end, $4, $5, $6, ",
+        now,
+        ") \
+         on conflict (worker) do update set \
+             description = coalesce(excluded.description, worker_descriptions.description), \
+             described_at = coalesce(excluded.described_at, worker_descriptions.described_at), \
+             described_by = coalesce(excluded.described_by, worker_descriptions.described_by), \
+             command = excluded.command, took_ms = excluded.took_ms, error = excluded.error, \
+             attempted_at = excluded.attempted_at"
+    );
+    let description = d.outcome.as_ref().ok().map(Json);
+    let error = d.outcome.as_ref().err();
+    on_pool!(db, STORE, |pool, sql| sqlx::query(sql)
+        .bind(&d.worker)
+        .bind(description)
+        .bind(d.described_by)
+        .bind(Json(&d.command))
+        .bind(d.took_ms)
+        .bind(error)
+        .execute(pool)
+        .await
+        .map(drop))?;
+    Ok(())
+}
+
+macro_rules! description_columns {
+    ($d:ident;) => {
+        concat!(
+            "worker, description, described_at, described_by, command, took_ms, error, attempted_at, ",
+            $crate::db::dialect::fragment!($d; seconds_since(described_at)),
+            " as age_seconds"
+        )
+    };
+}
+
+/// Every stored description.
+pub(crate) async fn list(db: &Database) -> Result<Vec<WorkerDescription>> {
+    const LIST: Sql = sql!("select ", description_columns!(), " from worker_descriptions order by worker");
+    Ok(on_pool!(db, LIST, |pool, sql| sqlx::query_as(sql).fetch_all(pool).await)?)
+}
+
+/// One worker's stored description.
+pub(crate) async fn get(db: &Database, worker: &str) -> Result<Option<WorkerDescription>> {
+    const GET: Sql = sql!("select ", description_columns!(), " from worker_descriptions where worker = $1");
+    Ok(on_pool!(db, GET, |pool, sql| sqlx::query_as(sql).bind(worker).fetch_optional(pool).await)?)
+}
+
+/// Stores what a worker's `check` answered, replacing the previous answer.
+pub(crate) async fn store_readiness(db: &Database, r: &NewReadiness) -> Result<()> {
+    const STORE: Sql = sql!(
+        "insert into worker_readiness (worker, ready, reason, error, checked_at, took_ms, checked_by) \
+         values ($1, $2, $3, $4, ",
+        now,
+        ", $5, $6) \
+         on conflict (worker) do update set ready = excluded.ready, reason = excluded.reason, \
+             error = excluded.error, checked_at = excluded.checked_at, took_ms = excluded.took_ms, \
+             checked_by = excluded.checked_by"
+    );
+    on_pool!(db, STORE, |pool, sql| sqlx::query(sql)
+        .bind(&r.worker)
+        .bind(r.ready)
+        .bind(&r.reason)
+        .bind(&r.error)
+        .bind(r.took_ms)
+        .bind(r.checked_by)
+        .execute(pool)
+        .await
+        .map(drop))?;
+    Ok(())
+}
+
+/// Every worker's last readiness, with its age.
+pub(crate) async fn readiness(db: &Database) -> Result<Vec<Readiness>> {
+    const LIST: Sql = sql!(
+        "select worker, ready, reason, error, checked_at, took_ms, checked_by, ",
+        seconds_since(checked_at),
+        " as age_seconds from worker_readiness order by worker"
+    );
+    Ok(on_pool!(db, LIST, |pool, sql| sqlx::query_as(sql).fetch_all(pool).await)?)
+}
+
+/// When each worker's description and readiness were last stored, for the SQLite change feed: (worker, which,
+/// when), `which` 0 for the description and 1 for the readiness.
+pub(crate) async fn marks(db: &Database) -> Result<Vec<(String, i64, String)>> {
+    const MARKS: Sql = sql!(
+        "select worker, 0, ",
+        time_text(attempted_at),
+        " from worker_descriptions union all select worker, 1, ",
+        time_text(checked_at),
+        " from worker_readiness"
+    );
+    Ok(on_pool!(db, MARKS, |pool, sql| sqlx::query_as(sql).fetch_all(pool).await)?)
+}
