@@ -47,7 +47,9 @@ pub(crate) async fn request(db: &Database, workers: &[String], chore: ChoreKind)
 
 /// Takes up to `limit` due chores of `workers` for `daemon`, each leased for `lease`: a chore is due when no
 /// lease holds it and it was asked for since it last started (but not within `intervals.min_gap` of that start),
-/// or, for counts and checks, when it last started an interval ago or never. Describes come first.
+/// or, for counts and checks, when it last started an interval ago or never. Describes come first: a count or
+/// a check waits while its worker's describe is asked for or under way, so that it runs with what the code
+/// declares rather than with the catalogue's guesses.
 pub(crate) async fn claim(
     db: &Database,
     daemon: Uuid,
@@ -57,12 +59,16 @@ pub(crate) async fn claim(
     limit: u32,
 ) -> Result<Vec<Chore>> {
     const CLAIM: Sql = sql!(
-        "with due as (select worker, chore from worker_chores \
+        "with due as (select worker, chore from worker_chores c \
              where worker in (select value from ",
         json_list(2, mine),
         ") and (lease_until is null or lease_until < ",
         now,
-        ") and ( \
+        ") and (chore = 'describe' or not exists (select 1 from worker_chores d \
+                 where d.worker = c.worker and d.chore = 'describe' and (d.lease_until >= ",
+        now,
+        " or (d.requested_at is not null and (d.started_at is null or d.requested_at > d.started_at))))) \
+             and ( \
                  (requested_at is not null and (started_at is null or requested_at > started_at) \
                      and (started_at is null or started_at <= ",
         now_minus(4),

@@ -24,6 +24,7 @@ mod deploy_units;
 mod object_store_s3;
 mod panel_e2e;
 mod python_adapter;
+mod python_archive;
 mod telemetry_logs;
 mod telemetry_metrics;
 mod telemetry_traces;
