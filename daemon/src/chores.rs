@@ -76,9 +76,11 @@ pub async fn run(ctx: Arc<Context>, wake: Arc<Notify>, stop: CancellationToken) 
             () = stop.cancelled() => break,
             _ = ticks.tick() => {}
             () = wake.notified() => {
+                // A request is due once it has settled (see `ChoreIntervals::settle`): look then.
+                let at = (last_look + MIN_LOOK_GAP).max(Instant::now() + intervals.settle);
                 tokio::select! {
                     () = stop.cancelled() => break,
-                    () = tokio::time::sleep_until(last_look + MIN_LOOK_GAP) => {}
+                    () = tokio::time::sleep_until(at) => {}
                 }
             }
             Some(_) = doing.join_next() => {}

@@ -50,9 +50,11 @@ pub struct ChoreIntervals {
     pub count: Duration,
     /// A check is due this long after the last one started.
     pub check: Duration,
-    /// A chore asked for is not started again sooner than this after its last start (requests arriving
-    /// together are one).
+    /// A chore asked for is not started again sooner than this after its last start.
     pub min_gap: Duration,
+    /// A request waits this long before its chore starts, so that requests made together (runs ending
+    /// together, an operator's clicks, several API processes) are answered by one start.
+    pub settle: Duration,
 }
 
 impl Database {

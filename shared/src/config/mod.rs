@@ -224,8 +224,8 @@ impl DaemonSettings {
         crate::descriptions::ChoreIntervals {
             count: Duration::from_secs(self.queue_count_interval_seconds),
             check: Duration::from_secs(self.check_interval_seconds),
-            // Requests arriving within a second of each other (runs ending together, two clicks) are one.
             min_gap: Duration::from_secs(1).min(Duration::from_secs(self.queue_count_interval_seconds)),
+            settle: Duration::from_millis(500),
         }
     }
 }

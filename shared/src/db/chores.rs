@@ -46,7 +46,8 @@ pub(crate) async fn request(db: &Database, workers: &[String], chore: ChoreKind)
 }
 
 /// Takes up to `limit` due chores of `workers` for `daemon`, each leased for `lease`: a chore is due when no
-/// lease holds it and it was asked for since it last started (but not within `intervals.min_gap` of that start),
+/// lease holds it and it was asked for since it last started (at least `intervals.settle` ago, so that requests
+/// made together are answered by one start, and not within `intervals.min_gap` of the last start),
 /// or, for counts and checks, when it last started an interval ago or never. Describes come first: a count or
 /// a check waits while its worker's describe is asked for or under way, so that it runs with what the code
 /// declares rather than with the catalogue's guesses.
@@ -70,7 +71,9 @@ pub(crate) async fn claim(
         " or (d.requested_at is not null and (d.started_at is null or d.requested_at > d.started_at))))) \
              and ( \
                  (requested_at is not null and (started_at is null or requested_at > started_at) \
-                     and (started_at is null or started_at <= ",
+                     and requested_at <= ",
+        now_minus(8),
+        " and (started_at is null or started_at <= ",
         now_minus(4),
         ")) \
                  or (chore = 'count' and (started_at is null or started_at <= ",
@@ -99,6 +102,7 @@ pub(crate) async fn claim(
         .bind(intervals.count.as_secs_f64())
         .bind(intervals.check.as_secs_f64())
         .bind(i64::from(limit))
+        .bind(intervals.settle.as_secs_f64())
         .fetch_all(pool)
         .await)?)
 }

@@ -20,8 +20,12 @@ backend_tests!(
     readiness_and_reported_configuration_are_stored,
 );
 
-const SHORT: ChoreIntervals =
-    ChoreIntervals { count: Duration::from_secs(2), check: Duration::from_secs(3600), min_gap: Duration::from_secs(1) };
+const SHORT: ChoreIntervals = ChoreIntervals {
+    count: Duration::from_secs(2),
+    check: Duration::from_secs(3600),
+    min_gap: Duration::from_secs(1),
+    settle: Duration::from_millis(300),
+};
 const LEASE: Duration = Duration::from_secs(30);
 
 fn workers(names: &[&str]) -> Vec<String> {
@@ -38,6 +42,7 @@ async fn each_chore_goes_to_one_daemon_at_a_time_and_comes_due_by_interval_or_re
     for _ in &daemons {
         pools.push(t.another_pool().await);
     }
+    let first_look = tokio::time::Instant::now();
     let looks = daemons.iter().zip(&pools).map(|(d, db)| db.claim_chores(*d, &names, &SHORT, LEASE, 10));
     let claimed: Vec<_> = futures::future::join_all(looks).await.into_iter().map(|r| r.expect("claim")).collect();
     let mut holders: HashMap<(String, ChoreKind), Uuid> = HashMap::new();
@@ -60,11 +65,16 @@ async fn each_chore_goes_to_one_daemon_at_a_time_and_comes_due_by_interval_or_re
     for _ in 0..3 {
         t.db.request_chore(&names[..1], ChoreKind::Describe).await.expect("request");
     }
-    let asked = t.db.claim_chores(daemons[1], &names, &SHORT, LEASE, 10).await.expect("claim");
+    // Counts every hour for this look: only what was asked for is due.
+    let hourly = ChoreIntervals { count: Duration::from_secs(3600), ..SHORT };
+    let early = t.db.claim_chores(daemons[1], &names, &hourly, LEASE, 10).await.expect("claim");
+    assert!(early.is_empty(), "a request settles before its chore starts: {early:?}");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let asked = t.db.claim_chores(daemons[1], &names, &hourly, LEASE, 10).await.expect("claim");
     let asked: Vec<_> = asked.iter().map(|c| (c.worker.as_str(), c.chore)).collect();
     assert_eq!(asked, [("alpha", ChoreKind::Describe)], "three requests, one describe");
     t.db.finish_chore(daemons[1], "alpha", ChoreKind::Describe).await.expect("finish");
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    tokio::time::sleep_until(first_look + Duration::from_millis(2100)).await;
     let due = t.db.claim_chores(daemons[2], &names, &SHORT, LEASE, 10).await.expect("claim");
     let mut due: Vec<_> = due.iter().map(|c| (c.worker.as_str(), c.chore)).collect();
     due.sort_by_key(|(w, _)| *w);

@@ -11,6 +11,7 @@ mod api_security;
 mod bad_input;
 mod chaos;
 mod cli;
+mod daemon_chores;
 mod daemon_costs;
 mod daemon_fencing;
 mod daemon_lifecycle;
