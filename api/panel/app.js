@@ -157,6 +157,8 @@ function startEvents() {
           health.refresh();
         });
       }
+      // A worker's new readiness or description changes its health check too.
+      if (ev.kind === "worker") eventDebounce("health", () => health.refresh());
       current?.instance.onEvent(ev);
     },
     onOpen() {

@@ -46,17 +46,29 @@ export function optionInput(spec, id, hint, word) {
   }
   if (spec.type === "integer" || spec.type === "number") {
     const integer = spec.type === "integer";
+    // The bounds only guide the field (its arrows, its :invalid look): the form does not block on them, so the
+    // API's sentence about a value out of bounds is what a person reads, as for any other refused value.
     return h("input", {
       id: inputId, type: "number", step: integer ? "1" : "any", inputmode: integer ? "numeric" : "decimal",
-      placeholder: hint,
+      min: spec.minimum, max: spec.maximum, placeholder: hint,
     });
   }
   return h("input", { id: inputId, type: "text", placeholder: hint });
 }
 
-/** The field of a declared option: its name and type, its input, and anything shown beneath. */
+/** The bounds of a numeric option in words: `0 to 255`, `at least 1`, `at most 8`, or nothing. */
+export function boundsText(spec) {
+  const [min, max] = [spec.minimum, spec.maximum];
+  if (min != null && max != null) return `${min} to ${max}`;
+  if (min != null) return `at least ${min}`;
+  if (max != null) return `at most ${max}`;
+  return "";
+}
+
+/** The field of a declared option: its name, type and bounds, its input, and anything shown beneath. */
 export function optionField(spec, input, ...beneath) {
-  const label = [spec.name, h("span", { class: "type" }, ` ${spec.type}`)];
+  const bounds = boundsText(spec);
+  const label = [spec.name, h("span", { class: "type" }, ` ${spec.type}${bounds ? `, ${bounds}` : ""}`)];
   const description = spec.description ? h("small", { class: "muted" }, spec.description) : null;
   return field(input.id, label, input, beneath, description);
 }

@@ -61,6 +61,42 @@ export function sourceBadge(source) {
   return h("span", { class: `badge source source-${source}`, title: SOURCE_TITLES[source] }, source);
 }
 
+/**
+ * What a worker's last `check` said: a state (`ready`, `not-ready`, `failed`, or `unknown` before any check), a
+ * word for its badge, and the sentence that goes with it (what is missing, or why the check failed).
+ */
+export function readinessFacts(r) {
+  if (!r) return { state: "unknown", word: "not checked yet", sentence: null };
+  if (r.ready === true) return { state: "ready", word: "ready", sentence: null };
+  if (r.ready === false) {
+    return { state: "not-ready", word: "not ready", sentence: r.reason ?? "Its check says it is not ready." };
+  }
+  return { state: "failed", word: "check failed", sentence: r.error ?? "Its check did not answer." };
+}
+
+/** The badge of a worker's readiness. */
+export function readinessBadge(r) {
+  const f = readinessFacts(r);
+  return h("span", { class: `badge readiness readiness-${f.state}`, dataset: { ready: f.state } }, f.word);
+}
+
+/**
+ * `prefix` and how long ago, from a number of seconds, in a span that a view's `tick` redraws (it reads
+ * `data-age-seconds` and `data-age-prefix`, and adds the time since the answer was fetched).
+ */
+export function ageSpan(prefix, seconds, className = "age muted") {
+  const el = h("span", { class: className, dataset: { ageSeconds: seconds, agePrefix: prefix } });
+  el.textContent = `${prefix}${ago(seconds)}`;
+  return el;
+}
+
+/** Redraws the `ageSpan`s under `root`, `elapsed` seconds after their ages were read. */
+export function tickAges(root, elapsed) {
+  for (const el of root.querySelectorAll("[data-age-seconds]")) {
+    el.textContent = `${el.dataset.agePrefix}${ago(Number(el.dataset.ageSeconds) + elapsed)}`;
+  }
+}
+
 export const TERMINAL = new Set(["succeeded", "failed", "cancelled", "interrupted"]);
 export const STATES = ["queued", "running", "succeeded", "failed", "cancelled", "interrupted"];
 

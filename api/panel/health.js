@@ -1,16 +1,22 @@
-// The health strip: database, model servers, object store and daemons, each green (ok), amber (degraded) or red
-// (down) with its sentence. Refreshed on daemon events, when the tab becomes visible again, and every 30 s (a
-// model server or the object store can go down without any event saying so).
+// The health strip: database, model servers, object store, daemons and each worker (its readiness, and whether
+// its catalogue entry agrees with its code), each green (ok), amber (degraded) or red (down) with its sentence.
+// Refreshed on daemon and worker events, when the tab becomes visible again, and every 30 s (a model server or
+// the object store can go down without any event saying so).
 
 import { ApiError, api } from "./api.js";
 import { h, replace } from "./dom.js";
 
-const LABELS = { database: "Database", model_server: "Model server", object_store: "Object store", daemons: "Daemons" };
+const LABELS = {
+  database: "Database", model_server: "Model server", object_store: "Object store", daemons: "Daemons",
+  worker: "Worker",
+};
 
-/** A check's name for people: `model_server:local` is `Model server local`. */
+/** A check's name for people: `model_server:local` is `Model server local`, `worker:embed` `Worker embed`. */
 function label(name) {
   const [kind, rest] = name.split(":", 2);
-  return rest ? `${LABELS[kind]} ${rest}` : LABELS[kind];
+  // A kind of check this panel does not know yet is shown by its own name.
+  const word = LABELS[kind] ?? kind;
+  return rest ? `${word} ${rest}` : word;
 }
 
 export function startHealth(el) {
@@ -23,7 +29,18 @@ export function startHealth(el) {
     replace(el, h("ul", { class: "checks" }, check));
   };
   const render = (data) => {
-    replace(el, h("ul", { class: "checks" }, data.checks.map((c) => {
+    // One check per worker would crowd the strip: the workers that are fine make one "Workers N ok" check, and
+    // each worker that is not is shown by itself, with what is wrong.
+    const fine = data.checks.filter((c) => c.name.startsWith("worker:") && c.status === "ok");
+    const shown = data.checks.filter((c) => !fine.includes(c));
+    const workers = fine.length
+      ? h("li", {
+        class: "check check-ok", dataset: { check: "workers", status: "ok" },
+        title: fine.map((c) => c.name.slice("worker:".length)).join(", "),
+      }, h("span", { class: "dot", "aria-hidden": "true" }), h("strong", null, "Workers"),
+      h("span", { class: "visually-hidden" }, ": ok"), " ", h("span", { class: "sentence muted" }, `${fine.length} ok`))
+      : null;
+    replace(el, h("ul", { class: "checks" }, shown.map((c) => {
       const title = `${c.status}, checked in ${Math.round(c.latency_ms)} ms`;
       // An unhealthy check says what is wrong; the daemons' healthy one says how many are alive.
       const sentence = c.error ? h("span", { class: "sentence" }, c.error)
@@ -33,7 +50,7 @@ export function startHealth(el) {
         h("strong", null, label(c.name)),
         h("span", { class: "visually-hidden" }, `: ${c.status}`),
         sentence ? [" ", sentence] : null);
-    })));
+    }), workers));
     el.dataset.status = data.status;
   };
   const refresh = async () => {

@@ -78,7 +78,7 @@ export function mount(root, [name], ctx) {
       rows.push(["engine", eff.engine?.value ?? "none", eff.engine?.source]);
       // A preset needs an engine, and a model comes from a preset.
       if (eff.engine) rows.push(["preset", eff.preset?.value ?? "none", eff.preset?.source]);
-      if (eff.model) rows.push(["model", eff.model, eff.preset.source]);
+      if (eff.model) rows.push(["model", eff.model, eff.preset?.source ?? eff.engine?.source]);
       for (const [k, v] of Object.entries(eff.options)) rows.push([k, valueText(v.value), v.source]);
     }
     const row = ([k, v, s]) => h("tr", { dataset: { field: k, source: s ?? "" } },
@@ -239,6 +239,8 @@ export function mount(root, [name], ctx) {
           loadAudit();
         });
       }
+      // A new description may change the effective configuration (the code's defaults win over the catalogue's).
+      if (ev.kind === "worker" && ev.worker === name) debounce("worker", loadWorker);
     },
     refresh() {
       loadWorker();

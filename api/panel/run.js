@@ -1,5 +1,6 @@
-// One run: its state, times, daemon, resolved configuration with sources, progress, result counts, error, and
-// its log, followed live while the run is in flight (a streamed fetch of /api/runs/{id}/log?follow=true).
+// One run: its state, times, daemon, resolved configuration with sources (beside what the worker reported it
+// used), progress, result counts, error, and its log, followed live while the run is in flight (a streamed
+// fetch of /api/runs/{id}/log?follow=true).
 
 import { ApiError, api, streamText } from "./api.js";
 import { debouncer, h, replace } from "./dom.js";
@@ -82,26 +83,76 @@ export function mount(root, [id], ctx) {
       history.length ? h("details", { class: "history" }, h("summary", null, `Progress reports (${history.length})`),
         h("ol", null, history.slice(-200).map(report))) : null);
 
+    renderConfig(r);
+  }
+
+  // The resolved configuration, and beside it what the worker reported it really used when the run started
+  // (its `config` line): an engine taken from elsewhere, or a worker that overrides what it is given, shows up
+  // as a difference here, and what the worker reported is what it ran with.
+  function renderConfig(r) {
     const cfg = r.config;
+    const reported = r.reported_config && typeof r.reported_config === "object" ? r.reported_config : null;
+    const resolved = { engine: cfg.engine?.value, preset: cfg.preset?.value, model: cfg.model, endpoint: cfg.endpoint };
+    const sources = { engine: cfg.engine?.source, preset: cfg.preset?.source };
     const cfgRows = [];
-    if (cfg.engine) cfgRows.push(["engine", cfg.engine.value, cfg.engine.source]);
-    if (cfg.preset) cfgRows.push(["preset", cfg.preset.value, cfg.preset.source]);
-    if (cfg.model) cfgRows.push(["model", cfg.model, null]);
-    if (cfg.endpoint) cfgRows.push(["endpoint", cfg.endpoint, null]);
-    for (const [k, v] of Object.entries(cfg.options)) cfgRows.push([k, valueText(v.value), v.source]);
-    if (cfg.timeout_seconds) cfgRows.push(["timeout", duration(cfg.timeout_seconds * 1000), null]);
-    const cfgRow = ([k, v, s]) => h("tr", { dataset: { field: k } }, h("th", { scope: "row" }, k),
-      h("td", null, h("code", null, String(v))),
-      h("td", null, sourceBadge(s) ?? h("span", { class: "muted" }, "derived")));
+    const differs = [];
+    for (const [k, v] of Object.entries(resolved)) {
+      const said = reported?.[k];
+      if (v == null && said == null) continue;
+      const differ = said !== undefined && valueText(said ?? null) !== valueText(v ?? null);
+      if (differ) differs.push(k);
+      cfgRows.push({ k, v: v ?? "—", s: sources[k], said, differ });
+    }
+    // Anything else the worker reported (besides where its engine comes from) is shown too, never dropped.
+    for (const [k, said] of Object.entries(reported ?? {})) {
+      if (!(k in resolved) && k !== "source") cfgRows.push({ k, v: "—", s: null, said, differ: false, extra: true });
+    }
+    for (const [k, v] of Object.entries(cfg.options)) cfgRows.push({ k, v: valueText(v.value), s: v.source });
+    if (cfg.timeout_seconds) cfgRows.push({ k: "timeout", v: duration(cfg.timeout_seconds * 1000), s: null });
+    const reportedCell = (row) => {
+      if (row.said === undefined) return h("td", { class: "reported muted" }, reported ? "" : "—");
+      const attrs = { class: row.differ ? "reported differs" : "reported", dataset: { differs: String(row.differ) } };
+      return h("td", attrs, h("code", null, row.said === null ? "none" : valueText(row.said)),
+        row.differ ? [" ", h("span", { class: "badge differs", title: "Not what was resolved" }, "differs")] : null);
+    };
+    const cfgRow = (row) => h("tr", { dataset: { field: row.k, differs: row.differ ? "true" : null } },
+      h("th", { scope: "row" }, row.k),
+      h("td", null, h("code", null, String(row.v))),
+      h("td", null, sourceBadge(row.s) ?? h("span", { class: "muted" }, row.extra ? "—" : "derived")),
+      reported ? reportedCell(row) : null);
+    const head = (c) => (c === "Reported"
+      ? h("th", { scope: "col", title: "What the worker reported it used when the run started" }, c)
+      : h("th", { scope: "col" }, c));
+    const columns = ["Field", "Value", "Source", reported ? "Reported" : null].filter(Boolean);
+    const notes = [];
+    if (differs.length) {
+      notes.push(h("p", { class: "warn reported-note", id: "reported-differs" },
+        `The worker reported a different ${differs.join(", ")} than the one resolved here; it ran with what it `,
+        "reported."));
+    } else if (!reported && r.started_at) {
+      notes.push(h("p", { class: "muted reported-note" }, "The worker did not report the configuration it used."));
+    } else if (!reported) {
+      notes.push(h("p", { class: "muted reported-note" },
+        "What the worker really uses is shown here once it has started and said so."));
+    }
+    const source = reported?.source;
+    if (source?.description) {
+      notes.push(h("p", { class: "muted reported-note", id: "reported-source" }, "The worker took its engine from ",
+        source.description, source.reference ? ` (${source.reference})` : " (there was none)", "."));
+    }
+    const elsewhere = cfg.engine_source
+      ? ["The engine of this worker is configured elsewhere: ", cfg.engine_source.description,
+        cfg.engine_source.reference ? ` (${cfg.engine_source.reference})` : "", "."]
+      : "The engine of this worker is configured elsewhere.";
+    config.classList.toggle("wide", !!reported);
     replace(config, h("h2", { id: "config-title" }, "Resolved configuration"),
       cfgRows.length
-        ? h("table", { class: "config-table" },
-          h("thead", null, h("tr", null, ["Field", "Value", "Source"].map((c) => h("th", { scope: "col" }, c)))),
-          h("tbody", null, cfgRows.map(cfgRow)))
+        ? h("div", { class: "config-wrap" }, h("table", { class: "config-table", id: "run-config" },
+          h("thead", null, h("tr", null, columns.map(head))),
+          h("tbody", null, cfgRows.map(cfgRow))))
         : h("p", { class: "muted" }, "Nothing to resolve."),
-      cfg.engine_configurable
-        ? null
-        : h("p", { class: "muted" }, "The engine of this worker is configured elsewhere."));
+      notes,
+      cfg.engine_configurable ? null : h("p", { class: "muted" }, elsewhere));
   }
 
   function cell(v) {

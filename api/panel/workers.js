@@ -1,20 +1,29 @@
 // The workers view: every worker in catalogue order with its effective configuration (each value marked with
-// where it comes from), its queue, its run in flight with live progress, its last outcome, and the Run and Cancel
-// controls. An event refetches only the worker it concerns.
+// where it comes from), whether it is ready, where its catalogue entry and its code disagree, when its code was
+// last described, its queue, its run in flight with live progress, its last outcome, and the Run, Cancel and
+// chore (describe, count, check) controls. An event refetches only the worker it concerns.
 
 import { ApiError, api } from "./api.js";
-import { debouncer, h, idFor, replace } from "./dom.js";
+import { append, debouncer, h, idFor, replace } from "./dom.js";
 import { engineFields, optionField, optionInput, readOptions } from "./form.js";
 import {
-  ago, count, duration, progressBar, progressFacts, progressText, resultSummary, shortId, sourceBadge, stateBadge,
-  timeEl, valueText,
+  ageSpan, count, duration, progressBar, progressFacts, progressText, readinessBadge, readinessFacts, resultSummary,
+  shortId, sourceBadge, stateBadge, tickAges, timeEl, valueText,
 } from "./format.js";
+
+// The chores an operator may ask for now: the endpoint's verb and the button's words.
+const CHORES = [
+  { verb: "describe", label: "Describe again", title: "Run the worker's describe again (after its code changed)" },
+  { verb: "count", label: "Count now", title: "Measure the worker's queue now" },
+  { verb: "check", label: "Check now", title: "Ask the worker whether it has what it needs" },
+];
 
 export function mount(root, _params, ctx) {
   const workers = new Map(); // name → { data, fetchedAt, card }
   let engines = {};
   const alerts = new Map(); // name → { message, runId }
   const busy = new Set();
+  const choresBusy = new Set(); // `${name} ${verb}` while that request is out
   const debounce = debouncer(250);
   let closed = false;
 
@@ -121,6 +130,30 @@ export function mount(root, _params, ctx) {
     }
   }
 
+  async function askChore(name, verb) {
+    const key = `${name} ${verb}`;
+    const card = workers.get(name)?.card;
+    setAlert(name, null);
+    if (card) card.choreMessage.textContent = "";
+    choresBusy.add(key);
+    update(name);
+    try {
+      const answer = await api(`/api/workers/${encodeURIComponent(name)}/${verb}`, { method: "POST" });
+      const now = workers.get(name)?.card;
+      if (now) {
+        now.choreMessage.textContent = answer.message;
+        now.choreMessage.dataset.chore = verb;
+        now.choreMessage.dataset.taken = String(answer.taken);
+      }
+    } catch (e) {
+      if (!(e instanceof ApiError)) throw e;
+      setAlert(name, e.message);
+    } finally {
+      choresBusy.delete(key);
+      update(name);
+    }
+  }
+
   function tag(title, key, value) {
     return value ? h("span", { class: "tag", title }, h("span", { class: "k" }, key), " ", value) : null;
   }
@@ -133,10 +166,16 @@ export function mount(root, _params, ctx) {
     const runButton = h("button", {
       type: "button", class: "run primary", "aria-describedby": `${id}-reason`, onclick: () => trigger(w.name, {}),
     }, "Run");
-    const form = buildRunForm(w, id);
     const overrideLink = h("a", { href: `#/overrides/${encodeURIComponent(w.name)}`, class: "override-link" },
       "Override and audit trail");
-    const controls = h("div", { class: "controls" }, runButton, form.details);
+    const controls = h("div", { class: "controls" }, runButton);
+    const choreButtons = CHORES.map((c) => h("button", {
+      type: "button", class: `chore chore-${c.verb}`, title: c.title, dataset: { chore: c.verb },
+      "aria-label": `${c.label}: ${w.name}`, onclick: () => askChore(w.name, c.verb),
+    }, c.label));
+    const choreMessage = h("p", { class: "chore-message muted", role: "status", id: `${id}-chore-message` });
+    const chores = h("div", { class: "chores", role: "group", "aria-label": `Chores of ${w.name}` },
+      choreButtons, choreMessage);
     const header = h("header", null,
       h("h2", { id: `${id}-title` }, w.title || w.name, w.title ? [" ", h("code", { class: "name" }, w.name)] : null),
       h("p", { class: "tags" },
@@ -147,8 +186,23 @@ export function mount(root, _params, ctx) {
     const article = h("article", attrs, header,
       w.description ? h("p", { class: "description" }, w.description) : null,
       status,
-      h("div", { class: "actions" }, controls, reason, alert, overrideLink));
-    return { article, status, alert, reason, runButton, controls, form };
+      h("div", { class: "actions" }, controls, reason, alert, chores, overrideLink));
+    return { article, status, alert, reason, runButton, controls, form: null, formKey: null, chores, choreButtons,
+      choreMessage };
+  }
+
+  // The form follows the options and engines the worker accepts, which change when its code describes itself
+  // anew: it is built again then (kept open if it was), and only then, so typing into it is never undone.
+  function syncForm(card, w) {
+    const key = JSON.stringify([w.options, w.engine_configurable, w.effective, engines]);
+    if (card.formKey === key) return;
+    const open = card.form?.details.open ?? false;
+    const form = buildRunForm(w, idFor("worker", w.name));
+    form.details.open = open;
+    if (card.form) card.form.details.replaceWith(form.details);
+    else card.controls.append(form.details);
+    card.form = form;
+    card.formKey = key;
   }
 
   function buildRunForm(w, id) {
@@ -182,7 +236,9 @@ export function mount(root, _params, ctx) {
       if (Object.keys(options).length) args.options = options;
       trigger(w.name, args);
     };
-    const form = h("form", { class: "run-form", "aria-label": `Arguments for a run of ${w.name}`, onsubmit },
+    // novalidate: a value out of an option's bounds is refused by the API, whose sentence says why.
+    const attrs = { class: "run-form", "aria-label": `Arguments for a run of ${w.name}`, novalidate: true, onsubmit };
+    const form = h("form", attrs,
       fields.length ? fields : h("p", { class: "muted" }, "This worker declares no options."), submit);
     const details = h("details", { class: "run-options" }, h("summary", null, "Run with arguments…"), form);
     return { details, submit };
@@ -192,12 +248,18 @@ export function mount(root, _params, ctx) {
     const entry = workers.get(name);
     if (!entry) return;
     const { data: w, card } = entry;
-    renderStatus(card.status, w, entry);
+    syncForm(card, w);
+    renderStatus(card.status, w);
     // Controls: operators only; disabled with the reason when a run is in flight or no daemon takes the worker.
     const operator = ctx.can("operator");
-    // A viewer gets no Run control at all, not a disabled one.
+    // A viewer gets no Run or chore control at all, not a disabled one.
     if (operator && !card.controls.parentNode) card.reason.before(card.controls);
     if (!operator && card.controls.parentNode) card.controls.remove();
+    if (operator && !card.chores.parentNode) card.alert.after(card.chores);
+    if (!operator && card.chores.parentNode) card.chores.remove();
+    card.choreButtons.forEach((b) => {
+      b.disabled = choresBusy.has(`${name} ${b.dataset.chore}`);
+    });
     let reason = "";
     if (!operator) reason = "Running and cancelling need the operator role.";
     else if (w.in_flight) {
@@ -212,16 +274,17 @@ export function mount(root, _params, ctx) {
     card.reason.textContent = reason;
     card.reason.hidden = !reason;
     card.article.dataset.inFlight = w.in_flight ? w.in_flight.state : "";
+    card.article.dataset.ready = readinessFacts(w.readiness).state;
   }
 
-  function renderStatus(el, w, entry) {
+  function renderStatus(el, w) {
     const eff = w.effective;
-    const parts = [];
+    const parts = [readinessLine(w)];
     if (eff) {
       const rows = [["Engine", eff.engine?.value ?? "none", eff.engine?.source, "engine"]];
       // A preset needs an engine, and a model comes from a preset.
       if (eff.engine) rows.push(["Preset", eff.preset?.value ?? "none", eff.preset?.source, "preset"]);
-      if (eff.model) rows.push(["Model", eff.model, eff.preset.source, "model"]);
+      if (eff.model) rows.push(["Model", eff.model, eff.preset?.source ?? eff.engine?.source, "model"]);
       const row = ([k, v, source, field]) => [h("dt", null, k), h("dd", { dataset: { field, source: source ?? "" } },
         h("span", { class: "value" }, v), " ", sourceBadge(source))];
       const option = ([k, r]) => h("li", { dataset: { option: k, source: r.source } },
@@ -231,11 +294,13 @@ export function mount(root, _params, ctx) {
         ? [h("dt", null, "Options"), h("dd", null, h("ul", { class: "options" }, opts.map(option)))]
         : null;
       parts.push(h("dl", { class: "config" }, rows.map(row), options));
+      parts.push(disagreements(w));
       if (eff.endpoint) {
         parts.push(h("p", { class: "endpoint muted" }, "Model server: ", h("code", null, eff.endpoint)));
       }
     } else {
       parts.push(h("p", { class: "error" }, "The effective configuration cannot be resolved: ", w.effective_error));
+      parts.push(disagreements(w));
     }
     if (!w.engine_configurable) {
       const link = w.engine_source_url
@@ -245,13 +310,54 @@ export function mount(root, _params, ctx) {
       parts.push(h("p", { class: "engine-source" },
         h("strong", null, "Engine not configurable here: "), w.engine_source, link));
     }
-    parts.push(queueLine(w.queue, entry));
+    parts.push(describedLine(w));
+    parts.push(queueLine(w.queue));
     parts.push(inFlight(w));
     parts.push(lastRun(w.last_finished));
     replace(el, parts);
   }
 
-  function queueLine(q, entry) {
+  /** ` by daemon 0193abcd on host-a`, or nothing for no daemon. */
+  function byDaemon(id) {
+    if (!id) return null;
+    const host = ctx.daemons?.find((d) => d.id === id)?.host;
+    return [" by daemon ", shortId(id), host ? ` on ${host}` : null];
+  }
+
+  function readinessLine(w) {
+    const r = w.readiness;
+    const f = readinessFacts(r);
+    const line = h("p", { class: "readiness-line", dataset: { ready: f.state, checkedAt: r?.checked_at ?? "" } },
+      h("strong", null, "Readiness: "), readinessBadge(r));
+    if (f.sentence) append(line, [" ", h("span", { class: `readiness-sentence ${f.state}` }, f.sentence)]);
+    if (r) append(line, [ageSpan(" · checked ", r.age_seconds), byDaemon(r.checked_by)]);
+    return line;
+  }
+
+  function disagreements(w) {
+    if (!w.disagreements?.length) return null;
+    return h("div", { class: "disagreements", role: "note" },
+      h("p", null, h("strong", null, "The catalogue and the worker's code disagree; the code wins:")),
+      h("ul", null, w.disagreements.map((sentence) => h("li", null, sentence))));
+  }
+
+  function describedLine(w) {
+    const d = w.described;
+    const line = h("p", { class: "described muted", dataset: { describedAt: d?.described_at ?? "" } });
+    if (!d?.described_at) append(line, ["Its code has not described itself yet: the catalogue's declarations apply."]);
+    else {
+      append(line, ["Code described ", ageSpan("", d.age_seconds ?? 0, "age"), byDaemon(d.described_by),
+        d.took_ms != null ? ` in ${duration(d.took_ms)}` : "", "."]);
+    }
+    if (d?.error) {
+      // A failed attempt keeps the last description that succeeded (if any): both are worth saying.
+      append(line, [" ", h("span", { class: "describe-error" }, "The last describe failed (", timeEl(d.attempted_at),
+        `): ${d.error}`)]);
+    }
+    return line;
+  }
+
+  function queueLine(q) {
     const line = h("p", { class: "queue" }, h("strong", null, "Queue: "));
     if (!q) return replace(line, h("strong", null, "Queue: "), h("span", { class: "muted" }, "not measured yet"));
     // A measurement has exactly one of a failure, a pending count or the reason it cannot be counted.
@@ -262,10 +368,7 @@ export function mount(root, _params, ctx) {
       line.append(h("span", { class: "unmeasurable" }, `not measurable: ${q.unmeasurable}`,
         q.done != null ? ` — ${count(q.done)} already done` : ""));
     }
-    const age = h("span", { class: "age muted", dataset: { ageSeconds: q.age_seconds } });
-    age.textContent = ` · measured ${ago(q.age_seconds)}`;
-    entry.ageEl = age;
-    line.append(age);
+    line.append(ageSpan(" · measured ", q.age_seconds));
     return line;
   }
 
@@ -314,7 +417,9 @@ export function mount(root, _params, ctx) {
 
   return {
     onEvent(ev) {
-      // Daemon events carry no worker: the daemon list (ctx.onDaemons) redraws the cards for those.
+      // Daemon events carry no worker: the daemon list (ctx.onDaemons) redraws the cards for those. Every other
+      // event (a run, a queue measurement, an override, a `worker` event for a new description or readiness)
+      // names its worker, whose card alone is read again.
       if (!ev.worker) return;
       if (workers.has(ev.worker)) debounce(ev.worker, () => loadOne(ev.worker));
       // Before the first list has arrived, it may already be older than the change: read it all again.
@@ -324,10 +429,7 @@ export function mount(root, _params, ctx) {
     tick() {
       const now = performance.now();
       for (const entry of workers.values()) {
-        if (entry.ageEl) {
-          const seconds = Number(entry.ageEl.dataset.ageSeconds) + (now - entry.fetchedAt) / 1000;
-          entry.ageEl.textContent = ` · measured ${ago(seconds)}`;
-        }
+        tickAges(entry.card.status, (now - entry.fetchedAt) / 1000);
         const r = entry.data.in_flight;
         const text = entry.card.status.querySelector(".progress-text");
         if (r?.state === "running" && text) text.textContent = progressText(progressFacts(r, ctx.serverNow()));

@@ -29,9 +29,12 @@ Exit codes:
 #[command(
     name = "scrinalia",
     version,
-    about = "Operate Scrinalia Scheduler: list, trigger, cancel and tail runs; list and drain daemons; check health.",
-    long_about = "Operate Scrinalia Scheduler from a shell through its HTTP API: list workers and runs, trigger, \
-cancel and tail runs, list and drain daemons, check health, and hash tokens for the configuration.\n\n\
+    about = "Operate Scrinalia Scheduler: list workers, trigger, cancel and tail runs; ask for a worker's describe, \
+count or check; list and drain daemons; check health.",
+    long_about = "Operate Scrinalia Scheduler from a shell through its HTTP API: list workers (with their readiness \
+and where their catalogue entry and their code disagree) and runs, trigger, cancel and tail runs, ask a daemon to \
+describe, count or check a worker now, list and drain daemons, check health, and hash tokens for the \
+configuration.\n\n\
 Tables are for people; --json prints the API's own JSON for scripts. Errors print the API's sentence on stderr.",
     after_long_help = AFTER_LONG_HELP
 )]
@@ -57,8 +60,31 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// List the workers in catalogue order: effective engine, queue, run in flight, last run.
+    /// List the workers in catalogue order: effective engine, readiness, queue, run in flight, last run.
+    ///
+    /// Beneath the table: what a worker that is not ready lacks, and where a catalogue entry and its code
+    /// disagree (the code wins).
     Workers,
+    /// Show one worker: readiness, its last description, disagreements, configuration, options, queue, runs.
+    Worker {
+        /// The worker's name.
+        name: String,
+    },
+    /// Ask a daemon to run the worker's `describe` again now (after its code was deployed, say).
+    Describe {
+        /// The worker's name.
+        worker: String,
+    },
+    /// Ask a daemon to count the worker's queue now.
+    Count {
+        /// The worker's name.
+        worker: String,
+    },
+    /// Ask a daemon to run the worker's `check` now: whether it has what it needs.
+    Check {
+        /// The worker's name.
+        worker: String,
+    },
     /// List runs, newest first.
     Runs(RunsArgs),
     /// Show one run.
@@ -89,7 +115,7 @@ pub enum Command {
         /// The daemon's id (see `scrinalia daemons`).
         id: Uuid,
     },
-    /// Check the database, model servers, object store and daemons; exit 1 unless all are ok.
+    /// Check the database, model servers, object store, daemons and workers; exit 1 unless all are ok.
     Health,
     /// Tokens for `auth.tokens` of the configuration.
     Token {

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context;
-use scrinalia_wire::{ExplicitArgs, Run};
+use scrinalia_wire::{ChoreKind, ExplicitArgs, Named, Run};
 use uuid::Uuid;
 
 use crate::{
@@ -13,7 +13,7 @@ use crate::{
     follow,
     output::{Out, note},
     token, view,
-    wire::{CancelView, DaemonView, DaemonsView, HealthView, RunDetail, RunPage, WorkersView},
+    wire::{CancelView, ChoreView, DaemonView, DaemonsView, HealthView, RunDetail, RunPage, WorkerView, WorkersView},
 };
 
 /// Runs the command of `cli`.
@@ -27,6 +27,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         .map_err(|e| Verdict { exit: Exit::Usage, message: format!("{e:#}") })?;
     match cli.command {
         Command::Workers => workers(&client, out).await,
+        Command::Worker { name } => worker(&client, out, &name).await,
+        Command::Describe { worker } => chore(&client, out, &worker, ChoreKind::Describe).await,
+        Command::Count { worker } => chore(&client, out, &worker, ChoreKind::Count).await,
+        Command::Check { worker } => chore(&client, out, &worker, ChoreKind::Check).await,
         Command::Runs(args) if args.follow => follow::runs(&client, out, &runs_query(&args)).await,
         Command::Runs(args) => runs(&client, out, &args).await,
         Command::Run { command: RunCommand::Show { id } } => show(&client, out, id).await,
@@ -48,7 +52,39 @@ async fn workers(client: &Client, out: Out) -> anyhow::Result<()> {
         return out.body(&body);
     }
     let view: WorkersView = body.parse()?;
-    out.text(&view::workers_table(&view).render(out.colour))
+    let mut text = view::workers_table(&view).render(out.colour);
+    let notes = view::workers_notes(&view);
+    if !notes.is_empty() {
+        text = format!("{}\n\n{}", text.trim_end(), notes.join("\n"));
+    }
+    out.text(&text)
+}
+
+async fn worker(client: &Client, out: Out, name: &str) -> anyhow::Result<()> {
+    let body = client.get(&["workers", name], &[]).await.with_context(|| format!("reading worker {name}"))?;
+    if out.json {
+        return out.body(&body);
+    }
+    let view: WorkerView = body.parse()?;
+    out.text(&view::worker_detail(&view, out.colour))
+}
+
+/// Asks for a chore of `worker` now; the API answers at once (202) and a daemon does it within seconds.
+async fn chore(client: &Client, out: Out, worker: &str, kind: ChoreKind) -> anyhow::Result<()> {
+    let verb = kind.name();
+    let body = client
+        .post::<()>(&["workers", worker, verb], None)
+        .await
+        .with_context(|| format!("asking for a {verb} of {worker}"))?;
+    if out.json {
+        return out.body(&body);
+    }
+    let view: ChoreView = body.parse()?;
+    let follow = match kind {
+        ChoreKind::Describe | ChoreKind::Check => format!("See what it said with: scrinalia worker {worker}"),
+        ChoreKind::Count => format!("See the queue with: scrinalia worker {worker}"),
+    };
+    out.text(&format!("{}\n{follow}", view.message))
 }
 
 /// The query string of `scrinalia runs`.

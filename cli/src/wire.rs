@@ -47,11 +47,32 @@ pub struct WorkersView {
     pub now: Option<DateTime<Utc>>,
 }
 
-/// One worker of `GET /api/workers`.
+/// One worker of `GET /api/workers` (and `GET /api/workers/{name}`).
 #[derive(Debug, Deserialize)]
 pub struct WorkerView {
     /// Its name.
     pub name: String,
+    /// A short human title.
+    #[serde(default)]
+    pub title: Option<String>,
+    /// A sentence for people.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// When the engine is not chosen here: where it comes from.
+    #[serde(default)]
+    pub engine_source: Option<String>,
+    /// The options it accepts, as its code (over the catalogue) declares them.
+    #[serde(default)]
+    pub options: Vec<OptionView>,
+    /// Where the catalogue and the worker's code disagree, one sentence each.
+    #[serde(default)]
+    pub disagreements: Vec<String>,
+    /// Its last description.
+    #[serde(default)]
+    pub described: Option<DescribedView>,
+    /// What its last check said.
+    #[serde(default)]
+    pub readiness: Option<ReadinessView>,
     /// The configuration a run without arguments would use.
     #[serde(default)]
     pub effective: Option<ResolvedConfig>,
@@ -67,6 +88,87 @@ pub struct WorkerView {
     /// The last finished run.
     #[serde(default)]
     pub last_finished: Option<Run>,
+}
+
+/// One option a worker accepts.
+#[derive(Debug, Deserialize)]
+pub struct OptionView {
+    /// Its name.
+    pub name: String,
+    /// `integer`, `number`, `boolean` or `string`.
+    #[serde(default, rename = "type")]
+    pub kind: String,
+    /// Its default, if it has one.
+    #[serde(default)]
+    pub default: Option<Value>,
+    /// The values allowed, if it is a choice.
+    #[serde(default)]
+    pub choices: Option<Vec<Value>>,
+    /// The smallest value allowed.
+    #[serde(default)]
+    pub minimum: Option<Value>,
+    /// The largest value allowed.
+    #[serde(default)]
+    pub maximum: Option<Value>,
+    /// A sentence for people.
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+/// A worker's last description: when, by which daemon, and why the last attempt failed if it did.
+#[derive(Debug, Deserialize)]
+pub struct DescribedView {
+    /// When the last description that succeeded was taken, if one did.
+    #[serde(default)]
+    pub described_at: Option<DateTime<Utc>>,
+    /// Which daemon took it.
+    #[serde(default)]
+    pub described_by: Option<Uuid>,
+    /// The command that answered.
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// How long the last attempt took.
+    #[serde(default)]
+    pub took_ms: Option<i64>,
+    /// Why the last attempt failed.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// When the last attempt ended.
+    #[serde(default)]
+    pub attempted_at: Option<DateTime<Utc>>,
+    /// Seconds since `described_at`.
+    #[serde(default)]
+    pub age_seconds: Option<f64>,
+}
+
+/// What a worker's last `check` said.
+#[derive(Debug, Deserialize)]
+pub struct ReadinessView {
+    /// Ready, not ready, or unknown (`None`: the check itself failed).
+    #[serde(default)]
+    pub ready: Option<bool>,
+    /// When not ready: what is missing.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Why the check failed.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Which daemon checked.
+    #[serde(default)]
+    pub checked_by: Option<Uuid>,
+    /// Seconds since the check.
+    #[serde(default)]
+    pub age_seconds: Option<f64>,
+}
+
+/// `POST /api/workers/{name}/describe`, `/count` and `/check`: the chore asked for.
+#[derive(Debug, Deserialize)]
+pub struct ChoreView {
+    /// Whether an active daemon takes the worker (when none does, the chore waits for one).
+    #[serde(default)]
+    pub taken: Option<bool>,
+    /// What happens next, in a sentence.
+    pub message: String,
 }
 
 /// A worker's last queue measurement.

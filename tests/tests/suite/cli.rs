@@ -1,11 +1,15 @@
 //! The `scrinalia` CLI against a running system: the real `scrinalia-api` and `scrinalia-daemon` on a fresh
 //! database, with the probe worker of `scrinalia-demo-worker`. Each test checks what an operator or a script
 //! relies on: the output, and the documented exit code.
+//!
+//! The probe's catalogue entry agrees with its code (health is then ok), except in the test of the listing, where
+//! it gives `progress_steps` a default of 2 where the code says 4: once the daemon has described the probe, that
+//! is a disagreement the listing must show.
 
 use std::{process::Stdio, time::Duration};
 
 use scrinalia_shared::{
-    Role,
+    Role, WorkerSpec,
     auth::{hash_token, is_token_hash},
 };
 use scrinalia_tests::{
@@ -27,15 +31,23 @@ struct System {
     daemon: Process,
 }
 
+/// The disagreement of the probe's catalogue entry with its code in the test of the listing.
+const DISAGREEMENT: &str = "catalogue says progress_steps 2, code says 4; runs use 4";
+
 impl System {
     async fn start(kind: Kind) -> Self {
+        Self::start_with(kind, |probe| probe).await
+    }
+
+    /// The system with the probe's catalogue entry changed by `adjust`.
+    async fn start_with(kind: Kind, adjust: impl FnOnce(WorkerSpec) -> WorkerSpec) -> Self {
         let db = TestDb::new(kind).await;
         let dir = db.dir.path();
         let port = free_port();
-        let probe = with_defaults(
+        let probe = adjust(with_defaults(
             probe(&demo_worker(), "probe-1", 120),
-            &[("progress_steps", json!(2)), ("output_lines", json!(2)), ("exit_code", json!(0))],
-        );
+            &[("output_lines", json!(2)), ("exit_code", json!(0))],
+        ));
         let config = db
             .config()
             .test_daemon(|d| (d.capacity, d.lease_seconds, d.poll_seconds, d.gone_after_seconds) = (2, 5, 1, 10))
@@ -68,6 +80,15 @@ impl System {
     /// Runs the CLI with the operator's token.
     async fn cli(&self, args: &[&str]) -> Outcome {
         self.cli_as(OPERATOR, args).await
+    }
+
+    /// Runs the CLI until its standard output satisfies `done` (the daemon does chores within seconds).
+    async fn cli_until(&self, args: &[&str], what: &str, done: impl Fn(&Outcome) -> bool) -> Outcome {
+        eventually(Duration::from_secs(30), what, || async {
+            let outcome = self.cli(args).await;
+            (outcome.code == Some(0) && done(&outcome)).then_some(outcome)
+        })
+        .await
     }
 
     async fn cli_as(&self, token: &str, args: &[&str]) -> Outcome {
@@ -152,6 +173,83 @@ async fn sqlite_trigger_follow_prints_the_log_and_exits_with_the_outcome() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_trigger_follow_prints_the_log_and_exits_with_the_outcome() {
     trigger_follow_prints_the_log_and_exits_with_the_outcome(Kind::Postgres).await;
+}
+
+/// `describe`, `count` and `check` ask a daemon for a chore and print the API's sentence; `workers` and `worker`
+/// show what the check and the description said: the probe is not ready (the environment of its catalogue entry
+/// says so), and its catalogue entry disagrees with its code.
+async fn chores_are_asked_for_and_the_listing_shows_readiness_and_disagreements(kind: Kind) {
+    let missing = "The probe's model server is away for the test.";
+    let system = System::start_with(kind, |probe| {
+        let mut probe = with_defaults(probe, &[("progress_steps", json!(2))]);
+        probe.env.insert("SCRINALIA_PROBE_NOT_READY".into(), missing.into());
+        probe
+    })
+    .await;
+
+    let check = system.cli(&["check", "probe-1"]).await;
+    check.expect(0);
+    assert!(check.stdout.contains("A check of probe-1 was asked for; a daemon that takes it does it"), "{check:#?}");
+    let listed = system
+        .cli_until(&["workers"], "the listing to show the check and the description", |o| {
+            o.stdout.contains("not ready") && o.stdout.contains(DISAGREEMENT)
+        })
+        .await;
+    let header = listed.stdout.lines().next().unwrap_or_default();
+    assert!(header.contains("READY"), "a READY column: {listed:#?}");
+    assert!(listed.stdout.contains(&format!("probe-1: not ready: {missing}")), "the reason: {listed:#?}");
+    assert!(listed.stdout.contains(&format!("probe-1: disagrees: {DISAGREEMENT}")), "{listed:#?}");
+
+    let shown = system.cli(&["worker", "probe-1"]).await;
+    shown.expect(0);
+    for part in [format!("not ready: {missing}"), format!("disagrees  {DISAGREEMENT}"), "by daemon ".to_owned()] {
+        assert!(shown.stdout.contains(&part), "{part:?} is missing: {shown:#?}");
+    }
+    assert!(shown.stdout.contains("option     progress_steps = 4 (default); integer, 0 to 10000"), "{shown:#?}");
+
+    // A describe asked for is done again: the description is newer than the one the daemon took at its start.
+    let described_at = |o: &Outcome| {
+        let at = o.json()["described"]["described_at"].as_str().map(str::to_owned)?;
+        chrono::DateTime::parse_from_rfc3339(&at).ok()
+    };
+    let before = described_at(system.cli(&["worker", "probe-1", "--json"]).await.expect(0))
+        .expect("the daemon described probe-1 when it started");
+    let describe = system.cli(&["describe", "probe-1"]).await;
+    assert!(describe.expect(0).stdout.contains("A description of probe-1 was asked for"), "{describe:#?}");
+    system
+        .cli_until(&["worker", "probe-1", "--json"], "a newer description", |o| {
+            described_at(o).is_some_and(|at| at > before)
+        })
+        .await;
+
+    let count = system.cli(&["count", "probe-1", "--json"]).await.expect(0).json();
+    assert_eq!((count["chore"]["chore"].as_str(), count["taken"].as_bool()), (Some("count"), Some(true)), "{count}");
+    assert!(count["message"].as_str().is_some_and(|m| m.contains("A count of the queue of probe-1")), "{count}");
+
+    let unknown = system.cli(&["count", "no-such-worker"]).await;
+    unknown.expect(5);
+    assert!(unknown.stderr.contains("no-such-worker") && unknown.stdout.is_empty(), "{unknown:#?}");
+    let viewer = system.cli_as(VIEWER, &["describe", "probe-1"]).await;
+    viewer.expect(4);
+    assert!(viewer.stderr.contains("operator role"), "{viewer:#?}");
+    system.cli(&["worker", "no-such-worker"]).await.expect(5);
+
+    // What the probe reported it used at the start of a run is shown beside the resolved configuration.
+    let run = system.cli(&["trigger", "probe-1", "-o", "duration_ms=100", "--follow", "--json"]).await;
+    let id = run.expect(0).json()["id"].as_str().expect("the run's id").to_owned();
+    let shown = system.cli(&["run", "show", &id]).await;
+    assert!(shown.expect(0).stdout.contains("\nreported "), "{shown:#?}");
+    system.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_chores_are_asked_for_and_the_listing_shows_readiness_and_disagreements() {
+    chores_are_asked_for_and_the_listing_shows_readiness_and_disagreements(Kind::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_chores_are_asked_for_and_the_listing_shows_readiness_and_disagreements() {
+    chores_are_asked_for_and_the_listing_shows_readiness_and_disagreements(Kind::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,6 +3,9 @@
 //! database. Every wait polls the page for a condition, with generous timeouts; nothing sleeps to assert.
 //! Screenshots of each view go to `artifacts/screenshots/`; with `SCRINALIA_UPDATE_DOCS_SCREENSHOT=1` the first
 //! test also refreshes `docs/screenshot-workers.png`.
+//!
+//! The probes declare their options in their code, and the code wins over the catalogue: a long run to watch is
+//! asked for with an override or explicit arguments, never with a catalogue default.
 
 use reqwest::StatusCode;
 use scrinalia_shared::{Engine, OptionSpec, OptionType, Role, WorkerSpec};
@@ -16,6 +19,16 @@ use scrinalia_tests::{
 use serde_json::{Value, json};
 
 const VIEWER_TOKEN: &str = "scr_e2e_viewer_0123456789abcdef";
+/// What probe-3's check says is missing (its catalogue entry sets `SCRINALIA_PROBE_NOT_READY`).
+const NOT_READY: &str = "The probe's model server is not up (set by the test's catalogue).";
+/// Where probe-3's catalogue entry disagrees with its code: an option the code lacks, and a default.
+const DISAGREEMENTS: [&str; 2] = [
+    "catalogue declares option batch_size, code has no such option; it is not passed",
+    "catalogue says progress_steps 6, code says 4; runs use 4",
+];
+/// The model the quality probe reports it used: its engine is configured elsewhere, and the environment its
+/// catalogue entry sets says another model than the one the catalogue resolves.
+const REPORTED_MODEL: &str = "big-model-v2";
 const ADMIN_TOKEN: &str = "scr_e2e_admin_0123456789abcdef";
 
 /// How the API lets callers in.
@@ -64,11 +77,23 @@ impl Stack {
             daemons["daemons"].as_array()?.iter().any(|d| d["state"] == "active").then_some(())
         })
         .await;
+        // What the panel shows of a worker depends on what its code declared: wait for every description and
+        // check, so that no view is drawn from the catalogue alone.
+        eventually(PATIENCE, "every probe described and checked", || async {
+            let workers = stack.get("/api/workers").await?;
+            let workers = workers["workers"].as_array()?;
+            workers
+                .iter()
+                .all(|w| w["described"]["described_at"].is_string() && w["readiness"].is_object())
+                .then_some(())
+        })
+        .await;
         stack
     }
 
     /// The panel's configuration: three probes with the fields the panel shows (titles, axes, an engine from
-    /// elsewhere, an Ollama engine nobody serves), and quick daemon timers.
+    /// elsewhere whose worker reports another model, an Ollama engine nobody serves, a probe that is not ready
+    /// and whose catalogue entry disagrees with its code), and quick daemon timers.
     fn config(db: &TestDb, port: u16, access: Access) -> ConfigFile {
         let bin = demo_worker();
         let presets = |p: &[(&str, &str)]| p.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
@@ -100,13 +125,14 @@ impl Stack {
         let mut one = described(probe(&bin, "probe-1", 120), "Probe 1", "testing", "none (test probe)");
         one.description = Some("A steerable probe: a long run with many progress steps.".into());
         (one.engine, one.preset) = (Some("local".into()), Some("fast".into()));
+        // The same defaults as the probe's code: no disagreement on this one.
         one.options = vec![
             OptionSpec {
                 description: Some("How long the run takes.".into()),
-                ..option("duration_ms", OptionType::Integer, Some(json!(9000)))
+                ..option("duration_ms", OptionType::Integer, Some(json!(200)))
             },
-            option("progress_steps", OptionType::Integer, Some(json!(18))),
-            option("output_lines", OptionType::Integer, Some(json!(3))),
+            option("progress_steps", OptionType::Integer, Some(json!(4))),
+            option("output_lines", OptionType::Integer, Some(json!(2))),
             option("exit_code", OptionType::Integer, Some(json!(0))),
             option("crash", OptionType::Boolean, Some(json!(false))),
             option("note", OptionType::String, None),
@@ -117,14 +143,21 @@ impl Stack {
             "Its engine comes from the active LLM_CHECK cleaning rule; change it in the cleaning rules screen.".into(),
         );
         two.engine_source_url = Some("/rules#llm-check".into());
-        two.options = vec![option("duration_ms", OptionType::Integer, Some(json!(300)))];
+        // No engine flags reach a worker whose engine comes from elsewhere; the probe takes them from this
+        // environment instead, and reports them at the start of its run.
+        for (name, value) in [("SCRINALIA_ENGINE", "local"), ("SCRINALIA_PRESET", "thorough")] {
+            two.env.insert(name.into(), value.into());
+        }
+        two.env.insert("SCRINALIA_MODEL".into(), REPORTED_MODEL.into());
         let mut three = described(probe(&bin, "probe-3", 120), "Probe 3", "testing", "none (test probe)");
         (three.engine, three.preset) = (Some("ollama".into()), Some("small".into()));
         three.options = vec![
             option("duration_ms", OptionType::Integer, Some(json!(200))),
             option("progress_steps", OptionType::Integer, Some(json!(6))),
             option("output_lines", OptionType::Integer, Some(json!(2))),
+            option("batch_size", OptionType::Integer, Some(json!(10))),
         ];
+        three.env.insert("SCRINALIA_PROBE_NOT_READY".into(), NOT_READY.into());
         let mut config = db
             .config()
             .with(|f| {
@@ -162,11 +195,15 @@ impl Stack {
     }
 
     async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
-        let mut request = self.http.post(format!("{}{path}", self.base)).json(&body);
+        self.send(reqwest::Method::POST, path, body).await
+    }
+
+    async fn send(&self, method: reqwest::Method, path: &str, body: Value) -> (StatusCode, Value) {
+        let mut request = self.http.request(method, format!("{}{path}", self.base)).json(&body);
         if let Some(token) = self.token {
             request = request.bearer_auth(token);
         }
-        let response = request.send().await.expect("POST to the API");
+        let response = request.send().await.expect("a request to the API");
         let status = response.status();
         (status, response.json().await.unwrap_or(Value::Null))
     }
@@ -200,6 +237,11 @@ async fn progress_of(browser: &Browser, worker: &str) -> Option<f64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_curator_runs_a_worker_and_watches_it_to_the_end_without_a_reload() {
     let stack = Stack::start(Kind::Postgres, Access::AnonymousAdmin).await;
+    // A long run to watch, with many progress steps: the probe's own defaults end it in 200 ms.
+    let long = json!({"options": {"duration_ms": 9000, "progress_steps": 18, "output_lines": 3},
+        "reason": "e2e: a run long enough to watch"});
+    let (status, body) = stack.send(reqwest::Method::PUT, "/api/workers/probe-1/override", long).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
     let browser = Browser::start("curator", stack.db.dir.path(), 1280, 1000).await;
     browser.goto(&format!("{}/#/workers", stack.base)).await;
 
@@ -227,6 +269,25 @@ async fn a_curator_runs_a_worker_and_watches_it_to_the_end_without_a_reload() {
     assert!(model_server.len() > "Model server ollama".len() + 5, "a red check says why: {model_server:?}");
     browser.wait_for_text("article[data-worker=\"probe-1\"] .queue", "pending").await;
     browser.wait_for_text("article[data-worker=\"probe-1\"] .queue", "measured").await;
+
+    // What each probe's code said: readiness, where its catalogue entry disagrees, and its description.
+    let ready = browser.wait_for_text("article[data-worker=\"probe-1\"] .readiness-line", "ready").await;
+    assert!(ready.contains("checked") && ready.contains("by daemon"), "when and by whom: {ready:?}");
+    assert!(browser.find("article[data-worker=\"probe-1\"] .badge.readiness[data-ready=\"ready\"]").await.is_some());
+    assert!(browser.find("article[data-worker=\"probe-1\"] .disagreements").await.is_none(), "probe-1 agrees");
+    let not_ready = browser.wait_for_text("article[data-worker=\"probe-3\"] .readiness-line", NOT_READY).await;
+    assert!(not_ready.contains("not ready"), "{not_ready:?}");
+    let disagreements = browser.wait_for_text("article[data-worker=\"probe-3\"] .disagreements", "code wins").await;
+    for sentence in DISAGREEMENTS {
+        assert!(disagreements.contains(sentence), "{sentence:?} is missing from {disagreements:?}");
+    }
+    let described = browser.wait_for_text("article[data-worker=\"probe-1\"] .described", "Code described").await;
+    assert!(described.contains("by daemon"), "by which daemon: {described:?}");
+    // The code's bounds guide the number fields.
+    let exit_code = "#worker-probe-1-opt-exit_code";
+    browser.wait_for(exit_code).await;
+    let bounds = (browser.attr(exit_code, "min").await, browser.attr(exit_code, "max").await);
+    assert_eq!(bounds, (Some("0".to_owned()), Some("255".to_owned())), "min and max of exit_code");
 
     // Run is enabled once the panel knows a daemon is alive.
     let run_button = "article[data-worker=\"probe-1\"] button.run";
@@ -273,6 +334,27 @@ async fn a_curator_runs_a_worker_and_watches_it_to_the_end_without_a_reload() {
     assert!(browser.find("article[data-worker=\"probe-1\"] .in-flight button.cancel").await.is_some(), "Cancel");
     browser.screenshot("workers-409").await;
 
+    // The chores: each button shows the API's sentence, and what the daemon then stores reaches the card by
+    // itself (a `worker` event), without a reload.
+    browser.click("article[data-worker=\"probe-1\"] button.chore-count").await;
+    let asked = browser.wait_for_text("#worker-probe-1-chore-message", "A count of the queue of probe-1").await;
+    assert!(asked.contains("within a few seconds"), "a daemon takes it: {asked:?}");
+    let described_at = || browser.attr("article[data-worker=\"probe-3\"] .described", "data-described-at");
+    let before = described_at().await.expect("probe-3 was described");
+    browser.click("article[data-worker=\"probe-3\"] button.chore-describe").await;
+    browser.wait_for_text("#worker-probe-3-chore-message", "A description of probe-3 was asked for").await;
+    browser
+        .wait("probe-3's new description on its card", || async { described_at().await.filter(|at| *at != before) })
+        .await;
+    let checked_at = || browser.attr("article[data-worker=\"probe-3\"] .readiness-line", "data-checked-at");
+    let before = checked_at().await.expect("probe-3 was checked");
+    browser.click("article[data-worker=\"probe-3\"] button.chore-check").await;
+    browser.wait_for_text("#worker-probe-3-chore-message", "A check of probe-3 was asked for").await;
+    browser.wait("probe-3's new check on its card", || async { checked_at().await.filter(|at| *at != before) }).await;
+    browser.wait_for_text("article[data-worker=\"probe-3\"] .readiness-line", NOT_READY).await;
+    browser.js("document.querySelector('#worker-probe-3-chore-message').scrollIntoView(); return true;", vec![]).await;
+    browser.screenshot("workers-chores").await;
+
     // The runs view, reached by the navigation (no reload), shows it running, then succeeded: live.
     browser.click("nav.views a[data-nav=\"runs\"]").await;
     let row = "#ledger tr[data-worker=\"probe-1\"]";
@@ -291,7 +373,11 @@ async fn a_curator_runs_a_worker_and_watches_it_to_the_end_without_a_reload() {
     browser.wait_for_text("#run-log", "probe-1: stdout line 3 of 3").await;
     browser.wait_for_text("#log-state", "complete").await;
     let config = browser.text("tr[data-field=\"duration_ms\"]").await.unwrap_or_default();
-    assert!(config.contains("9000") && config.contains("default"), "resolved option with its source: {config:?}");
+    assert!(config.contains("9000") && config.contains("override"), "resolved option with its source: {config:?}");
+    // Beside the resolved model, the one the probe reported it used: the same one here.
+    let model = browser.text("#run-config tr[data-field=\"model\"]").await.unwrap_or_default();
+    assert_eq!(model.matches("tiny-model").count(), 2, "resolved and reported: {model:?}");
+    assert!(browser.find("#run-config tr[data-differs=\"true\"]").await.is_none(), "nothing differs");
     let counts = browser.text("table.counts").await.unwrap_or_default();
     assert!(counts.contains("processed") && counts.contains("18"), "result counts: {counts:?}");
     let facts = browser.text("dl.facts").await.unwrap_or_default();
@@ -301,6 +387,10 @@ async fn a_curator_runs_a_worker_and_watches_it_to_the_end_without_a_reload() {
     // Run with explicit arguments from the form, then follow that run's log live from its detail view.
     browser.click("nav.views a[data-nav=\"workers\"]").await;
     browser.click("article[data-worker=\"probe-3\"] details.run-options summary").await;
+    // A value out of the option's bounds: the API refuses it with a sentence, shown like any refusal.
+    browser.type_into("#worker-probe-3-opt-output_lines", "-1").await;
+    browser.click("article[data-worker=\"probe-3\"] .run-form button[type=\"submit\"]").await;
+    browser.wait_for_text("#worker-probe-3-alert", "Option \"output_lines\" must be at least 0, not -1.").await;
     browser.type_into("#worker-probe-3-opt-duration_ms", "3000").await;
     browser.type_into("#worker-probe-3-opt-output_lines", "4").await;
     browser.click("article[data-worker=\"probe-3\"] .run-form button[type=\"submit\"]").await;
@@ -333,8 +423,8 @@ async fn a_curator_runs_a_worker_and_watches_it_to_the_end_without_a_reload() {
     browser.wait_for("#health li[data-check=\"daemons\"][data-status=\"down\"]").await;
     browser.screenshot("workers-no-daemon").await;
 
-    let allowed = browser.assert_no_console_errors(&[409]).await;
-    assert_eq!(allowed.len(), 1, "exactly the provoked 409 was logged: {allowed:#?}");
+    let allowed = browser.assert_no_console_errors(&[409, 400]).await;
+    assert_eq!(allowed.len(), 2, "exactly the provoked 409 and 400 were logged: {allowed:#?}");
     browser.close().await;
     stack.stop().await;
 }
@@ -356,12 +446,16 @@ async fn a_viewer_sees_no_controls_and_an_admin_override_is_audited_and_effectiv
     browser.wait_for("#health li[data-check=\"database\"][data-status=\"ok\"]").await;
 
     // A run in flight (started by someone else): the viewer sees it live, but no Run and no Cancel.
-    let (status, run) = stack.post("/api/workers/probe-1/runs", json!({})).await;
+    let (status, run) = stack.post("/api/workers/probe-1/runs", json!({"options": {"duration_ms": 60000}})).await;
     assert_eq!(status, StatusCode::CREATED, "{run}");
     browser.wait_for("article[data-worker=\"probe-1\"] .in-flight").await;
     assert!(browser.find_all("button.run").await.is_empty(), "a viewer sees no Run button");
     assert!(browser.find_all("button.cancel").await.is_empty(), "a viewer sees no Cancel button");
     assert!(browser.find_all(".run-options").await.is_empty(), "a viewer sees no run form");
+    assert!(browser.find_all("button.chore").await.is_empty(), "a viewer sees no chore buttons");
+    // Readiness and disagreements are for everyone to read.
+    browser.wait_for_text("article[data-worker=\"probe-3\"] .readiness-line", NOT_READY).await;
+    browser.wait_for_text("article[data-worker=\"probe-3\"] .disagreements", DISAGREEMENTS[0]).await;
     browser.screenshot("viewer-workers").await;
     let (status, _) = stack.post(&format!("/api/runs/{}/cancel", run["id"].as_str().expect("id")), json!({})).await;
     assert_eq!(status, StatusCode::ACCEPTED);
@@ -401,6 +495,18 @@ async fn a_viewer_sees_no_controls_and_an_admin_override_is_audited_and_effectiv
     assert_eq!(browser.attr("#engine-source-link", "href").await.as_deref(), Some("/rules#llm-check"));
     browser.wait_for("#override-form").await;
     assert!(browser.find("#ov-engine").await.is_none(), "no engine field for an engine configured elsewhere");
+
+    // Its run reports the model it really used, which is not the one resolved here: the run view says so.
+    let (status, run) = stack.post("/api/workers/probe-2/runs", json!({})).await;
+    assert_eq!(status, StatusCode::CREATED, "{run}");
+    browser.goto(&format!("{}/#/runs/{}", stack.base, run["id"].as_str().expect("id"))).await;
+    browser.wait_for(".view-head[data-state=\"succeeded\"]").await;
+    let model =
+        browser.wait_for_text("#run-config tr[data-field=\"model\"][data-differs=\"true\"]", REPORTED_MODEL).await;
+    assert!(model.contains("big-model") && model.contains("differs"), "resolved and reported models: {model:?}");
+    let note = browser.wait_for_text("#reported-differs", "different model").await;
+    assert!(!note.contains("engine"), "only the model differs: {note:?}");
+    browser.screenshot("run-reported-config").await;
 
     // A narrow screen: one column, nothing wider than the window.
     browser.client.set_window_size(390, 844).await.expect("resize");
