@@ -18,7 +18,7 @@ use scrinalia_shared::{
 use tokio::{
     sync::Notify,
     task::JoinSet,
-    time::{Instant, MissedTickBehavior, interval},
+    time::{Instant, sleep_until},
 };
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -32,26 +32,26 @@ use crate::{
 /// At most this many chore processes at once on one daemon: a catalogue of thousands of workers must not start
 /// thousands of processes at the same instant.
 const AT_ONCE: usize = 4;
-/// How often a daemon looks for due chores when nothing wakes it.
-const LOOK_EVERY: Duration = Duration::from_secs(1);
-/// Looks prompted by wake-ups (SQLite wakes on every write) are at least this far apart.
-const MIN_LOOK_GAP: Duration = Duration::from_millis(200);
+/// The longest a daemon waits before looking again when nothing is due (a safety net: requests wake it).
+const LONGEST_WAIT: Duration = Duration::from_secs(60);
+/// Looks are at least this far apart (SQLite wakes on every write; a due chore another daemon holds is looked
+/// at again after this).
+const MIN_LOOK_GAP: Duration = Duration::from_millis(250);
+/// After a failed look, the next one comes this much later.
+const RETRY: Duration = Duration::from_secs(1);
 /// A chore's lease outlasts its timeout by this much, so a live daemon never loses a chore it is still doing.
 const LEASE_MARGIN: Duration = Duration::from_secs(15);
 
 /// The workers this daemon takes.
 fn my_workers(ctx: &Context) -> Vec<String> {
     let taken = &ctx.settings.daemon.workers;
-    ctx.settings
-        .catalogue
-        .workers
-        .iter()
-        .map(|w| w.name.clone())
-        .filter(|n| taken.is_empty() || taken.contains(n))
-        .collect()
+    let all = ctx.settings.catalogue.workers.iter().map(|w| w.name.clone());
+    all.filter(|n| taken.is_empty() || taken.contains(n)).collect()
 }
 
 /// Does chores until `stop`; chores in progress are killed then. `wake` says a chore may have been asked for.
+/// Between looks the daemon sleeps until the next chore of its workers comes due (asked on the database
+/// clock), so an idle daemon costs no query.
 pub async fn run(ctx: Arc<Context>, wake: Arc<Notify>, stop: CancellationToken) {
     let workers = my_workers(&ctx);
     if workers.is_empty() {
@@ -68,55 +68,70 @@ pub async fn run(ctx: Arc<Context>, wake: Arc<Notify>, stop: CancellationToken) 
     let limit = Duration::from_secs(ctx.settings.daemon.queue_count_timeout_seconds);
     let intervals = ctx.settings.daemon.chore_intervals();
     let mut doing: JoinSet<()> = JoinSet::new();
-    let mut ticks = interval(LOOK_EVERY);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut next_look = Instant::now();
     let mut last_look = Instant::now() - MIN_LOOK_GAP;
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
-            _ = ticks.tick() => {}
+            () = sleep_until(next_look.max(last_look + MIN_LOOK_GAP)) => {}
             () = wake.notified() => {
                 // A request is due once it has settled (see `ChoreIntervals::settle`): look then.
-                let at = (last_look + MIN_LOOK_GAP).max(Instant::now() + intervals.settle);
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    () = tokio::time::sleep_until(at) => {}
-                }
+                next_look = next_look.min(Instant::now() + intervals.settle);
+                continue;
             }
             Some(_) = doing.join_next() => {}
         }
+        last_look = Instant::now();
+        next_look = Instant::now() + LONGEST_WAIT;
         let free = u32::try_from(AT_ONCE.saturating_sub(doing.len())).unwrap_or(0);
         if free == 0 {
+            // The next chore to end makes room, and a look then.
             continue;
         }
-        last_look = Instant::now();
-        let claimed = ctx.db.claim_chores(ctx.daemon_id, &workers, &intervals, limit + LEASE_MARGIN, free).await;
-        let chores = match claimed {
-            Ok(chores) => chores,
+        match ctx.db.claim_chores(ctx.daemon_id, &workers, &intervals, limit + LEASE_MARGIN, free).await {
+            Ok(chores) => {
+                for chore in chores {
+                    start(&ctx, &mut doing, chore, limit, &stop);
+                }
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "could not look for due chores");
+                next_look = Instant::now() + RETRY;
                 continue;
             }
-        };
-        for chore in chores {
-            let Some(spec) = ctx.settings.catalogue.worker(&chore.worker).cloned() else { continue };
-            let (ctx, stop) = (ctx.clone(), stop.clone());
-            let span = tracing::info_span!("chore", worker = %spec.name, chore = %chore.chore);
-            doing.spawn(
-                async move {
-                    tokio::select! {
-                        () = stop.cancelled() => {}
-                        () = perform(&ctx, &spec, &chore, limit) => {}
-                    }
-                    if let Err(e) = ctx.db.finish_chore(ctx.daemon_id, &chore.worker, chore.chore).await {
-                        tracing::warn!(error = %e, "could not release the chore; its lease expires instead");
-                    }
-                }
-                .instrument(span),
-            );
+        }
+        if doing.len() >= AT_ONCE {
+            continue;
+        }
+        match ctx.db.next_chore_in(&workers, &intervals).await {
+            Ok(Some(due_in)) => next_look = Instant::now() + due_in.min(LONGEST_WAIT),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read when the next chore is due");
+                next_look = Instant::now() + RETRY;
+            }
         }
     }
     doing.shutdown().await;
+}
+
+/// Starts one chore; its lease is released when it ends, however it ends.
+fn start(ctx: &Arc<Context>, doing: &mut JoinSet<()>, chore: Chore, limit: Duration, stop: &CancellationToken) {
+    let Some(spec) = ctx.settings.catalogue.worker(&chore.worker).cloned() else { return };
+    let (ctx, stop) = (ctx.clone(), stop.clone());
+    let span = tracing::info_span!("chore", worker = %spec.name, chore = %chore.chore);
+    doing.spawn(
+        async move {
+            tokio::select! {
+                () = stop.cancelled() => {}
+                () = perform(&ctx, &spec, &chore, limit) => {}
+            }
+            if let Err(e) = ctx.db.finish_chore(ctx.daemon_id, &chore.worker, chore.chore).await {
+                tracing::warn!(error = %e, "could not release the chore; its lease expires instead");
+            }
+        }
+        .instrument(span),
+    );
 }
 
 /// Does one chore and stores what it found (or the sentence saying why it failed).

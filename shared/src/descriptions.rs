@@ -138,6 +138,17 @@ impl Database {
         db::chores::claim(self, daemon, workers, intervals, lease, limit).await
     }
 
+    /// How long until a chore of `workers` may come due, on the database clock (zero when one is due now);
+    /// `None` when none will until asked for.
+    pub async fn next_chore_in(
+        &self,
+        workers: &[String],
+        intervals: &ChoreIntervals,
+    ) -> Result<Option<Duration>, DbError> {
+        let (now, next) = retrying!(self, db::chores::next_due(self, workers, intervals).await)?;
+        Ok(next.map(|at| (at - now).to_std().unwrap_or(Duration::ZERO)))
+    }
+
     /// Ends `daemon`'s lease of a chore.
     pub async fn finish_chore(&self, daemon: Uuid, worker: &str, chore: ChoreKind) -> Result<(), DbError> {
         let _own = self.own_writes().begin();

@@ -134,6 +134,7 @@ fn worker_check(worker: &EffectiveWorker, readiness: Option<Readiness>, latency_
         "checked_at": readiness.as_ref().map(|r| r.checked_at),
         "disagreements": worker.disagreements,
     });
+    let problems: Vec<&str> = problems.iter().map(|p| p.trim_end().trim_end_matches('.')).collect();
     let error = (!problems.is_empty()).then(|| crate::error::sentence(problems.join(". ")));
     Check { name: format!("worker:{name}"), status, latency_ms, error, details }
 }

@@ -3,12 +3,13 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::{
     Database, Result,
-    dialect::{Sql, sql},
+    dialect::{DbTime, Sql, sql},
     on_pool,
 };
 use crate::{Chore, ChoreKind, descriptions::ChoreIntervals};
@@ -105,6 +106,53 @@ pub(crate) async fn claim(
         .bind(intervals.settle.as_secs_f64())
         .fetch_all(pool)
         .await)?)
+}
+
+/// The database clock, and the earliest time a chore of `workers` may come due (a lease held elsewhere counts
+/// as due when it expires); `None` when none will until asked for.
+pub(crate) async fn next_due(
+    db: &Database,
+    workers: &[String],
+    intervals: &ChoreIntervals,
+) -> Result<(DateTime<Utc>, Option<DateTime<Utc>>)> {
+    const NEXT: Sql = sql!(
+        "select ",
+        now,
+        ", min(case \
+             when lease_until is not null and lease_until > ",
+        now,
+        " then lease_until \
+             when requested_at is not null and (started_at is null or requested_at > started_at) then \
+                 case when started_at is not null and ",
+        plus_secs(started_at, 3),
+        " > ",
+        plus_secs(requested_at, 4),
+        " then ",
+        plus_secs(started_at, 3),
+        " else ",
+        plus_secs(requested_at, 4),
+        " end \
+             when chore = 'count' then coalesce(",
+        plus_secs(started_at, 1),
+        ", ",
+        now,
+        ") when chore = 'check' then coalesce(",
+        plus_secs(started_at, 2),
+        ", ",
+        now,
+        ") else null end) from worker_chores where worker in (select value from ",
+        json_list(5, mine),
+        ")"
+    );
+    let row: (DbTime, Option<DbTime>) = on_pool!(db, NEXT, |pool, sql| sqlx::query_as(sql)
+        .bind(intervals.count.as_secs_f64())
+        .bind(intervals.check.as_secs_f64())
+        .bind(intervals.min_gap.as_secs_f64())
+        .bind(intervals.settle.as_secs_f64())
+        .bind(Json(workers))
+        .fetch_one(pool)
+        .await)?;
+    Ok((row.0.0, row.1.map(|t| t.0)))
 }
 
 /// Ends `daemon`'s lease of a chore.

@@ -64,6 +64,11 @@ macro_rules! fragment {
     (sqlite; now_plus($n:literal)) => { concat!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+' || $", $n, " || ' seconds')") };
     (postgres; now_minus($n:literal)) => { concat!("(now() - make_interval(secs => $", $n, "))") };
     (sqlite; now_minus($n:literal)) => { concat!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $", $n, " || ' seconds')") };
+    // A time column plus parameter `$n`, a number of seconds.
+    (postgres; plus_secs($c:ident, $n:literal)) => { concat!("(", stringify!($c), " + make_interval(secs => $", $n, "))") };
+    (sqlite; plus_secs($c:ident, $n:literal)) => {
+        concat!("strftime('%Y-%m-%dT%H:%M:%fZ', ", stringify!($c), ", '+' || $", $n, " || ' seconds')")
+    };
     // Seconds from a time to the clock, as a double (negative when the time is ahead).
     (postgres; seconds_since($($e:tt)+)) => { concat!("extract(epoch from now() - (", stringify!($($e)+), "))::float8") };
     (sqlite; seconds_since($($e:tt)+)) => { concat!("((julianday('now') - julianday(", stringify!($($e)+), ")) * 86400.0)") };
@@ -133,6 +138,13 @@ impl Type<Sqlite> for DbTime {
 impl<'q> Encode<'q, Sqlite> for DbTime {
     fn encode_by_ref(&self, buf: &mut <Sqlite as sqlx::Database>::ArgumentBuffer) -> Result<IsNull, BoxDynError> {
         <String as Encode<'q, Sqlite>>::encode(self.text(), buf)
+    }
+}
+
+impl<'r> Decode<'r, Sqlite> for DbTime {
+    fn decode(value: sqlx::sqlite::SqliteValueRef<'r>) -> Result<Self, BoxDynError> {
+        let text = <&str as Decode<'r, Sqlite>>::decode(value)?;
+        Ok(Self(DateTime::parse_from_rfc3339(text)?.with_timezone(&Utc)))
     }
 }
 

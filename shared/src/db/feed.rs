@@ -6,7 +6,8 @@
 //!   read yet.
 //! - SQLite, topic `Events`: a connection of its own polls `PRAGMA data_version`, which changes when any other
 //!   connection commits; on a change it compares a snapshot of the runs in flight or just ended, the queue
-//!   measurements, the daemons and the newest override change of each worker with the previous snapshot.
+//!   measurements, the workers' descriptions and readiness, the daemons and the newest override change of each
+//!   worker with the previous snapshot.
 //! - SQLite, topic `Queue`: inotify on the database file and its `-wal` (no query at all while nothing is
 //!   written); after a change, a queued request is looked for every millisecond until one is visible (the writer
 //!   may still be syncing its commit: the file changes before the commit can be read) or the change has settled,

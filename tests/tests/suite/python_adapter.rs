@@ -90,15 +90,34 @@ impl Example {
 }
 
 #[test]
-fn describe_prints_the_engine_configuration_the_module_resolves() {
+fn describe_prints_the_engine_configuration_and_what_the_code_declares() {
     let example = Example::new();
-    let flags = [("engine", "ollama"), ("preset", "fast"), ("batch_size", "5"), ("folder", example.folder.as_str())];
+    let flags = [("engine", "ollama"), ("preset", "balanced"), ("folder", example.folder.as_str())];
     let out = output(&example.entry, "describe", &flags);
     assert!(out.status.success(), "{}", explain(&out));
+    let [described] = &json_lines(&out)[..] else { panic!("one object: {}", explain(&out)) };
+    let engine = ["engine", "preset", "model", "endpoint"].map(|k| described[k].clone());
+    assert_eq!(engine, [json!("ollama"), json!("balanced"), json!("qwen2.5:7b"), json!("http://127.0.0.1:11434")]);
+    // The code's own defaults, whatever flags were given.
+    let declared = &described["declared"];
+    assert_eq!((&declared["engine"], &declared["preset"]), (&json!("ollama"), &json!("fast")));
+    let options: Vec<(&str, &str, Value)> = declared["options"]
+        .as_array()
+        .expect("options")
+        .iter()
+        .map(|o| (o["name"].as_str().unwrap_or(""), o["type"].as_str().unwrap_or(""), o["default"].clone()))
+        .collect();
     assert_eq!(
-        json_lines(&out),
-        [json!({ "engine": "ollama", "preset": "fast", "model": "llama3.2:1b", "endpoint": "http://127.0.0.1:11434" })]
+        options,
+        [
+            ("batch_size", "integer", json!(5)),
+            ("delay_ms", "integer", json!(20)),
+            ("folder", "string", json!("data/example-worker")),
+            ("fail", "boolean", json!(false)),
+        ]
     );
+    // The documented catalogue entry declares no options: the code does.
+    assert!(example.entry.options.is_empty(), "{:?}", example.entry.options);
 }
 
 #[test]
@@ -124,6 +143,7 @@ fn a_run_reports_progress_and_a_result_and_the_pending_count_falls() {
         .collect();
     assert_eq!(progress, [(6, 20), (12, 20), (18, 20), (20, 20)]);
     assert_eq!(lines.last(), Some(&json!({ "result": { "processed": 20, "failed": 0, "run_id": "0192f0c2-run" } })));
+    assert_eq!(lines[0]["config"]["model"], "llama3.2:1b", "the run reports its configuration first: {lines:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("reviewed item 20"), "free text on stderr");
     assert_eq!(example.pending(), 0);
 }
@@ -148,9 +168,12 @@ fn sigterm_stops_a_python_run_cleanly() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start the Python worker (python3 must be on PATH)");
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut first).expect("read the first line");
-    assert!(first.contains("progress"), "a progress line first: {first:?}");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let (mut first, mut second) = (String::new(), String::new());
+    stdout.read_line(&mut first).expect("read the first line");
+    assert!(first.starts_with("{\"config\""), "the configuration the run uses comes first: {first:?}");
+    stdout.read_line(&mut second).expect("read the second line");
+    assert!(second.contains("progress"), "then progress: {second:?}");
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).expect("send SIGTERM");
     let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
