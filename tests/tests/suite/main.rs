@@ -21,6 +21,7 @@ mod db_changes;
 mod db_chores;
 mod db_ledger;
 mod db_queue;
+mod demo_validator;
 mod deploy_units;
 mod object_store_s3;
 mod panel_e2e;
