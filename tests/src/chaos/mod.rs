@@ -16,7 +16,7 @@ use std::{
 
 use rand::{Rng, seq::IndexedRandom};
 use scrinalia_shared::{
-    Database, Role, Run, Settings, WorkerSpec,
+    Database, OptionSpec, Role, Run, Settings, WorkerSpec,
     runs::{Cursor, RunFilter},
 };
 use serde_json::{Value, json};
@@ -61,7 +61,7 @@ pub fn setup(db: &TestDb) -> Setup {
     .token("ada-admin", Role::Admin, ADMIN);
     let demo = demo_settings();
     let mut config = config
-        .workers(demo_catalogue(&demo, &bin))
+        .workers(demo_catalogue(&demo, &bin, &db.dir.path().join("demo")))
         .workers((4..=PROBES).map(|n| probe(&bin, &format!("probe-{n}"), 120)));
     config.file.engines = demo.catalogue.engines.clone();
     Setup::with(db, config)
@@ -73,9 +73,11 @@ fn demo_settings() -> Settings {
     Settings::load_from(Some(&path), Vec::new()).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The nine archive workers of `deploy/demo.toml` (its probes left out: the harness declares its own), run by the
-/// demo worker at `bin`.
-fn demo_catalogue(demo: &Settings, bin: &Path) -> Vec<WorkerSpec> {
+/// The nine archive workers of `deploy/demo.toml`, run by the demo worker at `bin` on the demo data at `data`.
+/// The file leaves their options to the code, and a daemon learns them from `describe` only once it has described
+/// the worker, while the chaos traffic sends `batch_size` and `delay_ms` from the first second: so the options
+/// each worker's `describe` declares are written into this catalogue, as an operator could write them in the file.
+fn demo_catalogue(demo: &Settings, bin: &Path, data: &Path) -> Vec<WorkerSpec> {
     let archive: Vec<WorkerSpec> = demo
         .catalogue
         .workers
@@ -84,11 +86,39 @@ fn demo_catalogue(demo: &Settings, bin: &Path) -> Vec<WorkerSpec> {
         .map(|w| {
             let mut spec = w.clone();
             spec.command[0] = bin.display().to_string();
+            if spec.options.is_empty() {
+                spec.options = declared_options(&spec, data);
+            }
             spec
         })
         .collect();
     assert_eq!(archive.len(), 9, "deploy/demo.toml has the nine archive workers");
     archive
+}
+
+/// The options `spec`'s worker declares in its `describe` answer, as catalogue options.
+fn declared_options(spec: &WorkerSpec, data: &Path) -> Vec<OptionSpec> {
+    let output = std::process::Command::new(&spec.command[0])
+        .args(&spec.command[1..])
+        .arg("describe")
+        .env("SCRINALIA_DEMO_DATA", data)
+        .output()
+        .unwrap_or_else(|e| panic!("describe {}: {e}", spec.name));
+    assert!(output.status.success(), "describe {}: {}", spec.name, String::from_utf8_lossy(&output.stderr));
+    let described: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{}: {e}", spec.name));
+    let declared = described["declared"]["options"].as_array().cloned().unwrap_or_default();
+    declared
+        .iter()
+        .map(|option| {
+            // The whole declaration where the catalogue's option type takes bounds; else the keys it has.
+            let known = ["name", "type", "default", "choices", "description"];
+            let fields: serde_json::Map<String, Value> =
+                known.iter().filter_map(|k| option.get(*k).map(|v| ((*k).to_owned(), v.clone()))).collect();
+            serde_json::from_value(option.clone())
+                .or_else(|_| serde_json::from_value(Value::Object(fields)))
+                .unwrap_or_else(|e| panic!("{}: {option}: {e}", spec.name))
+        })
+        .collect()
 }
 
 /// How a request steers its worker.

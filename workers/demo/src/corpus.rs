@@ -1,35 +1,31 @@
-//! The demo corpus: sixty small letters in five languages, generated deterministically on first use and kept as
-//! one JSON file per document under `<data>/corpus/`. Creation is atomic (built in a private folder, then renamed
-//! into place), so workers that start at the same moment never see half a corpus.
+//! The demo documents: small letters in five languages, each generated from its number, the same text on every
+//! machine every time. Document `n` is what arrives in staging `n`-th (`staging.rs` says when); the archive keeps
+//! a copy of each one transferred (`archive/doc-NNNN.json`).
 
-use std::{
-    fs,
-    path::{Path, PathBuf},
-};
+use std::path::PathBuf;
 
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 /// The environment variable naming the data folder.
 pub const DATA_ENV: &str = "SCRINALIA_DEMO_DATA";
-
-/// How many documents the demo corpus holds.
-pub const CORPUS_SIZE: usize = 60;
 
 /// The data folder: `$SCRINALIA_DEMO_DATA`, or `data/demo` relative to the working directory.
 pub fn data_dir() -> PathBuf {
     std::env::var_os(DATA_ENV).filter(|v| !v.is_empty()).map_or_else(|| PathBuf::from("data/demo"), PathBuf::from)
 }
 
-/// One document of the corpus.
+/// One document.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Document {
-    /// `doc-0001` … `doc-0060`.
+    /// `doc-0001`, `doc-0002`, …
     pub id: String,
     /// A short title.
     pub title: String,
     /// A few sentences.
     pub body: String,
+    /// When it arrived in staging, in seconds since the Unix epoch.
+    #[serde(default)]
+    pub arrived_at: u64,
 }
 
 impl Document {
@@ -37,52 +33,6 @@ impl Document {
     pub fn text(&self) -> String {
         format!("{}. {}", self.title, self.body)
     }
-}
-
-/// The documents, in id order.
-#[derive(Debug)]
-pub struct Corpus {
-    /// The documents.
-    pub documents: Vec<Document>,
-}
-
-impl Corpus {
-    /// Opens the corpus under `data`, creating it first if it does not exist yet.
-    pub fn open(data: &Path) -> anyhow::Result<Self> {
-        let folder = data.join("corpus");
-        if !folder.is_dir() {
-            create(data, &folder)?;
-        }
-        let mut documents = Vec::new();
-        for entry in fs::read_dir(&folder).with_context(|| format!("read the corpus folder {}", folder.display()))? {
-            let path = entry.with_context(|| format!("list {}", folder.display()))?.path();
-            if path.extension().is_some_and(|e| e == "json") {
-                let text = fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
-                documents.push(serde_json::from_str(&text).with_context(|| format!("parse {}", path.display()))?);
-            }
-        }
-        documents.sort_by(|a: &Document, b| a.id.cmp(&b.id));
-        Ok(Self { documents })
-    }
-}
-
-fn create(data: &Path, folder: &Path) -> anyhow::Result<()> {
-    fs::create_dir_all(data).with_context(|| format!("create the data folder {}", data.display()))?;
-    let private = data.join(format!(".corpus-{}", std::process::id()));
-    fs::create_dir_all(&private).with_context(|| format!("create {}", private.display()))?;
-    for document in (1..=CORPUS_SIZE).map(generate) {
-        let path = private.join(format!("{}.json", document.id));
-        let text = serde_json::to_string_pretty(&document).context("encode a document")?;
-        fs::write(&path, text).with_context(|| format!("write {}", path.display()))?;
-    }
-    if let Err(e) = fs::rename(&private, folder) {
-        // Another worker created it first: keep theirs.
-        let _ = fs::remove_dir_all(&private);
-        if !folder.is_dir() {
-            return Err(e).with_context(|| format!("move the new corpus into {}", folder.display()));
-        }
-    }
-    Ok(())
 }
 
 const PEOPLE: [&str; 8] = [
@@ -187,7 +137,7 @@ pub fn generate(n: usize) -> Document {
     if let Some(first) = title.get_mut(0..1) {
         first.make_ascii_uppercase();
     }
-    Document { id: format!("doc-{n:04}"), title: format!("{title} of {l}, {y}"), body: body.join(" ") }
+    Document { id: format!("doc-{n:04}"), title: format!("{title} of {l}, {y}"), body: body.join(" "), arrived_at: 0 }
 }
 
 #[cfg(test)]
@@ -200,14 +150,5 @@ mod tests {
         assert_ne!(generate(7).body, generate(8).body);
         assert_eq!(generate(13).body.matches('.').count(), 1);
         assert_eq!(generate(60).id, "doc-0060");
-    }
-
-    #[test]
-    fn opening_twice_creates_once() {
-        let dir = tempfile::tempdir().expect("a scratch folder");
-        let first = Corpus::open(dir.path()).expect("create");
-        let second = Corpus::open(dir.path()).expect("reopen");
-        assert_eq!(first.documents.len(), CORPUS_SIZE);
-        assert_eq!(first.documents, second.documents);
     }
 }

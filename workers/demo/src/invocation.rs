@@ -1,7 +1,10 @@
 //! The command line of one worker execution: `<worker> <verb> [--flag value]...`, parsed by hand and checked
-//! against the options the worker declares, so a typo fails loudly (exit 2) instead of being ignored.
+//! against the options the worker declares (`options.rs`), so a typo or a value out of bounds fails loudly
+//! (exit 2) instead of being ignored.
 
 use std::{collections::BTreeMap, fmt};
+
+use crate::options::{OptionSpec, Options};
 
 /// A mistake in the command line; the program prints it and exits with status 2.
 #[derive(Debug)]
@@ -23,10 +26,12 @@ pub fn usage(message: impl Into<String>) -> anyhow::Error {
 /// What the daemon asks the worker to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verb {
-    /// Print the resolved engine, preset, model and endpoint.
+    /// Print the engine configuration and what the code declares.
     Describe,
     /// Print how much work is pending.
     CountPending,
+    /// Print whether the worker has what it needs to run.
+    Check,
     /// Do the work.
     Run,
 }
@@ -36,92 +41,25 @@ impl Verb {
         match word {
             "describe" => Some(Self::Describe),
             "count-pending" => Some(Self::CountPending),
+            "check" => Some(Self::Check),
             "run" => Some(Self::Run),
             _ => None,
         }
     }
-}
 
-/// The type of an option's value, which decides how its text is read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// A whole number.
-    Integer,
-    /// Any number.
-    Number,
-    /// `true` or `false`.
-    Boolean,
-    /// Any text, kept verbatim.
-    Text,
-}
-
-/// One option a worker accepts.
-#[derive(Debug, Clone, Copy)]
-pub struct OptionSpec {
-    /// The option's name (`--name value`).
-    pub name: &'static str,
-    /// Its type.
-    pub kind: Kind,
-}
-
-/// Shorthand for declaring an option.
-pub const fn opt(name: &'static str, kind: Kind) -> OptionSpec {
-    OptionSpec { name, kind }
-}
-
-/// A parsed option value.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
-    /// From [`Kind::Integer`].
-    Integer(i64),
-    /// From [`Kind::Number`].
-    Number(f64),
-    /// From [`Kind::Boolean`].
-    Boolean(bool),
-    /// From [`Kind::Text`].
-    Text(String),
-}
-
-/// The option values given on the command line; a missing one takes the worker's own default.
-#[derive(Debug, Clone, Default)]
-pub struct Options(BTreeMap<String, Value>);
-
-impl Options {
-    /// The whole number `name`, or `default`.
-    pub fn integer(&self, name: &str, default: i64) -> i64 {
-        match self.0.get(name) {
-            Some(Value::Integer(v)) => *v,
-            _ => default,
-        }
-    }
-
-    /// The number `name`, or `default`.
-    pub fn number(&self, name: &str, default: f64) -> f64 {
-        match self.0.get(name) {
-            Some(Value::Number(v)) => *v,
-            Some(Value::Integer(v)) => *v as f64,
-            _ => default,
-        }
-    }
-
-    /// The boolean `name`, or `default`.
-    pub fn boolean(&self, name: &str, default: bool) -> bool {
-        match self.0.get(name) {
-            Some(Value::Boolean(v)) => *v,
-            _ => default,
-        }
-    }
-
-    /// The text `name`, or `default`.
-    pub fn text<'a>(&'a self, name: &str, default: &'a str) -> &'a str {
-        match self.0.get(name) {
-            Some(Value::Text(v)) => v,
-            _ => default,
+    /// The verb as written on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Describe => "describe",
+            Self::CountPending => "count-pending",
+            Self::Check => "check",
+            Self::Run => "run",
         }
     }
 }
 
-/// The engine configuration the daemon resolved, from the flags or else the `SCRINALIA_*` environment.
+/// The engine configuration given on the command line, or else in the `SCRINALIA_*` environment (each field is
+/// `None` when neither gives it; the worker then uses its own default).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EngineChoice {
     /// `--engine`.
@@ -153,8 +91,8 @@ pub struct Invocation {
 const COMMON_FLAGS: [&str; 5] = ["run-id", "engine", "preset", "model", "endpoint"];
 
 /// The first line of every usage message.
-pub const USAGE: &str = "usage: scrinalia-demo-worker <worker> describe|count-pending|run [--run-id ID] [--engine E] \
-[--preset P] [--model M] [--endpoint URL] [--<option> <value>]...";
+pub const USAGE: &str = "usage: scrinalia-demo-worker <worker> describe|count-pending|check|run [--run-id ID] \
+[--engine E] [--preset P] [--model M] [--endpoint URL] [--<option> <value>]...";
 
 impl Invocation {
     /// Parses `args` (without the program name); `accepts` returns the options of a known worker, or `None`
@@ -172,11 +110,11 @@ impl Invocation {
         };
         let Some(verb) = Verb::parse(verb) else {
             return Err(usage(format!(
-                "{verb:?} is not a verb of the worker protocol; use describe, count-pending or run.\n{USAGE}"
+                "{verb:?} is not a verb of the worker protocol; use describe, count-pending, check or run.\n{USAGE}"
             )));
         };
         let mut common: BTreeMap<&str, String> = BTreeMap::new();
-        let mut options = BTreeMap::new();
+        let mut options = Options::new(specs);
         let mut rest = flags.iter();
         while let Some(flag) = rest.next() {
             let Some(body) = flag.strip_prefix("--") else {
@@ -192,7 +130,7 @@ impl Invocation {
             if let Some(&known) = COMMON_FLAGS.iter().find(|&&c| c == name) {
                 common.insert(known, text);
             } else if let Some(spec) = specs.iter().find(|s| s.name == name) {
-                options.insert(spec.name.to_owned(), read_value(worker, spec, &text)?);
+                options.give(spec, spec.read(worker, &text)?);
             } else {
                 let known: Vec<&str> = specs.iter().map(|s| s.name).collect();
                 return Err(usage(format!(
@@ -212,31 +150,21 @@ impl Invocation {
                 model: pick("model", "SCRINALIA_MODEL"),
                 endpoint: pick("endpoint", "SCRINALIA_ENDPOINT"),
             },
-            options: Options(options),
+            options,
         })
-    }
-}
-
-fn read_value(worker: &str, spec: &OptionSpec, text: &str) -> anyhow::Result<Value> {
-    let bad = |noun: &str| usage(format!("option {:?} of worker {worker:?} must be {noun}, not {text:?}.", spec.name));
-    match spec.kind {
-        Kind::Integer => text.trim().parse().map(Value::Integer).map_err(|_| bad("a whole number")),
-        Kind::Number => text.trim().parse().map(Value::Number).map_err(|_| bad("a number")),
-        Kind::Boolean => match text.trim() {
-            "true" => Ok(Value::Boolean(true)),
-            "false" => Ok(Value::Boolean(false)),
-            _ => Err(bad("true or false")),
-        },
-        Kind::Text => Ok(Value::Text(text.to_owned())),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::options::Literal;
 
-    const SPECS: &[OptionSpec] =
-        &[opt("batch_size", Kind::Integer), opt("note", Kind::Text), opt("crash", Kind::Boolean)];
+    const SPECS: &[OptionSpec] = &[
+        OptionSpec::integer("batch_size").default(Literal::Integer(1)),
+        OptionSpec::text("note"),
+        OptionSpec::boolean("crash"),
+    ];
 
     fn parse(args: &[&str]) -> anyhow::Result<Invocation> {
         let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
@@ -256,10 +184,10 @@ mod tests {
             .expect("parses");
         assert_eq!(i.verb, Verb::Run);
         assert_eq!(i.run_id.as_deref(), Some("r1"));
-        assert_eq!(i.options.integer("batch_size", 1), 7);
-        assert_eq!(i.options.text("note", ""), "--x; $(y)");
-        assert!(i.options.boolean("crash", false));
-        assert_eq!(i.options.integer("missing", 9), 9);
+        assert_eq!(i.options.integer("batch_size"), 7);
+        assert_eq!(i.options.text("note"), "--x; $(y)");
+        assert!(i.options.boolean("crash"));
+        assert_eq!(parse(&["w", "check"]).expect("parses").options.integer("batch_size"), 1, "the default");
     }
 
     #[test]

@@ -1,17 +1,25 @@
 //! `scrinalia-demo-worker <worker> <verb> [flags]`: the demo archive workers and the probe workers behind the
-//! worker protocol (docs/worker-protocol.md). This file only parses the command line and dispatches.
+//! worker protocol (docs/worker-protocol.md). This file only parses the command line and dispatches; the
+//! demo's data (staging arrivals, the pipeline over stamps, the cleaning rules) is described in README.md.
 
 mod archive;
+mod config;
 mod corpus;
 mod invocation;
+mod options;
+mod pipeline;
 mod probe;
 mod protocol;
+mod registry;
+mod rules;
+mod staging;
 mod stamps;
 mod stop;
 mod task;
 mod text;
 
-use invocation::{Invocation, OptionSpec, USAGE, UsageError, Verb};
+use invocation::{Invocation, USAGE, UsageError, Verb};
+use options::OptionSpec;
 use protocol::Protocol;
 use task::Task;
 
@@ -43,7 +51,7 @@ fn accepted_options(name: &str) -> Option<&'static [OptionSpec]> {
 }
 
 fn dispatch(args: &[String]) -> anyhow::Result<i32> {
-    let mut out = Protocol;
+    let mut out = Protocol::stdout();
     if matches!(args.first().map(String::as_str), Some("help" | "--help" | "-h")) {
         let workers: Vec<&str> = Task::ALL.iter().map(|t| t.name()).chain(probe::NAMES).collect();
         out.text(&format!("{USAGE}\nworkers: {}", workers.join(", ")))?;
@@ -53,12 +61,15 @@ fn dispatch(args: &[String]) -> anyhow::Result<i32> {
     let Some(task) = Task::named(&invocation.worker) else {
         return probe::execute(&invocation, &mut out);
     };
+    let data = corpus::data_dir();
+    let now = staging::unix_now();
     match invocation.verb {
-        Verb::Describe => out.describe(&invocation.engine).map(|()| 0),
-        Verb::CountPending => archive::count_pending(task, &mut out),
+        Verb::Describe => archive::describe(task, &invocation, &data, now, &mut out),
+        Verb::CountPending => archive::count_pending(task, &data, now, &mut out),
+        Verb::Check => archive::check(task, &data, now, &mut out),
         Verb::Run => {
             let stop = stop::Stop::on_sigterm()?;
-            archive::run(task, &invocation, &stop, &mut out)
+            archive::run(task, &invocation, &data, now, &stop, &mut out)
         }
     }
 }

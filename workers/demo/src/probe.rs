@@ -1,6 +1,7 @@
 //! The probe workers (`probe-1`, `probe-2`, `probe-3`, and any `probe-<n>`): no real work, but behaviour that tests
 //! steer through options (duration, exit status, crash, ignoring SIGTERM, progress and output volume), and a ledger
 //! of every execution in `$SCRINALIA_PROBE_LOG` so tests can prove what ran, when, where and with which arguments.
+//! `check` answers ready unless `$SCRINALIA_PROBE_NOT_READY` holds a sentence, which is then the reason.
 
 use std::{
     fs::OpenOptions,
@@ -13,13 +14,18 @@ use anyhow::Context;
 use serde_json::{Value, json};
 
 use crate::{
-    invocation::{Invocation, Kind, OptionSpec, Verb, opt},
+    config::EngineConfig,
+    invocation::{Invocation, Verb},
+    options::{self, Literal, OptionSpec},
     protocol::Protocol,
     stop::{self, Stop},
 };
 
 /// The environment variable naming the probes' JSON-lines ledger.
 pub const LOG_ENV: &str = "SCRINALIA_PROBE_LOG";
+
+/// The environment variable that makes `check` answer not ready, with its value as the reason.
+pub const NOT_READY_ENV: &str = "SCRINALIA_PROBE_NOT_READY";
 
 /// The probes' names as listed by `help`; any `probe-<n>` (n a positive decimal number) is a probe too, so a
 /// catalogue may declare as many as a test needs.
@@ -31,16 +37,47 @@ pub fn is_probe(name: &str) -> bool {
         .is_some_and(|n| !n.is_empty() && !n.starts_with('0') && n.len() <= 9 && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
+const fn int(v: i64) -> Option<Literal> {
+    Some(Literal::Integer(v))
+}
+
 /// The options a probe accepts; `note` is free text that only shows up in the recorded arguments.
 pub const OPTIONS: &[OptionSpec] = &[
-    opt("duration_ms", Kind::Integer),
-    opt("exit_code", Kind::Integer),
-    opt("crash", Kind::Boolean),
-    opt("ignore_sigterm", Kind::Boolean),
-    opt("progress_steps", Kind::Integer),
-    opt("output_lines", Kind::Integer),
-    opt("note", Kind::Text),
+    OptionSpec::integer("duration_ms")
+        .default(Literal::Integer(200))
+        .range(int(0), int(86_400_000))
+        .about("How long the run takes, in milliseconds."),
+    OptionSpec::integer("exit_code")
+        .default(Literal::Integer(0))
+        .range(int(0), int(255))
+        .about("The exit status at the end (0 means succeeded)."),
+    OptionSpec::boolean("crash").default(Literal::Boolean(false)).about("Abort with SIGABRT halfway through."),
+    OptionSpec::boolean("ignore_sigterm")
+        .default(Literal::Boolean(false))
+        .about("Ignore SIGTERM, so only SIGKILL stops the run early."),
+    OptionSpec::integer("progress_steps")
+        .default(Literal::Integer(4))
+        .range(int(0), int(10_000))
+        .about("Progress lines, spread over the duration."),
+    OptionSpec::integer("output_lines")
+        .default(Literal::Integer(2))
+        .range(int(0), int(1_000_000))
+        .about("Free-text lines written to stdout and to stderr at the start."),
+    OptionSpec::text("note").about("Free text, recorded verbatim in the probe log's arguments."),
 ];
+
+/// `describe`'s `declared` section of a probe: its options, and no engine of its own.
+pub fn declared() -> Value {
+    json!({ "options": options::declared(OPTIONS), "engine": null, "preset": null, "presets": {} })
+}
+
+/// The answer of `check`: ready, unless the environment says otherwise.
+fn readiness(not_ready: Option<String>) -> Result<(), String> {
+    match not_ready.filter(|reason| !reason.trim().is_empty()) {
+        Some(reason) => Err(reason),
+        None => Ok(()),
+    }
+}
 
 /// One line of the probe ledger, appended with a single `write` to a file opened with `O_APPEND`, so lines of
 /// concurrent probes never interleave.
@@ -83,21 +120,17 @@ fn now_ns() -> u128 {
 /// Runs one probe execution; returns the exit status.
 pub fn execute(invocation: &Invocation, out: &mut Protocol) -> anyhow::Result<i32> {
     let options = &invocation.options;
-    let ignore_sigterm = options.boolean("ignore_sigterm", false);
+    let ignore_sigterm = options.boolean("ignore_sigterm");
     // Signals are blocked before any other thread exists, so none of them can receive SIGTERM by default.
     let stop = match invocation.verb {
         Verb::Run if ignore_sigterm => Some(Stop::ignoring_sigterm()?),
         Verb::Run => Some(Stop::on_sigterm()?),
-        Verb::Describe | Verb::CountPending => None,
+        Verb::Describe | Verb::CountPending | Verb::Check => None,
     };
     let ledger = Ledger {
         path: std::env::var_os(LOG_ENV).filter(|p| !p.is_empty()).map(PathBuf::from),
         worker: invocation.worker.clone(),
-        verb: match invocation.verb {
-            Verb::Describe => "describe",
-            Verb::CountPending => "count-pending",
-            Verb::Run => "run",
-        },
+        verb: invocation.verb.name(),
         run_id: invocation.run_id.clone(),
     };
     let args: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
@@ -106,8 +139,9 @@ pub fn execute(invocation: &Invocation, out: &mut Protocol) -> anyhow::Result<i3
     let (status, outcome): (i32, String) = match stop {
         None => {
             match invocation.verb {
-                Verb::Describe => out.describe(&invocation.engine)?,
-                _ => out.object(&json!({ "pending": 0 }))?,
+                Verb::Describe => out.describe(&EngineConfig::from_flags(&invocation.engine), declared())?,
+                Verb::Check => out.check(&readiness(std::env::var(NOT_READY_ENV).ok()))?,
+                Verb::CountPending | Verb::Run => out.object(&json!({ "pending": 0 }))?,
             }
             (0, "exit".to_owned())
         }
@@ -132,19 +166,21 @@ enum Ending {
 fn run(invocation: &Invocation, stop: &Stop, out: &mut Protocol) -> anyhow::Result<Ending> {
     let name = &invocation.worker;
     let options = &invocation.options;
-    let duration = Duration::from_millis(u64::try_from(options.integer("duration_ms", 200)).unwrap_or(0));
-    let exit_code = i32::try_from(options.integer("exit_code", 0)).unwrap_or(1);
-    let crash = options.boolean("crash", false);
-    let steps = u32::try_from(options.integer("progress_steps", 4)).unwrap_or(0);
-    let lines = options.integer("output_lines", 2).max(0);
+    let duration = Duration::from_millis(u64::try_from(options.integer("duration_ms")).unwrap_or(0));
+    let exit_code = i32::try_from(options.integer("exit_code")).unwrap_or(1);
+    let crash = options.boolean("crash");
+    let steps = u32::try_from(options.integer("progress_steps")).unwrap_or(0);
+    let lines = options.integer("output_lines").max(0);
     let run_id = invocation.run_id.as_deref().unwrap_or("none");
+
+    out.config(&EngineConfig::from_flags(&invocation.engine))?;
 
     eprintln!(
         "{name}: run {run_id} starts (pid {}), {} ms, {steps} progress steps",
         std::process::id(),
         duration.as_millis()
     );
-    let note = options.text("note", "");
+    let note = options.text("note");
     if !note.is_empty() {
         eprintln!("{name}: note {note:?}");
     }
@@ -178,7 +214,27 @@ fn run(invocation: &Invocation, stop: &Stop, out: &mut Protocol) -> anyhow::Resu
 
 #[cfg(test)]
 mod tests {
-    use super::is_probe;
+    use super::*;
+
+    #[test]
+    fn a_probe_is_ready_unless_told_otherwise() {
+        assert_eq!(readiness(None), Ok(()));
+        assert_eq!(readiness(Some(String::new())), Ok(()));
+        assert_eq!(readiness(Some("The model is away.".into())), Err("The model is away.".to_owned()));
+    }
+
+    #[test]
+    fn a_probe_declares_its_options_and_no_engine() {
+        let declared = declared();
+        assert_eq!((declared["engine"].clone(), declared["presets"].clone()), (Value::Null, json!({})));
+        let duration = &declared["options"][0];
+        assert_eq!((duration["name"].as_str(), duration["default"].as_i64()), (Some("duration_ms"), Some(200)));
+        assert_eq!(
+            declared["options"][6],
+            json!({"name": "note", "type": "string",
+            "description": "Free text, recorded verbatim in the probe log's arguments."})
+        );
+    }
 
     #[test]
     fn any_numbered_probe_is_a_probe() {

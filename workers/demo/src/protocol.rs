@@ -1,19 +1,41 @@
-//! Standard output is the worker protocol: one JSON object per line (`progress`, `result`, or the answer of
-//! `describe` / `count-pending`). This writer is the only place that writes to it, flushing every line so the
-//! daemon sees progress as it happens.
+//! Standard output is the worker protocol: one JSON object per line (the answer of `describe`, `count-pending`
+//! or `check`; for `run` the `config` line first, then `progress` and `result`). This writer is the only place
+//! that writes to it, flushing every line so the daemon sees progress as it happens. Tests give it a buffer
+//! instead of standard output.
 
-use std::io::Write;
+use std::io::{Stdout, Write};
 
 use anyhow::Context;
 use serde_json::{Value, json};
 
-use crate::invocation::EngineChoice;
+use crate::config::EngineConfig;
 
-/// Writes protocol lines (and the odd free-text line) to standard output.
-#[derive(Debug, Default)]
-pub struct Protocol;
+/// Writes protocol lines (and the odd free-text line) to `W`, standard output unless a test says otherwise.
+#[derive(Debug)]
+pub struct Protocol<W: Write = Stdout> {
+    out: W,
+}
 
 impl Protocol {
+    /// The protocol on standard output.
+    pub fn stdout() -> Self {
+        Self { out: std::io::stdout() }
+    }
+}
+
+impl<W: Write> Protocol<W> {
+    /// The protocol written to `out`.
+    #[cfg(test)]
+    pub fn to(out: W) -> Self {
+        Self { out }
+    }
+
+    /// What was written, for a test.
+    #[cfg(test)]
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+
     /// Writes one JSON object as a line.
     pub fn object(&mut self, value: &Value) -> anyhow::Result<()> {
         self.text(&value.to_string())
@@ -21,8 +43,7 @@ impl Protocol {
 
     /// Writes a free-text line (the daemon forwards it to the run's log).
     pub fn text(&mut self, line: &str) -> anyhow::Result<()> {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "{line}").and_then(|()| out.flush()).context("write to standard output")
+        writeln!(self.out, "{line}").and_then(|()| self.out.flush()).context("write to standard output")
     }
 
     /// `{"progress": {"done": d, "total": t, "message": m}}`.
@@ -39,13 +60,21 @@ impl Protocol {
         self.object(&json!({ "result": result }))
     }
 
-    /// The answer of `describe`: the engine configuration the worker would use.
-    pub fn describe(&mut self, engine: &EngineChoice) -> anyhow::Result<()> {
-        self.object(&json!({
-            "engine": engine.engine,
-            "preset": engine.preset,
-            "model": engine.model,
-            "endpoint": engine.endpoint,
-        }))
+    /// `run`'s first line, `{"config": {...}}`: the configuration the run really uses.
+    pub fn config(&mut self, config: &EngineConfig) -> anyhow::Result<()> {
+        self.object(&json!({ "config": config.json() }))
+    }
+
+    /// The answer of `describe`: the configuration the worker would use, and what its code declares.
+    pub fn describe(&mut self, config: &EngineConfig, declared: Value) -> anyhow::Result<()> {
+        self.object(&config.described(declared))
+    }
+
+    /// The answer of `check`: `{"ready": true}`, or `{"ready": false, "reason": "…"}`.
+    pub fn check(&mut self, readiness: &Result<(), String>) -> anyhow::Result<()> {
+        match readiness {
+            Ok(()) => self.object(&json!({ "ready": true })),
+            Err(reason) => self.object(&json!({ "ready": false, "reason": reason })),
+        }
     }
 }

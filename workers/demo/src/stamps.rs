@@ -75,6 +75,23 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     fs::rename(&temporary, path).with_context(|| format!("replace {}", path.display()))
 }
 
+/// Creates `path` with `bytes` unless it exists; returns whether this call created it. The file appears whole
+/// (a hard link to a finished temporary file), and of workers creating it at once exactly one wins.
+pub fn write_new(path: &Path, bytes: &[u8]) -> anyhow::Result<bool> {
+    let folder = path.parent().context("a file path has a folder")?;
+    fs::create_dir_all(folder).with_context(|| format!("create the folder {}", folder.display()))?;
+    let name = path.file_name().context("a file path has a name")?.to_string_lossy();
+    let temporary = folder.join(format!(".{name}.{}.new", std::process::id()));
+    fs::write(&temporary, bytes).with_context(|| format!("write {}", temporary.display()))?;
+    let linked = fs::hard_link(&temporary, path);
+    let _ = fs::remove_file(&temporary);
+    match linked {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e).with_context(|| format!("create {}", path.display())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,5 +107,15 @@ mod tests {
         assert!(again.has("doc-0001"));
         let next_version = StampBook::load(dir.path(), "tag-suggest", "tags_v2").expect("reload");
         assert!(!next_version.has("doc-0001"));
+    }
+
+    #[test]
+    fn a_new_file_is_written_once() {
+        let dir = tempfile::tempdir().expect("a scratch folder");
+        let path = dir.path().join("sub").join("f.json");
+        assert!(write_new(&path, b"first").expect("create"));
+        assert!(!write_new(&path, b"second").expect("exists"));
+        assert_eq!(fs::read(&path).expect("read"), b"first");
+        assert_eq!(fs::read_dir(path.parent().expect("folder")).expect("list").count(), 1, "no temporary file left");
     }
 }

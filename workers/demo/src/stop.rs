@@ -51,6 +51,12 @@ impl Stop {
         Ok(stop)
     }
 
+    /// Never stops (for tests, which must not block the signals of the test process).
+    #[cfg(test)]
+    pub fn never() -> Self {
+        Self { state: Arc::new((Mutex::new(None), Condvar::new())) }
+    }
+
     /// The signal that asked for a stop, if one did.
     pub fn requested(&self) -> Option<Signal> {
         *self.state.0.lock().unwrap_or_else(PoisonError::into_inner)

@@ -1,20 +1,16 @@
-//! The nine archive workers as tasks over one document each: what options each accepts and what it records in
-//! its stamp. The loop that feeds them documents is in `archive.rs`.
+//! The nine archive workers as tasks over one document each: their names, their stamps, which earlier
+//! workers' stamps each one reads (its inputs), and what it records. The loop that feeds them documents is in
+//! `archive.rs`; their declared options and engines are in `registry.rs`.
 
 use std::{fs, path::PathBuf};
 
 use anyhow::Context as _;
 use serde_json::{Value, json};
 
-use crate::{
-    corpus::Document,
-    invocation::{EngineChoice, Kind, OptionSpec, Options, opt},
-    stamps::write_atomically,
-    text,
-};
+use crate::{config::EngineConfig, corpus::Document, options::Options, pipeline::Item, stamps::write_atomically, text};
 
-/// One of the nine archive workers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One of the nine archive workers, in pipeline order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Task {
     /// Copies staged documents into the archive folder.
     Transfer,
@@ -22,28 +18,18 @@ pub enum Task {
     LanguageDetect,
     /// Finds capitalised word sequences.
     EntityExtract,
-    /// Suggests the most frequent non-stopwords as tags.
+    /// Suggests the most frequent words that are not part of a name as tags.
     TagSuggest,
-    /// Groups documents by their top tag.
+    /// Groups documents by their leading tag.
     TopicCluster,
     /// Keeps the first sentence.
     Summarize,
     /// Computes a hashed bag-of-words vector.
     Embed,
-    /// Compares tags with entities and judges whether they agree.
+    /// Compares the tags with the entities and judges whether they agree.
     ConflictJudge,
     /// Checks each document against simple quality rules.
     QualityValidator,
-}
-
-const COMMON: [OptionSpec; 3] =
-    [opt("batch_size", Kind::Integer), opt("delay_ms", Kind::Integer), opt("limit", Kind::Integer)];
-
-macro_rules! options {
-    ($($name:literal: $kind:ident),*) => {{
-        const OPTIONS: &[OptionSpec] = &[COMMON[0], COMMON[1], COMMON[2], $(opt($name, Kind::$kind)),*];
-        OPTIONS
-    }};
 }
 
 /// What a task found in one document.
@@ -62,8 +48,10 @@ pub struct Context {
     pub data: PathBuf,
     /// The worker's options.
     pub options: Options,
-    /// The resolved engine, recorded with results that a model would produce.
-    pub engine: EngineChoice,
+    /// The engine configuration of the run, recorded with results that a model would produce.
+    pub config: EngineConfig,
+    /// The time of the run (Unix seconds).
+    pub now: u64,
 }
 
 impl Task {
@@ -115,18 +103,15 @@ impl Task {
         }
     }
 
-    /// The options it accepts: `batch_size`, `delay_ms`, `limit`, and its own.
-    pub fn options(self) -> &'static [OptionSpec] {
+    /// The workers whose stamps it reads: a document is pending for it once all of them have stamped it.
+    /// Every worker but the transfer sees only archived documents.
+    pub fn inputs(self) -> &'static [Self] {
         match self {
-            Self::Transfer => options!("verify": Boolean),
-            Self::LanguageDetect => options!("min_confidence": Number),
-            Self::EntityExtract => options!("max_entities": Integer),
-            Self::TagSuggest => options!("max_tags": Integer),
-            Self::TopicCluster => options!(),
-            Self::Summarize => options!("max_chars": Integer),
-            Self::Embed => options!("dimensions": Integer),
-            Self::ConflictJudge => options!("threshold": Number),
-            Self::QualityValidator => options!("min_words": Integer),
+            Self::Transfer => &[],
+            Self::LanguageDetect => &[Self::Transfer],
+            Self::EntityExtract | Self::Summarize | Self::Embed | Self::QualityValidator => &[Self::LanguageDetect],
+            Self::TagSuggest => &[Self::EntityExtract],
+            Self::TopicCluster | Self::ConflictJudge => &[Self::EntityExtract, Self::TagSuggest],
         }
     }
 
@@ -145,52 +130,62 @@ impl Task {
     }
 
     /// Processes one document.
-    pub fn process(self, document: &Document, context: &Context) -> anyhow::Result<Outcome> {
+    pub fn process(self, item: &Item, context: &Context) -> anyhow::Result<Outcome> {
+        let document = &item.document;
         let text = document.text();
         let options = &context.options;
-        let model = &context.engine.model;
+        let model = &context.config.model;
+        let language = item.input(Self::LanguageDetect)["language"].clone();
         let outcome = |record: Value, tally: String| Ok(Outcome { record, tally });
         match self {
             Self::Transfer => transfer(document, context),
             Self::LanguageDetect => {
-                let min = options.number("min_confidence", 0.05);
+                let min = options.number("min_confidence");
                 let (code, confidence) = text::language(&text).filter(|l| l.1 >= min).unwrap_or(("und", 0.0));
                 let confidence = (confidence * 1000.0).round() / 1000.0;
                 outcome(json!({ "language": code, "confidence": confidence }), code.to_owned())
             }
             Self::EntityExtract => {
                 let mut entities = text::entities(&text);
-                entities.truncate(usize_option(options, "max_entities", 10));
+                entities.truncate(options.count("max_entities"));
                 let tally = entities.len().to_string();
-                outcome(json!({ "entities": entities, "model": model }), tally)
+                outcome(json!({ "entities": entities, "language": language, "model": model }), tally)
             }
             Self::TagSuggest => {
-                let tags = text::tags(&text, usize_option(options, "max_tags", 5));
+                // A word that is part of a name the entity extraction found is not a subject.
+                let names: Vec<String> =
+                    strings(item.input(Self::EntityExtract), "entities").iter().flat_map(|e| text::words(e)).collect();
+                let mut tags = text::tags(&text, usize::MAX);
+                tags.retain(|t| !names.contains(t));
+                tags.truncate(options.count("max_tags"));
                 let tally = tags.len().to_string();
                 outcome(json!({ "tags": tags, "model": model }), tally)
             }
             Self::TopicCluster => {
-                let cluster = text::tags(&document.body, 1).pop().unwrap_or_else(|| "unclustered".to_owned());
-                outcome(json!({ "cluster": cluster, "model": model }), cluster)
+                let tags = strings(item.input(Self::TagSuggest), "tags");
+                let cluster = tags.first().cloned().unwrap_or_else(|| "unclustered".to_owned());
+                let entities = strings(item.input(Self::EntityExtract), "entities");
+                outcome(json!({ "cluster": cluster, "entities": entities, "model": model }), cluster)
             }
             Self::Summarize => {
-                let summary = text::summary(&document.body, usize_option(options, "max_chars", 160));
+                let summary = text::summary(&document.body, options.count("max_chars"));
                 let tally = if summary.ends_with('…') { "shortened" } else { "whole sentence" };
-                outcome(json!({ "summary": summary, "model": model }), tally.to_owned())
+                outcome(json!({ "summary": summary, "language": language, "model": model }), tally.to_owned())
             }
             Self::Embed => {
-                let vector = text::embedding(&text, usize_option(options, "dimensions", 32));
+                let vector = text::embedding(&text, options.count("dimensions"));
                 let tally = vector.len().to_string();
-                outcome(json!({ "vector": vector, "model": model }), tally)
+                outcome(json!({ "vector": vector, "language": language, "model": model }), tally)
             }
-            Self::ConflictJudge => judge(&text, options.number("threshold", 0.3), model),
-            Self::QualityValidator => validate(document, usize_option(options, "min_words", 20), model),
+            Self::ConflictJudge => judge(item, options.number("threshold"), model),
+            Self::QualityValidator => validate(item, options.count("min_words"), &context.config),
         }
     }
 }
 
-fn usize_option(options: &Options, name: &str, default: i64) -> usize {
-    usize::try_from(options.integer(name, default)).unwrap_or(0)
+/// The strings of the array `key` of a stamp's record.
+fn strings(record: &Value, key: &str) -> Vec<String> {
+    record[key].as_array().map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect()).unwrap_or_default()
 }
 
 /// Copies the staged document into `<data>/archive/`, and reads it back when `verify` is on.
@@ -198,20 +193,25 @@ fn transfer(document: &Document, context: &Context) -> anyhow::Result<Outcome> {
     let target = context.data.join("archive").join(format!("{}.json", document.id));
     let bytes = serde_json::to_vec_pretty(document).context("encode the document")?;
     write_atomically(&target, &bytes)?;
-    if context.options.boolean("verify", true) {
+    if context.options.boolean("verify") {
         let copy = fs::read(&target).with_context(|| format!("read back {}", target.display()))?;
         anyhow::ensure!(copy == bytes, "the archived copy {} differs from the staged document", target.display());
     }
-    let record = json!({ "archived_to": format!("archive/{}.json", document.id), "bytes": bytes.len() });
+    let record = json!({
+        "archived_to": format!("archive/{}.json", document.id),
+        "bytes": bytes.len(),
+        "arrived_at": document.arrived_at,
+        "waited_seconds": context.now.saturating_sub(document.arrived_at),
+    });
     Ok(Outcome { record, tally: "archived".to_owned() })
 }
 
 /// Compares every tag with every entity by character trigrams (the pair product that makes this queue too
-/// costly to count on a real collection). A tag that is nearly an entity's name is a conflict: the same thing
-/// is described once as a subject and once as a name.
-fn judge(text: &str, threshold: f64, model: &Option<String>) -> anyhow::Result<Outcome> {
-    let tags = text::tags(text, 5);
-    let entities = text::entities(text);
+/// costly to count on a real collection), both as the earlier workers recorded them. A tag that is nearly an
+/// entity's name is a conflict: the same thing is described once as a subject and once as a name.
+fn judge(item: &Item, threshold: f64, model: &Option<String>) -> anyhow::Result<Outcome> {
+    let tags = strings(item.input(Task::TagSuggest), "tags");
+    let entities = strings(item.input(Task::EntityExtract), "entities");
     let mut closest: Option<(f64, &str, &str)> = None;
     for tag in &tags {
         let tag_grams = text::trigrams(tag);
@@ -233,8 +233,10 @@ fn judge(text: &str, threshold: f64, model: &Option<String>) -> anyhow::Result<O
     Ok(Outcome { record, tally: verdict.to_owned() })
 }
 
-/// Simple quality rules: a title, enough words, a detectable language, a finished last sentence.
-fn validate(document: &Document, min_words: usize, model: &Option<String>) -> anyhow::Result<Outcome> {
+/// Simple quality rules: a title, enough words, a language the detection determined, a finished last
+/// sentence; judged with the model of the active LLM_CHECK rule, which the record names.
+fn validate(item: &Item, min_words: usize, config: &EngineConfig) -> anyhow::Result<Outcome> {
+    let document = &item.document;
     let mut issues = Vec::new();
     if document.title.trim().is_empty() {
         issues.push("the title is empty".to_owned());
@@ -243,15 +245,16 @@ fn validate(document: &Document, min_words: usize, model: &Option<String>) -> an
     if words < min_words {
         issues.push(format!("the body has {words} words, fewer than {min_words}"));
     }
-    if text::language(&document.body).is_none() {
-        issues.push("the language cannot be detected".to_owned());
+    if item.input(Task::LanguageDetect)["language"].as_str().is_none_or(|l| l == "und") {
+        issues.push("the language was not determined".to_owned());
     }
     if !document.body.trim_end().ends_with(['.', '!', '?']) {
         issues.push("the last sentence is unfinished".to_owned());
     }
     let tally = if issues.is_empty() { "passed" } else { "flagged" };
+    let rule = config.source.as_ref().and_then(|s| s.reference.clone());
     Ok(Outcome {
-        record: json!({ "passed": issues.is_empty(), "issues": issues, "model": model }),
+        record: json!({ "passed": issues.is_empty(), "issues": issues, "model": config.model, "rule": rule }),
         tally: tally.to_owned(),
     })
 }
