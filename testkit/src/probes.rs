@@ -45,7 +45,7 @@ pub struct ProbeEvent {
     pub event: String,
     /// The probe's name.
     pub worker: String,
-    /// `run`, `count-pending` or `describe`.
+    /// `run`, `count-pending`, `check` or `describe`.
     pub verb: String,
     /// The run, for `run`.
     pub run_id: Option<String>,
