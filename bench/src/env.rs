@@ -168,7 +168,8 @@ fn arguments(options: serde_json::Value) -> ExplicitArgs {
 /// it, for rows the bench writes itself.
 pub fn resolved(settings: &Settings, worker: &str) -> anyhow::Result<ResolvedConfig> {
     let spec = settings.catalogue.worker(worker).with_context(|| format!("{worker} is not in the catalogue"))?;
-    Ok(resolve(&settings.catalogue, spec, &arguments(serde_json::json!({})), None)?)
+    let worker = scrinalia_shared::EffectiveWorker::from_catalogue(&settings.catalogue, spec);
+    Ok(resolve(&worker, &arguments(serde_json::json!({})), None)?)
 }
 
 /// A pool of the bench's own on a SQLite file, for its own SQL. It writes as the scheduler's pools do: the file
@@ -252,4 +253,118 @@ pub fn status_mib(pid: i32, key: &str) -> anyhow::Result<f64> {
         status.lines().find(|l| l.starts_with(key)).with_context(|| format!("no {key} in /proc/{pid}/status"))?;
     let kb: f64 = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).context("a kB value")?;
     Ok(kb / 1024.0)
+}
+
+impl Env {
+    /// Like [`Env::new`], for a bench that starts only the `binaries` named (a folder built with
+    /// `cargo build --release -p scrinalia-daemon` has no API).
+    pub fn needing(bin_dir: PathBuf, pg_admin: String, keep: bool, binaries: &[&str]) -> anyhow::Result<Self> {
+        for name in binaries {
+            let path = bin_dir.join(name);
+            if !path.is_file() {
+                bail!(
+                    "{} is missing. Build the release binaries first: `cargo build --release {}` (or pass --bin-dir \
+                     with the folder that holds {}).",
+                    path.display(),
+                    binaries.iter().map(|b| format!("-p {b}")).collect::<Vec<_>>().join(" "),
+                    binaries.join(", ")
+                );
+            }
+        }
+        let guard = tempfile::Builder::new().prefix("scrinalia-bench-").tempdir().context("a scratch folder")?;
+        let (scratch, guard) = if keep {
+            let kept = guard.keep();
+            eprintln!("scratch files kept in {}", kept.display());
+            (kept, None)
+        } else {
+            (guard.path().to_path_buf(), Some(guard))
+        };
+        Ok(Self { bin_dir, pg_admin, scratch, _guard: guard })
+    }
+}
+
+/// Writes `file` to `path` with only the keys named in `keep` (`("daemon", &["queue_count_interval_seconds"])`;
+/// for an array of tables such as `workers`, the keys of each), and loads it as the binaries will.
+///
+/// The file is still built as the settings types, so a renamed setting is a compile error and a key named here
+/// that the settings lack (or leave unset) is an error, but every setting left out takes the binary's own
+/// default: a daemon built before or after a setting was added (the daemon refuses keys it does not know) reads
+/// the same file. Only strings, numbers, booleans and arrays of them can be picked.
+pub fn write_only(file: &ConfigFile, keep: &[(&str, &[&str])], path: &Path) -> anyhow::Result<Settings> {
+    use serde_json::Value;
+    fn scalar(at: &str, value: &Value) -> anyhow::Result<String> {
+        Ok(match value {
+            // A JSON string's escapes (\", \\, \n, \uXXXX, …) are all TOML's too.
+            Value::String(_) | Value::Number(_) | Value::Bool(_) => value.to_string(),
+            Value::Array(items) => {
+                let items: Vec<String> = items.iter().map(|i| scalar(at, i)).collect::<anyhow::Result<_>>()?;
+                format!("[{}]", items.join(", "))
+            }
+            Value::Null | Value::Object(_) => bail!("`{at}` is unset or a table; only plain values can be picked"),
+        })
+    }
+    let table = |header: &str, section: &str, value: &Value, keys: &[&str]| -> anyhow::Result<String> {
+        let mut out = format!("{header}\n");
+        for key in keys {
+            let at = format!("{section}.{key}");
+            let value = value.get(*key).with_context(|| format!("the settings have no `{at}`"))?;
+            out.push_str(&format!("{key} = {}\n", scalar(&at, value)?));
+        }
+        Ok(out)
+    };
+    let full = serde_json::to_value(&file.file).context("serialise the settings")?;
+    let mut text = String::new();
+    for (section, keys) in keep {
+        let value = full.get(*section).with_context(|| format!("the settings have no `{section}`"))?;
+        match value {
+            Value::Array(items) => {
+                for item in items {
+                    text.push_str(&table(&format!("\n[[{section}]]"), section, item, keys)?);
+                }
+            }
+            Value::Object(_) => text.push_str(&table(&format!("\n[{section}]"), section, value, keys)?),
+            _ => bail!("`{section}` is not a section"),
+        }
+    }
+    std::fs::write(path, text.trim_start()).with_context(|| format!("write {}", path.display()))?;
+    Settings::load_from(Some(path), Vec::new()).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Runs `body` with the URL of an empty database (`scrinalia_bench_<uuid>` on the PostgreSQL server, or a SQLite
+/// file in `dir`, in WAL mode), dropping it afterwards whatever happened. Nothing is migrated: the binaries
+/// migrate it themselves, so that they may come from another version than the bench (whose migrations a daemon
+/// built before them would refuse). The SQLite file exists before they start: daemons started together on a
+/// missing file race to create it, and the losers fail to connect.
+pub async fn with_empty_db<T>(
+    env: &Env,
+    kind: Kind,
+    dir: &Path,
+    body: impl AsyncFnOnce(&str) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    use sqlx::{Connection as _, Executor as _, PgConnection};
+    match kind {
+        Kind::Sqlite => {
+            let url = format!("sqlite://{}", dir.join("scrinalia.sqlite").display());
+            let options = SqliteConnectOptions::from_str(&url)?
+                .create_if_missing(true)
+                .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
+            sqlx::SqliteConnection::connect_with(&options).await.context("create the SQLite file")?.close().await?;
+            body(&url).await
+        }
+        Kind::Postgres => {
+            let mut admin = PgConnection::connect(&env.pg_admin)
+                .await
+                .context("pass --pg with a PostgreSQL server the bench may add databases on")?;
+            let name = format!("scrinalia_bench_{}", Uuid::new_v4().simple());
+            admin.execute(sqlx::AssertSqlSafe(format!("create database {name}"))).await.context("create database")?;
+            let (server, _) = env.pg_admin.rsplit_once('/').context("the --pg URL must end with a database name")?;
+            let result = body(&format!("{server}/{name}")).await;
+            // The admin connection may have been cut meanwhile: a fresh one drops the database.
+            let _ = admin.close().await;
+            let mut admin = PgConnection::connect(&env.pg_admin).await?;
+            admin.execute(sqlx::AssertSqlSafe(format!("drop database if exists {name} with (force)"))).await?;
+            let _ = admin.close().await;
+            result
+        }
+    }
 }

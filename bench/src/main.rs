@@ -3,6 +3,7 @@
 //! other. Build the binaries first: `cargo build --release --workspace && target/release/scrinalia-bench all`.
 //! docs/benchmarks.md explains every figure.
 
+mod counts;
 mod drain;
 mod env;
 mod http;
@@ -61,6 +62,8 @@ enum Command {
     Recovery(recovery::Opts),
     /// An idle daemon's CPU, queries per second and resident memory.
     Idle(idle::Opts),
+    /// What a round of queue counts costs (processes, process-seconds, wall time) with 1 and with 3 daemons.
+    Counts(counts::Opts),
     /// Everything above, with the default options.
     All,
 }
@@ -71,7 +74,11 @@ fn main() -> anyhow::Result<()> {
         Some(dir) => dir,
         None => std::env::current_exe()?.parent().map(PathBuf::from).unwrap_or_default(),
     };
-    let env = Env::new(bin_dir, cli.common.pg, cli.common.keep)?;
+    let env = match cli.command {
+        // Only the daemon: a folder built with `cargo build --release -p scrinalia-daemon` will do.
+        Command::Counts(_) => Env::needing(bin_dir, cli.common.pg, cli.common.keep, &["scrinalia-daemon"])?,
+        _ => Env::new(bin_dir, cli.common.pg, cli.common.keep)?,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let machine = machine::describe(&env).await;
@@ -82,6 +89,7 @@ fn main() -> anyhow::Result<()> {
             Command::Http(o) => figures.extend(http::run(&env, &o).await?),
             Command::Recovery(o) => figures.extend(recovery::run(&env, &o).await?),
             Command::Idle(o) => figures.extend(idle::run(&env, &o).await?),
+            Command::Counts(o) => figures.extend(counts::run(&env, &o).await?),
             Command::All => {
                 let started = std::time::Instant::now();
                 figures.extend(latency::run(&env, &latency::Opts::default()).await?);
@@ -89,6 +97,7 @@ fn main() -> anyhow::Result<()> {
                 figures.extend(http::run(&env, &http::Opts::default()).await?);
                 figures.extend(recovery::run(&env, &recovery::Opts::default()).await?);
                 figures.extend(idle::run(&env, &idle::Opts::default()).await?);
+                figures.extend(counts::run(&env, &counts::Opts::default()).await?);
                 eprintln!("all benches took {:.0} s", started.elapsed().as_secs_f64());
             }
         }
