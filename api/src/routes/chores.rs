@@ -40,7 +40,8 @@ pub struct ChoreRequested {
 
 #[utoipa::path(post, path = "/api/workers/{name}/describe", tag = "workers",
     params(("name" = String, Path, description = "The worker's name")),
-    responses((status = 202, body = ChoreRequested), (status = 404, body = ErrorBody), (status = 403, body = ErrorBody)),
+    responses((status = 202, body = ChoreRequested), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
 pub(crate) async fn describe_worker(
     caller: Operator,
@@ -52,7 +53,8 @@ pub(crate) async fn describe_worker(
 
 #[utoipa::path(post, path = "/api/workers/{name}/count", tag = "workers",
     params(("name" = String, Path, description = "The worker's name")),
-    responses((status = 202, body = ChoreRequested), (status = 404, body = ErrorBody), (status = 403, body = ErrorBody)),
+    responses((status = 202, body = ChoreRequested), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
 pub(crate) async fn count_worker(
     caller: Operator,
@@ -64,7 +66,8 @@ pub(crate) async fn count_worker(
 
 #[utoipa::path(post, path = "/api/workers/{name}/check", tag = "workers",
     params(("name" = String, Path, description = "The worker's name")),
-    responses((status = 202, body = ChoreRequested), (status = 404, body = ErrorBody), (status = 403, body = ErrorBody)),
+    responses((status = 202, body = ChoreRequested), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
 pub(crate) async fn check_worker(
     caller: Operator,

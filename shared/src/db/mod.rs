@@ -213,11 +213,21 @@ impl Database {
             if let Some(dir) = options.get_filename().parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir).map_err(sqlx::Error::Io)?;
             }
-            let pool = SqlitePoolOptions::new()
-                .max_connections(settings.max_connections.max(2))
-                .acquire_timeout(acquire)
-                .connect_with(options)
-                .await?;
+            let pool_options =
+                SqlitePoolOptions::new().max_connections(settings.max_connections.max(2)).acquire_timeout(acquire);
+            // Processes that open a new file at the same moment race to switch it to WAL, which takes the
+            // database's lock before the busy timeout applies: the loser is told "database is locked" and tries
+            // again (seen with three daemons started together on a file that did not exist yet).
+            let mut attempt: u32 = 0;
+            let pool = loop {
+                match pool_options.clone().connect_with(options.clone()).await {
+                    Err(sqlx::Error::Database(e)) if is_sqlite_busy(e.code().as_deref()) && attempt < 20 => {
+                        attempt += 1;
+                        tokio::time::sleep(Duration::from_millis(25 * u64::from(attempt))).await;
+                    }
+                    other => break other?,
+                }
+            };
             Pool::Sqlite(pool)
         } else {
             return Err(DbError::UnsupportedUrl(crate::config::redact_url(url)));
@@ -401,6 +411,11 @@ impl Drop for OwnWrite<'_> {
         state.0 = state.0.saturating_sub(1);
         state.1 = Some(Instant::now());
     }
+}
+
+/// SQLite's "busy" and "locked" result codes, extended codes included.
+fn is_sqlite_busy(code: Option<&str>) -> bool {
+    code.and_then(|c| c.parse::<u32>().ok()).is_some_and(|c| matches!(c & 0xff, 5 | 6))
 }
 
 /// A unique violation of the one-run-in-flight index.

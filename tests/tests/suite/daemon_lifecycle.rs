@@ -242,3 +242,36 @@ async fn collect(socket: tokio::net::UnixDatagram, heard: Arc<Mutex<Vec<String>>
         heard.lock().expect("lock").push(String::from_utf8_lossy(&buf[..n]).into_owned());
     }
 }
+
+/// Three daemons started at the same moment on a SQLite file that does not exist yet all start: the ones that
+/// lose the race to set the file up wait for it instead of failing with "database is locked".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemons_started_together_on_a_new_sqlite_file_all_start() {
+    let dir = tempfile::Builder::new().prefix("scrinalia-race-").tempdir().expect("a scratch folder");
+    for round in 0..3 {
+        let url = format!("sqlite://{}/round-{round}/scrinalia.sqlite", dir.path().display());
+        let config = scrinalia_testkit::ConfigFile::new(&url, dir.path())
+            .workers([scrinalia_testkit::config::worker("w", &["true"])]);
+        let path = dir.path().join(format!("round-{round}.toml"));
+        config.write(&path).expect("write the configuration");
+        let path = path.display().to_string();
+        let mut daemons: Vec<_> = (0..3)
+            .map(|i| {
+                scrinalia_tests::start(
+                    "scrinalia-daemon",
+                    &format!("r{round}-d{i}"),
+                    dir.path(),
+                    &["--config", &path],
+                    &[],
+                )
+            })
+            .collect();
+        for daemon in &mut daemons {
+            let started = daemon.wait_for("daemon started", Duration::from_secs(20)).await;
+            assert!(started.is_ok(), "round {round}: {:?}\n{}", started, daemon.output());
+        }
+        for daemon in daemons {
+            daemon.stop(Duration::from_secs(10)).await;
+        }
+    }
+}
