@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use crate::config::{option, worker};
 
 /// A probe called `name` (run by the demo worker at `bin`) that times out after `timeout_seconds`, with every
-/// steering option: `duration_ms` (default 200), `exit_code`, `crash`, `ignore_sigterm`, `progress_steps`,
-/// `output_lines` and `note`.
+/// steering option: `duration_ms` (default 200, as the probe's code declares it), `exit_code`, `crash`,
+/// `ignore_sigterm`, `progress_steps`, `output_lines` and `note`.
 pub fn probe(bin: &Path, name: &str, timeout_seconds: u64) -> WorkerSpec {
     let bin = bin.display().to_string();
     let mut spec = worker(name, &[&bin, name]);
@@ -29,7 +29,11 @@ pub fn probe(bin: &Path, name: &str, timeout_seconds: u64) -> WorkerSpec {
     spec
 }
 
-/// `spec` with the defaults of some of its options changed (an option it does not have is a mistake).
+/// `spec` with the catalogue defaults of some of its options changed (an option it does not have is a mistake).
+/// The probes declare their own defaults in their code, which win once the probe has been described (a daemon
+/// describes its workers as it starts), and the difference is shown as a disagreement: this steers runs that
+/// start before that, and tests of the disagreement itself. Steer other runs through their arguments or an
+/// override.
 pub fn with_defaults(mut spec: WorkerSpec, defaults: &[(&str, Value)]) -> WorkerSpec {
     for (name, value) in defaults {
         let option = spec.options.iter_mut().find(|o| o.name == *name);
