@@ -34,9 +34,12 @@ use crate::{
 const AT_ONCE: usize = 4;
 /// The longest a daemon waits before looking again when nothing is due (a safety net: requests wake it).
 const LONGEST_WAIT: Duration = Duration::from_secs(60);
-/// Looks are at least this far apart (SQLite wakes on every write; a due chore another daemon holds is looked
-/// at again after this).
+/// Looks woken by a change are at least this far apart (SQLite wakes on every write), and a due chore that
+/// could not be taken (another daemon holds it, or its worker's describe is under way) is looked at again after
+/// this.
 const MIN_LOOK_GAP: Duration = Duration::from_millis(250);
+/// A look for a chore that comes due comes this much after it, so that it is due on the database clock too.
+const DUE_MARGIN: Duration = Duration::from_millis(5);
 /// After a failed look, the next one comes this much later.
 const RETRY: Duration = Duration::from_secs(1);
 /// A chore's lease outlasts its timeout by this much, so a live daemon never loses a chore it is still doing.
@@ -73,13 +76,15 @@ pub async fn run(ctx: Arc<Context>, wake: Arc<Notify>, stop: CancellationToken) 
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
-            () = sleep_until(next_look.max(last_look + MIN_LOOK_GAP)) => {}
+            () = sleep_until(next_look) => {}
             () = wake.notified() => {
                 // A request is due once it has settled (see `ChoreIntervals::settle`): look then.
-                next_look = next_look.min(Instant::now() + intervals.settle);
+                let settled = (Instant::now() + intervals.settle).max(last_look + MIN_LOOK_GAP);
+                next_look = next_look.min(settled);
                 continue;
             }
-            Some(_) = doing.join_next() => {}
+            // A chore ended: its slot is free now, so look at once (the gap is for wake-ups and re-looks).
+            Some(_) = doing.join_next() => while doing.try_join_next().is_some() {},
         }
         last_look = Instant::now();
         next_look = Instant::now() + LONGEST_WAIT;
@@ -104,7 +109,10 @@ pub async fn run(ctx: Arc<Context>, wake: Arc<Notify>, stop: CancellationToken) 
             continue;
         }
         match ctx.db.next_chore_in(&workers, &intervals).await {
-            Ok(Some(due_in)) => next_look = Instant::now() + due_in.min(LONGEST_WAIT),
+            // Due already (held by another daemon, or waiting for its worker's describe): look again shortly.
+            Ok(Some(due_in)) if due_in.is_zero() => next_look = Instant::now() + MIN_LOOK_GAP,
+            // Just after it comes due on the database clock.
+            Ok(Some(due_in)) => next_look = Instant::now() + (due_in + DUE_MARGIN).min(LONGEST_WAIT),
             Ok(None) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "could not read when the next chore is due");
