@@ -136,7 +136,7 @@ async fn trigger(client: &Client, out: Out, args: TriggerArgs) -> anyhow::Result
             return Err(Verdict { exit: Exit::Usage, message }.into());
         }
     }
-    let arguments = ExplicitArgs { engine: args.engine, preset: args.preset, options };
+    let arguments = ExplicitArgs { engine: args.engine, preset: args.preset, options, retry: None };
     let body = client
         .post(&["workers", &args.worker, "runs"], Some(&arguments))
         .await

@@ -197,6 +197,7 @@ mod tests {
             engine_source: None,
             options,
             timeout_seconds: 60,
+            retry: None,
         };
         assert_eq!(
             config_flags(&config),

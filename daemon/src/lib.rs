@@ -1,6 +1,6 @@
 //! The Scrinalia scheduler daemon: claims run requests from the database, runs each worker under a per-run
 //! supervisor that fences it by its lease, writes the ledger, recovers expired runs, and takes its turn at the
-//! workers' chores (describing them, counting their queues, checking their readiness).
+//! workers' chores (describing them, counting their queues, checking their readiness), and fires schedules.
 //! `main.rs` only parses the command line and wires the signals; everything else starts from [`run`] (which
 //! takes its shutdown as an argument, so that a test or another program can run a daemon in-process) and
 //! [`supervisor::supervise`].
@@ -18,6 +18,7 @@ pub mod registry;
 pub mod rescuer;
 pub mod runlog;
 pub mod runner;
+pub mod scheduler;
 pub mod shutdown;
 pub mod supervisor;
 pub mod systemd;
@@ -114,9 +115,11 @@ async fn serve(ctx: Arc<Context>, shutdown: Shutdown, systemd: Notifier) -> anyh
     tasks.spawn(rescuer::run(ctx.clone(), background.clone()).in_current_span());
     let chores_now = Arc::new(Notify::new());
     tasks.spawn(chores::run(ctx.clone(), chores_now.clone(), background.clone()).in_current_span());
+    let wakes = scheduler::Wakes::default();
+    tasks.spawn(scheduler::run(ctx.clone(), wakes.clone(), background.clone()).in_current_span());
     let changes = ctx.db.changes(Topic::Queue).context("start the change feed")?;
     systemd.ready("started");
-    let inputs = main_loop::Inputs { changes, shutdown, drain, heartbeat_now, chores_now };
+    let inputs = main_loop::Inputs { changes, shutdown, drain, heartbeat_now, chores_now, scheduler: wakes };
     MainLoop::new(ctx.clone(), systemd).run(inputs).await;
     background.cancel();
     if tokio::time::timeout(Duration::from_secs(10), async { while tasks.join_next().await.is_some() {} })

@@ -57,6 +57,8 @@ pub struct Inputs {
     pub heartbeat_now: Arc<Notify>,
     /// Tells the chores task that a chore may have been asked for.
     pub chores_now: Arc<Notify>,
+    /// Wakes the scheduler task, and is told by it when a queued run's backoff ended.
+    pub scheduler: crate::scheduler::Wakes,
 }
 
 /// The main loop's state.
@@ -150,6 +152,10 @@ impl MainLoop {
                         self.claim().await;
                     }
                 }
+                () = inputs.scheduler.claim.notified() => {
+                    self.maybe_queued = true;
+                    self.claim().await;
+                }
                 _ = poll.tick() => {
                     self.maybe_queued = true;
                     self.claim().await;
@@ -216,13 +222,21 @@ impl MainLoop {
         let (mut claim, mut cancels) = (false, false);
         for change in changes {
             match change {
-                Change::Requested { .. } => claim = true,
+                Change::Requested { .. } => {
+                    claim = true;
+                    // It may be a retry whose backoff ends later: the scheduler sleeps until then.
+                    inputs.scheduler.due.notify_one();
+                }
                 // SQLite: something was written, a request or a cancellation; a resync: anything may have been
                 // missed.
                 Change::Written | Change::Resync { .. } => {
                     (claim, cancels) = (true, true);
                     inputs.chores_now.notify_one();
+                    inputs.scheduler.due.notify_one();
+                    inputs.scheduler.ended.notify_one();
                 }
+                Change::Schedule { .. } => inputs.scheduler.due.notify_one(),
+                Change::Ended { .. } => inputs.scheduler.ended.notify_one(),
                 Change::Chore { .. } => inputs.chores_now.notify_one(),
                 Change::Cancel { run, .. } => self.cancel(run),
                 Change::Daemon { daemon, .. } if daemon == self.ctx.daemon_id => inputs.heartbeat_now.notify_one(),

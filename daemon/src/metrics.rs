@@ -39,6 +39,7 @@ pub struct DaemonMetrics {
     duration: HistogramVec,
     queue_wait: HistogramVec,
     renewals: CounterVec,
+    fires: CounterVec,
     in_flight_gauge: GaugeVec,
     in_flight: AtomicI64,
 }
@@ -74,6 +75,12 @@ impl DaemonMetrics {
                 "scrinalia_lease_renewals",
                 "Lease renewals by worker and result (renewed, failed: retried, lost: the worker was killed)",
             ),
+            fires: metrics.counter(
+                "scrinalia_schedule_fires",
+                "Schedule fire times this daemon handled, by result: attempted (fired in a transaction holding the \
+                 schedule), requested, skipped, missed, waiting, lost_race (another daemon fired it first) and \
+                 refused_by_constraint (a double fire stopped only by the unique index: never expected)",
+            ),
             in_flight_gauge: metrics.gauge("scrinalia_runs_in_flight", "Runs this daemon holds now"),
             in_flight: AtomicI64::new(0),
             metrics,
@@ -81,6 +88,9 @@ impl DaemonMetrics {
         info.set(&[("daemon_id", &daemon_id.to_string()), ("version", scrinalia_shared::VERSION)], 1);
         capacity_gauge.set(&[], i64::from(capacity));
         this.in_flight_gauge.set(&[], 0);
+        for result in ["attempted", "refused_by_constraint"] {
+            this.fires.touch(&[("result", result)]);
+        }
         this
     }
 
@@ -110,6 +120,21 @@ impl DaemonMetrics {
         self.finished.inc(&labels);
         if let Some(seconds) = duration_s {
             self.duration.observe(&labels, seconds.max(0.0));
+        }
+    }
+
+    /// What one pass over the due schedules did.
+    pub fn fired(&self, pass: &scrinalia_shared::schedules::FirePass) {
+        for (result, n) in [
+            ("attempted", pass.attempted),
+            ("requested", pass.requested),
+            ("skipped", pass.skipped),
+            ("missed", pass.missed),
+            ("waiting", pass.waiting),
+            ("lost_race", pass.lost_races),
+            ("refused_by_constraint", pass.refused_by_constraint),
+        ] {
+            self.fires.inc_by(&[("result", result)], u64::from(n));
         }
     }
 

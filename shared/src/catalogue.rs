@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-pub use scrinalia_wire::{OptionSpec, OptionType};
+pub use scrinalia_wire::{OptionSpec, OptionType, RetryPolicy};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -75,6 +75,9 @@ pub struct WorkerSpec {
     /// Extra environment for the worker process.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// When a run that failed or was interrupted is tried again (none: never).
+    #[serde(default)]
+    pub retry: Option<RetryPolicy>,
 }
 
 fn default_timeout() -> u64 {
@@ -93,13 +96,28 @@ impl WorkerSpec {
     }
 }
 
-/// The validated catalogue: workers in order, and the engines they use.
+/// A pipeline: workers run one after the other as a unit, each step started when the one before succeeded.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineSpec {
+    /// Unique name (lowercase letters, digits, `-`, `_`).
+    pub name: String,
+    /// A sentence for people.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The workers, in order.
+    pub steps: Vec<String>,
+}
+
+/// The validated catalogue: workers in order, the engines they use, and the pipelines over them.
 #[derive(Debug, Clone, Default, Serialize, ToSchema)]
 pub struct Catalogue {
     /// Workers in catalogue order.
     pub workers: Vec<WorkerSpec>,
     /// Engines by name.
     pub engines: BTreeMap<String, Engine>,
+    /// Pipelines in catalogue order.
+    pub pipelines: Vec<PipelineSpec>,
 }
 
 /// A problem found in the catalogue; `key` names the configuration key.
@@ -114,9 +132,23 @@ pub struct CatalogueProblem {
 impl Catalogue {
     /// Builds and validates a catalogue; every problem found is returned, not only the first.
     pub fn new(workers: Vec<WorkerSpec>, engines: BTreeMap<String, Engine>) -> Result<Self, Vec<CatalogueProblem>> {
-        let catalogue = Self { workers, engines };
+        Self::with_pipelines(workers, engines, Vec::new())
+    }
+
+    /// As [`Catalogue::new`], with pipelines.
+    pub fn with_pipelines(
+        workers: Vec<WorkerSpec>,
+        engines: BTreeMap<String, Engine>,
+        pipelines: Vec<PipelineSpec>,
+    ) -> Result<Self, Vec<CatalogueProblem>> {
+        let catalogue = Self { workers, engines, pipelines };
         let problems = catalogue.problems();
         if problems.is_empty() { Ok(catalogue) } else { Err(problems) }
+    }
+
+    /// The pipeline called `name`.
+    pub fn pipeline(&self, name: &str) -> Option<&PipelineSpec> {
+        self.pipelines.iter().find(|p| p.name == name)
     }
 
     /// The worker called `name`.
@@ -208,6 +240,36 @@ impl Catalogue {
                 }
                 for problem in bound_problems(option) {
                     push(format!("{key}.{}", problem.0), problem.1);
+                }
+            }
+            if let Some(problem) = worker.retry.as_ref().and_then(RetryPolicy::problem) {
+                push(format!("{at}.retry"), problem);
+            }
+        }
+        let mut pipeline_names = BTreeSet::new();
+        for (i, pipeline) in self.pipelines.iter().enumerate() {
+            let at = format!("pipelines[{i}]");
+            if !is_identifier(&pipeline.name) {
+                push(
+                    format!("{at}.name"),
+                    format!(
+                        "the pipeline name {:?} must be 1 to 63 lowercase letters, digits, '-' or '_'",
+                        pipeline.name
+                    ),
+                );
+            }
+            if !pipeline_names.insert(pipeline.name.as_str()) {
+                push(format!("{at}.name"), format!("the pipeline name {:?} is declared twice", pipeline.name));
+            }
+            if pipeline.steps.is_empty() {
+                push(format!("{at}.steps"), format!("pipeline {:?} has no steps", pipeline.name));
+            }
+            for (j, step) in pipeline.steps.iter().enumerate() {
+                if !seen.contains(step.as_str()) {
+                    push(
+                        format!("{at}.steps[{j}]"),
+                        format!("pipeline {:?} names the unknown worker {step:?}", pipeline.name),
+                    );
                 }
             }
         }

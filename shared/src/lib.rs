@@ -8,6 +8,7 @@
 pub mod catalogue;
 pub mod changes;
 pub mod config;
+pub mod cron;
 pub mod daemons;
 mod db;
 pub mod descriptions;
@@ -15,9 +16,11 @@ pub mod effective;
 pub mod logstore;
 pub mod metrics;
 pub mod overrides;
+pub mod pipelines;
 pub mod queue;
 pub mod resolve;
 pub mod runs;
+pub mod schedules;
 pub mod telemetry;
 
 pub use catalogue::{Catalogue, Engine, OptionSpec, OptionType, WorkerSpec};
@@ -30,6 +33,11 @@ pub use scrinalia_wire::{
     OverrideValues, ProgressEntry, QueueCount, Resolved, ResolvedConfig, Role, Run, RunPage, RunState, Source, auth,
 };
 pub use scrinalia_wire::{Chore, ChoreKind, Declared, Description, EngineSource, Readiness, WorkerDescription};
+pub use scrinalia_wire::{
+    FireOutcome, MissedPolicy, OverlapPolicy, PipelineRun, PipelineRunView, PipelineState, PipelineView, RetryOn,
+    RetryPolicy, Schedule, ScheduleAction, ScheduleAuditEntry, ScheduleFire, ScheduleInput, SchedulePreview,
+    ScheduleView, TargetKind,
+};
 
 /// The version every binary reports (daemon registry, health, OpenAPI).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

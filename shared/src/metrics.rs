@@ -126,6 +126,17 @@ impl CounterVec {
         }
     }
 
+    /// Adds `n`.
+    pub fn inc_by(&self, labels: &[(&'static str, &str)], n: u64) {
+        if n == 0 {
+            return;
+        }
+        self.prom.get_or_create(&owned(labels)).inc_by(n);
+        if let Some(otel) = &self.otel {
+            otel.add(n, &attributes(labels));
+        }
+    }
+
     /// Makes the series exist (at zero), so that a rate can be computed from its first increase.
     pub fn touch(&self, labels: &[(&'static str, &str)]) {
         let _ = self.prom.get_or_create(&owned(labels));

@@ -35,6 +35,10 @@ pub struct OverrideChange {
     #[serde(default)]
     #[schema(value_type = Object)]
     pub options: BTreeMap<String, Value>,
+    /// The retry policy; `null` clears it (the catalogue's applies again).
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Object>)]
+    pub retry: Option<Option<crate::RetryPolicy>>,
     /// Why (required, recorded in the audit trail).
     #[serde(default)]
     pub reason: Option<String>,
@@ -54,6 +58,9 @@ impl OverrideChange {
         }
         if let Some(preset) = &self.preset {
             next.preset.clone_from(preset);
+        }
+        if let Some(retry) = &self.retry {
+            next.retry.clone_from(retry);
         }
         for (name, value) in &self.options {
             if value.is_null() {
@@ -110,7 +117,7 @@ impl OverrideState {
 }
 
 /// The reason as stored: trimmed, and refused when empty, too long or holding a NUL.
-fn check_reason(reason: Option<&str>) -> Result<String, OverrideError> {
+pub(crate) fn check_reason(reason: Option<&str>) -> Result<String, OverrideError> {
     let reason = reason.map(str::trim).unwrap_or_default();
     if reason.is_empty() {
         return Err(OverrideError::ReasonRequired);

@@ -88,6 +88,12 @@ pub enum ResolveError {
         /// Where it comes from.
         source_sentence: String,
     },
+    /// The retry policy is not valid.
+    #[error("The retry policy is not valid: {problem}")]
+    InvalidRetry {
+        /// What is wrong, as a sentence.
+        problem: String,
+    },
     /// A value holds a NUL character (`\u0000`, which JSON allows): a worker receives its options as
     /// command-line arguments, which cannot hold one, and PostgreSQL cannot store one in text or JSON.
     #[error(
@@ -147,6 +153,17 @@ pub fn resolve(
             options.insert(option.name.clone(), chosen);
         }
     }
+    for policy in explicit.retry.iter().chain(&overrides.retry) {
+        if let Some(problem) = policy.problem() {
+            return Err(ResolveError::InvalidRetry { problem });
+        }
+    }
+    let retry = match (&explicit.retry, &overrides.retry, &spec.retry) {
+        (Some(v), _, _) => Some(Resolved { value: v.clone(), source: Source::Explicit }),
+        (None, Some(v), _) => Some(Resolved { value: v.clone(), source: Source::Override }),
+        (None, None, Some(v)) => Some(Resolved { value: v.clone(), source: Source::Default }),
+        (None, None, None) => None,
+    };
     Ok(ResolvedConfig {
         engine,
         preset,
@@ -156,6 +173,7 @@ pub fn resolve(
         engine_source: worker.engine_source.clone(),
         options,
         timeout_seconds: spec.timeout_seconds,
+        retry,
     })
 }
 
@@ -311,6 +329,7 @@ mod tests {
             ],
             timeout_seconds: 600,
             env: Default::default(),
+            retry: None,
         };
         Catalogue::new(
             vec![worker("tag-suggest", None), worker("quality-validator", Some("It comes from the LLM_CHECK rule."))],
@@ -327,6 +346,7 @@ mod tests {
             engine: None,
             preset: Some("thorough".into()),
             options: [("batch_size".into(), json!(8)), ("language".into(), json!("pt"))].into(),
+            retry: None,
         };
         let explicit = ExplicitArgs { options: [("language".into(), json!("fr"))].into(), ..Default::default() };
         let resolved = resolve(worker, &explicit, Some(&overrides)).expect("resolves");

@@ -155,16 +155,7 @@ impl Database {
         let spec = catalogue
             .worker(&request.worker)
             .ok_or_else(|| RequestError::UnknownWorker { worker: request.worker.clone() })?;
-        let (stored, described) = tokio::try_join!(self.get_override(&spec.name), self.description(&spec.name))?;
-        let worker = EffectiveWorker::of(catalogue, spec, described.as_ref().and_then(|d| d.description.as_ref()));
-        let config = resolve(&worker, &request.arguments, stored.as_ref().map(|o| &o.values)).map_err(|error| {
-            // Arguments that resolve alone point at the override.
-            if stored.is_some() && resolve(&worker, &request.arguments, None).is_ok() {
-                RequestError::InvalidOverride { worker: spec.name.clone(), error }
-            } else {
-                RequestError::InvalidArguments(error)
-            }
-        })?;
+        let config = self.resolve_run(catalogue, spec, &request.arguments).await?;
         let new = db::runs::NewRun {
             id: Uuid::now_v7(),
             worker: &spec.name,
@@ -172,6 +163,7 @@ impl Database {
             arguments: &request.arguments,
             config: &config,
             trace_context: request.trace_context.as_deref(),
+            links: db::runs::Links::default(),
         };
         for _ in 0..3 {
             if let Some(run) = retrying!(self, db::runs::insert(self, &new).await)? {
@@ -193,6 +185,26 @@ impl Database {
         }
         let churn = sqlx::Error::Protocol("the in-flight run kept changing during the insert".into());
         Err(DbError::Sqlx(churn).into())
+    }
+
+    /// The configuration a run of `spec` with `arguments` resolves to now: explicit argument > persisted override >
+    /// the worker's default (its code's description over the catalogue's), as the worker view shows it.
+    pub(crate) async fn resolve_run(
+        &self,
+        catalogue: &Catalogue,
+        spec: &crate::WorkerSpec,
+        arguments: &ExplicitArgs,
+    ) -> Result<crate::ResolvedConfig, RequestError> {
+        let (stored, described) = tokio::try_join!(self.get_override(&spec.name), self.description(&spec.name))?;
+        let worker = EffectiveWorker::of(catalogue, spec, described.as_ref().and_then(|d| d.description.as_ref()));
+        resolve(&worker, arguments, stored.as_ref().map(|o| &o.values)).map_err(|error| {
+            // Arguments that resolve alone point at the override.
+            if stored.is_some() && resolve(&worker, arguments, None).is_ok() {
+                RequestError::InvalidOverride { worker: spec.name.clone(), error }
+            } else {
+                RequestError::InvalidArguments(error)
+            }
+        })
     }
 
     /// Claims up to `limit` of the oldest queued requests for `daemon`, with a lease of `lease` from now
@@ -247,13 +259,13 @@ impl Database {
     /// Ends a run held by `daemon`. Refused ([`DbError::LeaseLost`]) when the daemon no longer holds it, so a
     /// zombie cannot overwrite the ledger.
     pub async fn finish_run(&self, run: Uuid, daemon: Uuid, finish: &Finish) -> Result<Run, DbError> {
-        db::runs::finish(self, run, daemon, finish).await?.ok_or(DbError::LeaseLost { run_id: run, daemon_id: daemon })
+        db::ends::finish(self, run, daemon, finish).await?.ok_or(DbError::LeaseLost { run_id: run, daemon_id: daemon })
     }
 
     /// Asks for a run to be cancelled by `actor`: a queued run is cancelled at once; a running one is flagged
     /// for its daemon. `None` if there is no such run.
     pub async fn request_cancel(&self, run: Uuid, actor: &str) -> Result<Option<CancelOutcome>, DbError> {
-        if let Some(changed) = retrying!(self, db::runs::request_cancel(self, run, actor).await)? {
+        if let Some(changed) = retrying!(self, db::ends::request_cancel(self, run, actor).await)? {
             return Ok(Some(if changed.state == RunState::Cancelled {
                 CancelOutcome::Cancelled(changed)
             } else {
@@ -271,7 +283,7 @@ impl Database {
     /// Moves every running run whose lease expired to `interrupted` ([`EndReason::OwnerLost`]), with a sentence
     /// naming the daemon and the lease's expiry. A run with a live lease is never touched, whoever holds it.
     pub async fn recover_expired(&self) -> Result<Vec<Run>, DbError> {
-        db::runs::recover_expired(self).await
+        db::ends::recover_expired(self).await
     }
 
     /// How long until the first lease of a running run expires (database clock; zero if one already has), or
@@ -284,6 +296,12 @@ impl Database {
     /// One run.
     pub async fn get_run(&self, id: Uuid) -> Result<Option<Run>, DbError> {
         retrying!(self, db::runs::get(self, id).await)
+    }
+
+    /// The retry chain `id` belongs to, first attempt first (just the run when it was never retried; empty
+    /// when there is no such run).
+    pub async fn run_chain(&self, id: Uuid) -> Result<Vec<Run>, DbError> {
+        retrying!(self, db::runs::chain(self, id).await)
     }
 
     /// A run's progress history, oldest first.

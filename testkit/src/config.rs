@@ -114,6 +114,7 @@ pub fn worker(name: &str, command: &[&str]) -> WorkerSpec {
         options: Vec::new(),
         timeout_seconds: 6 * 3600,
         env: Default::default(),
+        retry: None,
     }
 }
 

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::{ChoreKind, DaemonState, OverrideAction, RunState};
+use crate::{ChoreKind, DaemonState, OverrideAction, PipelineState, RunState};
 
 /// One change, tagged by `kind`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,6 +72,27 @@ pub enum Change {
         /// The chore.
         chore: ChoreKind,
     },
+    /// A run ended (daemons start what waited for its worker: a schedule's queued fire, a pipeline's step).
+    Ended {
+        /// The run.
+        run: Uuid,
+        /// Its worker.
+        worker: String,
+    },
+    /// A schedule was created, changed, paused, resumed, deleted or fired.
+    Schedule {
+        /// The schedule.
+        schedule: Uuid,
+    },
+    /// A pipeline run started, moved to another step or ended.
+    Pipeline {
+        /// The pipeline run.
+        pipeline_run: Uuid,
+        /// The pipeline.
+        pipeline: String,
+        /// Its state now.
+        state: PipelineState,
+    },
     /// Changes may have been missed (a reconnection, a client that fell behind): read everything again.
     Resync {
         /// Why, for people.
@@ -85,7 +106,8 @@ pub enum Change {
 impl Change {
     /// The kinds a panel hears on `GET /api/events` (besides `ready`, which opens every stream), in the order
     /// the API's documentation lists them.
-    pub const PANEL_KINDS: [&'static str; 6] = ["run", "queue", "worker", "daemon", "override", "resync"];
+    pub const PANEL_KINDS: [&'static str; 8] =
+        ["run", "queue", "worker", "daemon", "override", "schedule", "pipeline", "resync"];
 
     /// The kind: the `kind` field of the payload and the name of the live event.
     pub fn kind(&self) -> &'static str {
@@ -98,6 +120,9 @@ impl Change {
             Self::Override { .. } => "override",
             Self::Worker { .. } => "worker",
             Self::Chore { .. } => "chore",
+            Self::Ended { .. } => "ended",
+            Self::Schedule { .. } => "schedule",
+            Self::Pipeline { .. } => "pipeline",
             Self::Resync { .. } => "resync",
             Self::Written => "written",
         }
@@ -125,6 +150,9 @@ mod tests {
             Change::Override { worker: "w".into(), actor: "ada".into(), action: OverrideAction::Clear },
             Change::Worker { worker: "w".into() },
             Change::Chore { worker: "w".into(), chore: ChoreKind::Count },
+            Change::Ended { run, worker: "w".into() },
+            Change::Schedule { schedule: run },
+            Change::Pipeline { pipeline_run: run, pipeline: "p".into(), state: PipelineState::Running },
             Change::resync("reconnected"),
             Change::Written,
         ];

@@ -25,6 +25,10 @@ pub struct Choices {
     #[cfg_attr(feature = "sqlx", sqlx(json))]
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub options: BTreeMap<String, Value>,
+    /// The retry policy (a run's own, or the worker's override of the catalogue's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "sqlx", sqlx(json(nullable)))]
+    pub retry: Option<crate::RetryPolicy>,
 }
 
 /// The arguments given with a run request.
@@ -35,7 +39,7 @@ pub type OverrideValues = Choices;
 impl Choices {
     /// Whether nothing is chosen.
     pub fn is_empty(&self) -> bool {
-        self.engine.is_none() && self.preset.is_none() && self.options.is_empty()
+        self.engine.is_none() && self.preset.is_none() && self.options.is_empty() && self.retry.is_none()
     }
 }
 
@@ -89,6 +93,10 @@ pub struct ResolvedConfig {
     pub options: BTreeMap<String, Resolved<Value>>,
     /// The run's timeout.
     pub timeout_seconds: u64,
+    /// The retry policy, if the run is retried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub retry: Option<Resolved<crate::RetryPolicy>>,
 }
 
 impl ResolvedConfig {
@@ -104,6 +112,7 @@ impl ResolvedConfig {
             engine_source: None,
             options: BTreeMap::new(),
             timeout_seconds: 0,
+            retry: None,
         }
     }
 }

@@ -10,8 +10,10 @@ pub mod change;
 pub mod choice;
 pub mod daemon;
 pub mod overrides;
+pub mod pipeline;
 pub mod queue;
 pub mod run;
+pub mod schedule;
 pub mod worker;
 
 pub use auth::Role;
@@ -19,8 +21,13 @@ pub use change::Change;
 pub use choice::{Choices, ExplicitArgs, OverrideValues, Resolved, ResolvedConfig, Source};
 pub use daemon::{Daemon, DaemonState};
 pub use overrides::{AuditEntry, Override, OverrideAction};
+pub use pipeline::{PipelineRun, PipelineRunView, PipelineState, PipelineView};
 pub use queue::QueueCount;
 pub use run::{EndReason, ProgressEntry, Run, RunPage, RunState};
+pub use schedule::{
+    FireOutcome, MissedPolicy, OverlapPolicy, RetryOn, RetryPolicy, Schedule, ScheduleAction, ScheduleAuditEntry,
+    ScheduleFire, ScheduleInput, SchedulePreview, ScheduleView, TargetKind,
+};
 pub use worker::{
     Chore, ChoreKind, Declared, Description, EngineSource, OptionSpec, OptionType, Readiness, WorkerDescription,
 };

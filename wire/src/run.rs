@@ -198,8 +198,26 @@ pub struct Run {
     pub trace_context: Option<String>,
     /// Where its output is kept in the object store.
     pub log_key: Option<String>,
-    /// The attempt number (retries are a later feature; always 1 today).
+    /// The attempt number: 1, then 2, 3, … for its retries.
     pub attempt: i32,
+    /// The run this one retries.
+    #[serde(default)]
+    pub retry_of: Option<Uuid>,
+    /// Not claimed before this time (a retry's backoff).
+    #[serde(default)]
+    pub not_before: Option<DateTime<Utc>>,
+    /// The schedule that fired it.
+    #[serde(default)]
+    pub schedule_id: Option<Uuid>,
+    /// That fire's time.
+    #[serde(default)]
+    pub fire_at: Option<DateTime<Utc>>,
+    /// The pipeline run it is a step of.
+    #[serde(default)]
+    pub pipeline_run_id: Option<Uuid>,
+    /// Its step's index in that pipeline (0-based).
+    #[serde(default)]
+    pub pipeline_step: Option<i32>,
 }
 
 /// One page of the ledger.

@@ -178,6 +178,9 @@ pub struct DaemonSettings {
     pub queue_count_timeout_seconds: u64,
     /// How often each worker's `check` runs (by one daemon at a time across all daemons).
     pub check_interval_seconds: u64,
+    /// A schedule's fire found due later than this after its time is recorded as missed (no daemon was running
+    /// then), and its schedule's `missed` policy applies.
+    pub missed_fire_after_seconds: u64,
     /// Where the daemon serves `/metrics`; none by default.
     pub metrics_listen: Option<SocketAddr>,
     /// Extra environment for every worker process.
@@ -198,6 +201,7 @@ impl Default for DaemonSettings {
             heartbeat_seconds: 5,
             gone_after_seconds: 30,
             cancel_grace_seconds: 10,
+            missed_fire_after_seconds: 60,
             queue_count_interval_seconds: 60,
             queue_count_timeout_seconds: 30,
             check_interval_seconds: 300,
@@ -309,6 +313,9 @@ pub struct SettingsFile {
     /// `[[workers]]`, in catalogue order.
     #[serde(default)]
     pub workers: Vec<WorkerSpec>,
+    /// `[[pipelines]]`, in catalogue order.
+    #[serde(default)]
+    pub pipelines: Vec<crate::catalogue::PipelineSpec>,
 }
 
 /// The whole, validated configuration of a process.
@@ -377,7 +384,7 @@ impl Settings {
     /// Validates a configuration read from `origin` (a sentence for messages, e.g. "file /etc/…").
     pub fn validate(origin: String, raw: SettingsFile) -> Result<Self, ConfigError> {
         let mut problems: Vec<(String, String)> = Vec::new();
-        let catalogue = match Catalogue::new(raw.workers, raw.engines) {
+        let catalogue = match Catalogue::with_pipelines(raw.workers, raw.engines, raw.pipelines) {
             Ok(c) => c,
             Err(found) => {
                 problems.extend(found.into_iter().map(|p| (p.key, p.message)));
@@ -406,6 +413,9 @@ impl Settings {
         }
         if d.poll_seconds == 0 {
             problems.push(("daemon.poll_seconds".into(), "must be at least 1 second".into()));
+        }
+        if d.missed_fire_after_seconds == 0 {
+            problems.push(("daemon.missed_fire_after_seconds".into(), "must be at least 1 second".into()));
         }
         if d.check_interval_seconds == 0 {
             problems.push(("daemon.check_interval_seconds".into(), "must be at least 1 second".into()));

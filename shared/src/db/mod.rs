@@ -20,10 +20,13 @@ pub(crate) mod chores;
 pub(crate) mod daemons;
 pub(crate) mod descriptions;
 pub(crate) mod dialect;
+pub(crate) mod ends;
 pub(crate) mod feed;
 pub(crate) mod overrides;
+pub(crate) mod pipelines;
 pub(crate) mod queue_counts;
 pub(crate) mod runs;
+pub(crate) mod schedules;
 
 use std::{
     str::FromStr,

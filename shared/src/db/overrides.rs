@@ -11,7 +11,7 @@ use crate::{AuditEntry, Override, OverrideAction, OverrideValues};
 
 macro_rules! override_columns {
     ($d:ident;) => {
-        "worker, engine, preset, options, updated_by, updated_at"
+        "worker, engine, preset, options, retry, updated_by, updated_at"
     };
 }
 
@@ -46,12 +46,12 @@ pub(crate) async fn change<E>(
 ) -> Result<Result<Option<Override>, E>> {
     const DELETE: Sql = sql!("delete from worker_overrides where worker = $1");
     const UPSERT: Sql = sql!(
-        "insert into worker_overrides (worker, engine, preset, options, updated_by, updated_at) \
-         values ($1, $2, $3, $4, $5, ",
+        "insert into worker_overrides (worker, engine, preset, options, retry, updated_by, updated_at) \
+         values ($1, $2, $3, $4, $6, $5, ",
         now,
         ") \
          on conflict (worker) do update set engine = excluded.engine, preset = excluded.preset, \
-             options = excluded.options, updated_by = excluded.updated_by, updated_at = excluded.updated_at \
+             options = excluded.options, retry = excluded.retry, updated_by = excluded.updated_by, updated_at = excluded.updated_at \
          returning ",
         override_columns!()
     );
@@ -79,6 +79,7 @@ pub(crate) async fn change<E>(
                 .bind(&after.preset)
                 .bind(Json(&after.options))
                 .bind(actor)
+                .bind(after.retry.as_ref().map(Json))
                 .fetch_one(&mut *tx)
                 .await?;
             Some(row)

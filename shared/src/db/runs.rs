@@ -12,17 +12,15 @@ use super::{
     dialect::{DbTime, Sql, sql},
     is_in_flight_violation, on_pool,
 };
-use crate::{
-    ExplicitArgs, ProgressEntry, ResolvedConfig, Run, RunState,
-    runs::{Finish, RunFilter},
-};
+use crate::{ExplicitArgs, ProgressEntry, ResolvedConfig, Run, RunState, runs::RunFilter};
 
 /// The columns of a run, for every statement that returns runs.
 macro_rules! run_columns {
     ($d:ident;) => {
         "id, worker, state, requested_by, requested_at, arguments, config, reported_config, claimed_by, claimed_at, \
          lease_expires_at, started_at, finished_at, duration_ms, exit_code, end_reason, error, progress, result, \
-         cancel_requested_at, cancel_requested_by, trace_context, log_key, attempt"
+         cancel_requested_at, cancel_requested_by, trace_context, log_key, attempt, retry_of, not_before, schedule_id, \
+         fire_at, pipeline_run_id, pipeline_step"
     };
 }
 
@@ -34,26 +32,63 @@ pub(crate) struct NewRun<'a> {
     pub arguments: &'a ExplicitArgs,
     pub config: &'a ResolvedConfig,
     pub trace_context: Option<&'a str>,
+    /// What else links it: a schedule's fire, a retry, a pipeline step.
+    pub links: Links,
 }
 
-/// Inserts a request; `None` when the one-in-flight index refuses it.
+/// How a run is linked to what made it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Links {
+    /// The schedule and its fire time.
+    pub fire: Option<(Uuid, chrono::DateTime<chrono::Utc>)>,
+    /// The run it retries, and its attempt number.
+    pub retry: Option<(Uuid, i32)>,
+    /// Not claimed until this many seconds from now (database clock).
+    pub delay_seconds: Option<f64>,
+    /// The pipeline run and the step's index.
+    pub step: Option<(Uuid, i32)>,
+}
+
+/// Inserts a request, `on conflict do nothing`: `None` when a unique index refuses it (the one in flight per
+/// worker, one per (schedule, fire time), one retry per run). Both dialects speak it, and on PostgreSQL a refusal
+/// does not abort the transaction it runs in.
+pub(crate) const INSERT: Sql = sql!(
+    "insert into worker_runs (id, worker, requested_by, arguments, config, trace_context, schedule_id, fire_at, \
+         retry_of, attempt, not_before, pipeline_run_id, pipeline_step) \
+     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, 1), ",
+    now_plus(11),
+    ", $12, $13) on conflict do nothing returning ",
+    run_columns!()
+);
+
+/// Binds a [`NewRun`] to [`INSERT`]: `$bind(query)` is the query with the statement's text.
+macro_rules! bind_new_run {
+    ($query:expr, $new:expr) => {{
+        let new: &$crate::db::runs::NewRun<'_> = $new;
+        $query
+            .bind(new.id)
+            .bind(new.worker)
+            .bind(new.requested_by)
+            .bind(sqlx::types::Json(new.arguments))
+            .bind(sqlx::types::Json(new.config))
+            .bind(new.trace_context)
+            .bind(new.links.fire.map(|f| f.0))
+            .bind(new.links.fire.map(|f| $crate::db::dialect::DbTime(f.1)))
+            .bind(new.links.retry.map(|r| r.0))
+            .bind(new.links.retry.map(|r| r.1))
+            .bind(new.links.delay_seconds)
+            .bind(new.links.step.map(|s| s.0))
+            .bind(new.links.step.map(|s| s.1))
+    }};
+}
+pub(crate) use {bind_new_run, run_columns};
+
+/// Inserts a request; `None` when a unique index refuses it.
 pub(crate) async fn insert(db: &Database, new: &NewRun<'_>) -> Result<Option<Run>> {
-    const INSERT: Sql = sql!(
-        "insert into worker_runs (id, worker, requested_by, arguments, config, trace_context) \
-         values ($1, $2, $3, $4, $5, $6) returning ",
-        run_columns!()
-    );
-    let inserted = on_pool!(db, INSERT, |pool, sql| sqlx::query_as::<_, Run>(sql)
-        .bind(new.id)
-        .bind(new.worker)
-        .bind(new.requested_by)
-        .bind(Json(new.arguments))
-        .bind(Json(new.config))
-        .bind(new.trace_context)
-        .fetch_one(pool)
-        .await);
+    let inserted =
+        on_pool!(db, INSERT, |pool, sql| bind_new_run!(sqlx::query_as::<_, Run>(sql), new).fetch_optional(pool).await);
     match inserted {
-        Ok(run) => Ok(Some(run)),
+        Ok(run) => Ok(run),
         Err(e) if is_in_flight_violation(&e) => Ok(None),
         Err(e) => Err(e.into()),
     }
@@ -81,7 +116,7 @@ pub(crate) async fn claim(
         "update worker_runs set state = 'running', claimed_by = $1, claimed_at = now(), \
              lease_expires_at = now() + make_interval(secs => $2) \
          where id = any(array(select id from worker_runs where state = 'queued' \
-             and ($4::text[] is null or worker = any($4)) \
+             and ($4::text[] is null or worker = any($4)) and (not_before is null or not_before <= now()) \
              order by requested_at, id for update skip locked limit $3)) \
          returning ",
         run_columns!()
@@ -96,6 +131,9 @@ pub(crate) async fn claim(
         " \
          where id in (select id from worker_runs where state = 'queued' \
              and ($4 is null or worker in (select value from json_each($4))) \
+             and (not_before is null or not_before <= ",
+        now,
+        ") \
              order by requested_at, id limit $3) \
          returning ",
         run_columns!()
@@ -216,53 +254,6 @@ pub(crate) async fn record_progress(db: &Database, run: Uuid, daemon: Uuid, prog
     }
 }
 
-/// Ends a run held by `daemon`; `None` when it is no longer its own.
-pub(crate) async fn finish(db: &Database, run: Uuid, daemon: Uuid, finish: &Finish) -> Result<Option<Run>> {
-    const FINISH: Sql = sql!(
-        "update worker_runs set state = $3, end_reason = $4, finished_at = ",
-        now,
-        ", lease_expires_at = null, \
-             duration_ms = ",
-        ms_since(coalesce(started_at, claimed_at)),
-        ", exit_code = $5, error = $6, result = $7 \
-         where id = $1 and claimed_by = $2 and state = 'running' returning ",
-        run_columns!()
-    );
-    Ok(on_pool!(db, FINISH, |pool, sql| sqlx::query_as(sql)
-        .bind(run)
-        .bind(daemon)
-        .bind(finish.state())
-        .bind(finish.reason)
-        .bind(finish.exit_code)
-        .bind(&finish.error)
-        .bind(finish.result.as_ref().map(Json))
-        .fetch_optional(pool)
-        .await)?)
-}
-
-/// Cancels a queued run at once, or flags a running one for its daemon; `None` when the run is not in flight.
-pub(crate) async fn request_cancel(db: &Database, run: Uuid, actor: &str) -> Result<Option<Run>> {
-    // Every `case` reads the row as it was before the update, so they agree on whether it was queued.
-    const CANCEL: Sql = sql!(
-        "update worker_runs set \
-             state = case when state = 'queued' then 'cancelled' else state end, \
-             end_reason = case when state = 'queued' then 'cancelled' else end_reason end, \
-             finished_at = case when state = 'queued' then ",
-        now,
-        " else finished_at end, \
-             duration_ms = case when state = 'queued' then 0 else duration_ms end, \
-             error = case when state = 'queued' then 'cancelled by ' || $2 || ' before a daemon claimed it' \
-                 else error end, \
-             cancel_requested_at = coalesce(cancel_requested_at, ",
-        now,
-        "), \
-             cancel_requested_by = coalesce(cancel_requested_by, $2) \
-         where id = $1 and state in ('queued', 'running') returning ",
-        run_columns!()
-    );
-    Ok(on_pool!(db, CANCEL, |pool, sql| sqlx::query_as(sql).bind(run).bind(actor).fetch_optional(pool).await)?)
-}
-
 /// The runs held by `daemon` whose cancellation was requested.
 pub(crate) async fn cancel_requests(db: &Database, daemon: Uuid) -> Result<Vec<Uuid>> {
     const REQUESTS: Sql = sql!(
@@ -279,47 +270,11 @@ pub(crate) async fn next_lease_expiry(db: &Database) -> Result<Option<f64>> {
     Ok(on_pool!(db, NEXT, |pool, sql| sqlx::query_scalar(sql).fetch_one(pool).await)?)
 }
 
-/// What recovery writes on a run whose owner stopped renewing its lease. The sentence names the daemon (its id
-/// hyphenated, as everywhere else) and when the lease expired (RFC 3339, UTC, milliseconds) on both backends.
-macro_rules! owner_lost {
-    ($d:ident;) => {
-        $crate::db::dialect::sql_text!($d; []
-            "state = 'interrupted', end_reason = 'owner_lost', finished_at = ", now, ", \
-             duration_ms = ", ms_since(coalesce(started_at, claimed_at)), ", \
-             error = 'owner lost: daemon ' || coalesce(", uuid_text(claimed_by), ", '?') \
-                 || ' stopped renewing its lease, which expired at ' || ", time_text(lease_expires_at), ", \
-             lease_expires_at = null"
-        )
-    };
-}
-
-/// Interrupts every running run whose lease has expired. A run with a live lease is never touched.
-pub(crate) async fn recover_expired(db: &Database) -> Result<Vec<Run>> {
-    // PostgreSQL: rows another recoverer holds are skipped, not waited for (it is ending them already).
-    const POSTGRES: Sql = sql!(
-        "update worker_runs set ",
-        owner_lost!(),
-        " \
-         where id = any(array(select id from worker_runs where state = 'running' and lease_expires_at < now() \
-             for update skip locked)) \
-         returning ",
-        run_columns!()
-    );
-    const SQLITE: Sql = sql!(
-        "update worker_runs set ",
-        owner_lost!(),
-        " where state = 'running' and lease_expires_at < ",
-        now,
-        " returning ",
-        run_columns!()
-    );
-    let recover = Sql { postgres: POSTGRES.postgres, sqlite: SQLITE.sqlite };
-    Ok(on_pool!(db, recover, |pool, sql| sqlx::query_as(sql).fetch_all(pool).await)?)
-}
+/// One run, by id.
+pub(crate) const GET: Sql = sql!("select ", run_columns!(), " from worker_runs where id = $1");
 
 /// One run.
 pub(crate) async fn get(db: &Database, id: Uuid) -> Result<Option<Run>> {
-    const GET: Sql = sql!("select ", run_columns!(), " from worker_runs where id = $1");
     Ok(on_pool!(db, GET, |pool, sql| sqlx::query_as(sql).bind(id).fetch_optional(pool).await)?)
 }
 
@@ -397,4 +352,18 @@ pub(crate) async fn marks_since(db: &Database, since: chrono::DateTime<chrono::U
 pub(crate) async fn any_queued(conn: &mut sqlx::SqliteConnection) -> Result<bool> {
     const ANY: Sql = sql!("select exists (select 1 from worker_runs where state = 'queued')");
     Ok(sqlx::query_scalar(ANY.sqlite).fetch_one(conn).await?)
+}
+
+/// The retry chain a run belongs to, first attempt first: the runs it retries and the runs that retry it.
+pub(crate) async fn chain(db: &Database, id: Uuid) -> Result<Vec<Run>> {
+    const CHAIN: Sql = sql!(
+        "with recursive up (id, retry_of) as (select id, retry_of from worker_runs where id = $1 \
+             union all select r.id, r.retry_of from worker_runs r join up on r.id = up.retry_of), \
+         down (id) as (select id from up where retry_of is null \
+             union all select r.id from worker_runs r join down on r.retry_of = down.id) \
+         select ",
+        run_columns!(),
+        " from worker_runs where id in (select id from down) order by attempt, requested_at"
+    );
+    Ok(on_pool!(db, CHAIN, |pool, sql| sqlx::query_as(sql).bind(id).fetch_all(pool).await)?)
 }

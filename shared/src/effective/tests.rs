@@ -31,6 +31,7 @@ fn catalogue() -> (Catalogue, WorkerSpec) {
         options: vec![described, option("legacy", OptionType::String, None)],
         timeout_seconds: 600,
         env: Default::default(),
+        retry: None,
     };
     let catalogue = Catalogue::new(vec![worker.clone()], [("ollama".into(), engine)].into()).expect("valid");
     (catalogue, worker)

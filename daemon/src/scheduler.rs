@@ -1,0 +1,101 @@
+//! The daemon's part in scheduling, with no leader: every daemon sleeps until the earliest due time (a
+//! schedule's next fire, or the end of a queued retry's backoff; asked on the database clock) and is woken
+//! early when a schedule changes or a run is requested. Then it fires what is due (the database lets exactly
+//! one daemon fire each (schedule, fire time)), tells the main loop to claim when a backoff ended, and, when a
+//! run ended, starts what waited for its worker: a schedule's queued fire, a pipeline's step.
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::{sync::Notify, time::Instant};
+use tokio_util::sync::CancellationToken;
+
+use crate::Context;
+
+/// The longest sleep when nothing is due: a safety net (changes wake the daemon).
+const LONGEST_WAIT: Duration = Duration::from_secs(60);
+/// A look for something that comes due comes this much after it, so that it is due on the database clock too.
+const DUE_MARGIN: Duration = Duration::from_millis(2);
+/// Wake-ups closer together than this are taken together (SQLite wakes on every write).
+const MIN_GAP: Duration = Duration::from_millis(50);
+/// After a failed look, the next one comes this much later.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// What wakes the scheduler besides its clock.
+#[derive(Debug, Clone, Default)]
+pub struct Wakes {
+    /// A schedule changed, or a run was requested (perhaps a retry with a backoff): look at the due times again.
+    pub due: Arc<Notify>,
+    /// A run ended: start what waited for its worker.
+    pub ended: Arc<Notify>,
+    /// Told by the scheduler when a queued run's backoff ended: the main loop claims.
+    pub claim: Arc<Notify>,
+}
+
+/// Fires schedules and settles what waits until `stop`.
+pub async fn run(ctx: Arc<Context>, wakes: Wakes, stop: CancellationToken) {
+    let mut settle = true;
+    loop {
+        if settle {
+            settle_waiting(&ctx).await;
+        }
+        let wait = match look(&ctx, &wakes).await {
+            Ok(wait) => wait,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not fire the due schedules; trying again");
+                RETRY
+            }
+        };
+        let deadline = Instant::now() + wait;
+        settle = tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep_until(deadline) => false,
+            () = wakes.due.notified() => false,
+            () = wakes.ended.notified() => true,
+        };
+        // Let a burst of wake-ups arrive, then take them as one.
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(MIN_GAP) => {}
+        }
+    }
+}
+
+/// Fires what is due, and returns how long to sleep until the next due time.
+async fn look(ctx: &Context, wakes: &Wakes) -> Result<Duration, scrinalia_shared::DbError> {
+    let missed_after = Duration::from_secs(ctx.settings.daemon.missed_fire_after_seconds);
+    let catalogue = &ctx.settings.catalogue;
+    // Fires that came due while firing (a schedule every second) are fired in the same look.
+    for _ in 0..10 {
+        let pass = ctx.db.fire_due_schedules(catalogue, ctx.daemon_id, missed_after).await?;
+        ctx.metrics.fired(&pass);
+        if pass.refused_by_constraint > 0 {
+            tracing::error!(
+                refused = pass.refused_by_constraint,
+                "the unique index refused a second fire of a schedule"
+            );
+        }
+        let (fire, not_before) = ctx.db.next_due().await?;
+        if not_before == Some(Duration::ZERO) {
+            wakes.claim.notify_one();
+        }
+        match fire {
+            Some(Duration::ZERO) => continue,
+            _ => {
+                let next = [fire, not_before.filter(|d| !d.is_zero())].into_iter().flatten().min();
+                return Ok(next.map_or(LONGEST_WAIT, |d| (d + DUE_MARGIN).min(LONGEST_WAIT)));
+            }
+        }
+    }
+    Ok(Duration::ZERO)
+}
+
+async fn settle_waiting(ctx: &Context) {
+    match ctx.db.release_waiting_fires(&ctx.settings.catalogue).await {
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "could not start the fires waiting for their targets"),
+    }
+    match ctx.db.settle_pipelines().await {
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "could not move the waiting pipeline runs on"),
+    }
+}

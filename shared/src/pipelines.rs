@@ -1,0 +1,216 @@
+//! Pipelines, the domain: starting a pipeline run (every step's configuration resolved at once, as a run's is
+//! when it is requested; one run in flight per pipeline, enforced by the database), reading them with their
+//! steps' runs, cancelling one, and settling those whose current step waits for a busy worker.
+
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::{
+    Catalogue, Database, DbError, ExplicitArgs, PipelineRun, PipelineRunView, PipelineView, ResolvedConfig,
+    catalogue::PipelineSpec,
+    db::{self, pipelines::NewPipelineRun, retrying},
+    runs::RequestError,
+};
+
+/// Why a pipeline run could not be started or found; each displays as a sentence for people.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// The catalogue has no such pipeline.
+    #[error("There is no pipeline {0:?}.")]
+    UnknownPipeline(String),
+    /// No such pipeline run.
+    #[error("There is no pipeline run {0}.")]
+    NotFound(Uuid),
+    /// The pipeline already has a run in flight.
+    #[error(
+        "Pipeline {pipeline} already has a run in flight (pipeline run {pipeline_run}, at step {step} of {steps}); \
+         wait for it to finish or cancel it."
+    )]
+    InFlight {
+        /// The pipeline.
+        pipeline: String,
+        /// The run in flight.
+        pipeline_run: Uuid,
+        /// Its step (1-based).
+        step: i32,
+        /// How many steps it has.
+        steps: usize,
+    },
+    /// The arguments are not an object of step workers.
+    #[error("{0}")]
+    Arguments(String),
+    /// A step's configuration does not resolve.
+    #[error("Step {step} ({worker}) cannot run: {error}")]
+    Step {
+        /// The step (1-based).
+        step: usize,
+        /// Its worker.
+        worker: String,
+        /// Why.
+        error: RequestError,
+    },
+    /// The database failed.
+    #[error(transparent)]
+    Database(#[from] DbError),
+}
+
+/// Every step's configuration, in step order.
+pub(crate) struct StepConfigs(pub Vec<ResolvedConfig>);
+
+impl StepConfigs {
+    /// Resolves each step of `spec` with its arguments from `arguments` (an object by step worker).
+    pub(crate) async fn resolve(
+        db: &Database,
+        catalogue: &Catalogue,
+        spec: &PipelineSpec,
+        arguments: &Value,
+    ) -> Result<Self, PipelineError> {
+        let by_worker = match arguments {
+            Value::Object(map) => map,
+            Value::Null => &serde_json::Map::new(),
+            _ => {
+                return Err(PipelineError::Arguments(
+                    "A pipeline's arguments are an object of step workers, each with its run arguments.".into(),
+                ));
+            }
+        };
+        if let Some(stranger) = by_worker.keys().find(|k| !spec.steps.contains(k)) {
+            return Err(PipelineError::Arguments(format!(
+                "Pipeline {:?} has no step {stranger:?}; its steps are: {}.",
+                spec.name,
+                spec.steps.join(", ")
+            )));
+        }
+        let mut configs = Vec::with_capacity(spec.steps.len());
+        for (i, worker) in spec.steps.iter().enumerate() {
+            let step = i + 1;
+            let worker_spec = catalogue.worker(worker).ok_or_else(|| PipelineError::Step {
+                step,
+                worker: worker.clone(),
+                error: RequestError::UnknownWorker { worker: worker.clone() },
+            })?;
+            let args: ExplicitArgs = match by_worker.get(worker) {
+                Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
+                    PipelineError::Arguments(format!("The arguments of step {step} ({worker}) do not fit: {e}."))
+                })?,
+                None => ExplicitArgs::default(),
+            };
+            let config = db.resolve_run(catalogue, worker_spec, &args).await.map_err(|error| match error {
+                RequestError::Database(e) => PipelineError::Database(e),
+                error => PipelineError::Step { step, worker: worker.clone(), error },
+            })?;
+            configs.push(config);
+        }
+        Ok(Self(configs))
+    }
+}
+
+impl Database {
+    /// Starts a run of `pipeline` for `requested_by`, with `arguments` by step worker, and requests its first
+    /// step in the same transaction. Refused with [`PipelineError::InFlight`] while another run of it is in
+    /// flight.
+    pub async fn start_pipeline(
+        &self,
+        catalogue: &Catalogue,
+        pipeline: &str,
+        requested_by: &str,
+        arguments: &Value,
+    ) -> Result<PipelineRunView, PipelineError> {
+        let spec = catalogue.pipeline(pipeline).ok_or_else(|| PipelineError::UnknownPipeline(pipeline.to_owned()))?;
+        let configs = StepConfigs::resolve(self, catalogue, spec, arguments).await?;
+        let arguments = if arguments.is_null() { Value::Object(Default::default()) } else { arguments.clone() };
+        let new = NewPipelineRun {
+            id: Uuid::now_v7(),
+            pipeline: &spec.name,
+            steps: &spec.steps,
+            configs: &configs.0,
+            arguments: &arguments,
+            requested_by,
+            fire: None,
+        };
+        match db::pipelines::start(self, &new).await? {
+            Some(started) => self.pipeline_view(started).await.map_err(PipelineError::from),
+            None => match retrying!(self, db::pipelines::in_flight_of(self, &spec.name).await)? {
+                Some(blocking) => Err(PipelineError::InFlight {
+                    pipeline: spec.name.clone(),
+                    pipeline_run: blocking.id,
+                    step: blocking.step + 1,
+                    steps: blocking.steps.len(),
+                }),
+                // It ended in between: a second try finds the way clear, or another in flight.
+                None => Box::pin(self.start_pipeline(catalogue, pipeline, requested_by, &arguments)).await,
+            },
+        }
+    }
+
+    async fn pipeline_view(&self, pipeline_run: PipelineRun) -> Result<PipelineRunView, DbError> {
+        let runs = retrying!(self, db::pipelines::step_runs(self, pipeline_run.id).await)?;
+        let waiting = match (pipeline_run.state, pipeline_run.current_run) {
+            (crate::PipelineState::Running, None) => {
+                let worker = usize::try_from(pipeline_run.step).ok().and_then(|i| pipeline_run.steps.get(i));
+                let blocking = match worker {
+                    Some(w) => retrying!(self, db::runs::in_flight_of(self, w).await)?,
+                    None => None,
+                };
+                Some(match (worker, blocking) {
+                    (Some(w), Some(b)) => format!(
+                        "step {} ({w}) waits for worker {w}'s run {} ({}) to end; it starts then",
+                        pipeline_run.step + 1,
+                        b.id,
+                        b.state
+                    ),
+                    _ => format!("step {} is about to be requested", pipeline_run.step + 1),
+                })
+            }
+            _ => None,
+        };
+        Ok(PipelineRunView { pipeline_run, runs, waiting })
+    }
+
+    /// One pipeline run with its steps' runs.
+    pub async fn pipeline_run(&self, id: Uuid) -> Result<Option<PipelineRunView>, DbError> {
+        match retrying!(self, db::pipelines::get(self, id).await)? {
+            Some(run) => Ok(Some(self.pipeline_view(run).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Runs of `pipeline` (of all pipelines when `None`), newest first (1 to 500).
+    pub async fn pipeline_runs(&self, pipeline: Option<&str>, limit: u32) -> Result<Vec<PipelineRun>, DbError> {
+        retrying!(self, db::pipelines::list(self, pipeline, limit.clamp(1, 500)).await)
+    }
+
+    /// The catalogue's pipelines with their last runs.
+    pub async fn pipelines(&self, catalogue: &Catalogue) -> Result<Vec<PipelineView>, DbError> {
+        let last = retrying!(self, db::pipelines::last_of_each(self).await)?;
+        Ok(catalogue
+            .pipelines
+            .iter()
+            .map(|p| PipelineView {
+                name: p.name.clone(),
+                description: p.description.clone(),
+                steps: p.steps.clone(),
+                last_run: last.iter().find(|r| r.pipeline == p.name).cloned(),
+            })
+            .collect())
+    }
+
+    /// Asks for a pipeline run to be cancelled by `actor`: its current step is cancelled, and the pipeline run
+    /// ends `cancelled` once that step has ended. `None` when there is no such pipeline run.
+    pub async fn cancel_pipeline_run(&self, id: Uuid, actor: &str) -> Result<Option<PipelineRunView>, DbError> {
+        if db::pipelines::request_cancel(self, id, actor).await?.is_none() {
+            return Ok(None);
+        }
+        self.pipeline_run(id).await
+    }
+
+    /// Moves on every pipeline run whose current step is not in flight (waiting for a busy worker, or left
+    /// behind by an end that did not move it); how many were looked at.
+    pub async fn settle_pipelines(&self) -> Result<usize, DbError> {
+        let stalled = db::pipelines::stalled(self).await?;
+        for id in &stalled {
+            db::pipelines::advance(self, *id).await?;
+        }
+        Ok(stalled.len())
+    }
+}
