@@ -16,6 +16,7 @@ mod daemon_costs;
 mod daemon_fencing;
 mod daemon_lifecycle;
 mod daemon_runs;
+mod daemon_schedules;
 mod daemon_supervisor;
 mod db_changes;
 mod db_chores;
