@@ -15,6 +15,8 @@ mod daemon_chores;
 mod daemon_costs;
 mod daemon_fencing;
 mod daemon_lifecycle;
+mod daemon_pipelines;
+mod daemon_retries;
 mod daemon_runs;
 mod daemon_schedules;
 mod daemon_supervisor;
