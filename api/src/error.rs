@@ -7,7 +7,10 @@ use axum::{
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use scrinalia_shared::{DbError, Role, daemons::DrainError, overrides::OverrideError, runs::RequestError};
+use scrinalia_shared::{
+    DbError, Role, cron::CronError, daemons::DrainError, overrides::OverrideError, pipelines::PipelineError,
+    runs::RequestError, schedules::ScheduleError,
+};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
@@ -101,6 +104,19 @@ impl ApiError {
         Self::not_found("unknown_run", format!("There is no run {id}."))
     }
 
+    /// 404 for a pipeline that is not in the catalogue.
+    pub fn unknown_pipeline(name: &str) -> Self {
+        Self::not_found(
+            "pipeline_not_found",
+            format!("There is no pipeline {}; GET /api/pipelines lists the pipelines.", quote(name)),
+        )
+    }
+
+    /// 404 for a pipeline run id that is well formed but unknown.
+    pub fn unknown_pipeline_run(id: Uuid) -> Self {
+        Self::not_found("pipeline_run_not_found", format!("There is no pipeline run {id}."))
+    }
+
     /// 400 for a path segment that should be a UUID.
     pub fn invalid_id(what: &str, given: &str) -> Self {
         Self::bad_request("invalid_id", format!("{} is not a valid {what} id; ids are UUIDs.", quote(given)))
@@ -162,6 +178,69 @@ impl From<OverrideError> for ApiError {
                     _ => "invalid_override",
                 };
                 Self::bad_request(code, refused.to_string())
+            }
+        }
+    }
+}
+
+impl From<ScheduleError> for ApiError {
+    fn from(e: ScheduleError) -> Self {
+        match e {
+            ScheduleError::NotFound(key) => Self::not_found(
+                "schedule_not_found",
+                format!("There is no schedule {}; GET /api/schedules lists the schedules.", quote(&key)),
+            ),
+            ScheduleError::NameTaken(ref name) => {
+                let name = name.clone();
+                Self::conflict("schedule_name_taken", e.to_string()).with("name", name)
+            }
+            ScheduleError::Cron(CronError::Expression { field, message }) => {
+                Self::bad_request("invalid_cron", message).with("field", field)
+            }
+            ScheduleError::Cron(CronError::TimeZone { message }) => Self::bad_request("invalid_time_zone", message),
+            ScheduleError::Reason(message) => {
+                // The domain checks a schedule's reason as an override's; the sentence here names the schedule.
+                let (code, message) = if message == OverrideError::ReasonRequired.to_string() {
+                    (
+                        "reason_required",
+                        "A reason is required: say in `reason` why the schedule changes; it is kept in the audit \
+                         trail."
+                            .to_owned(),
+                    )
+                } else if message == OverrideError::ReasonHasNul.to_string() {
+                    ("reason_invalid", message)
+                } else if message == OverrideError::ReasonTooLong.to_string() {
+                    ("reason_too_long", message)
+                } else {
+                    ("reason_required", message)
+                };
+                Self::bad_request(code, message)
+            }
+            ScheduleError::Database(e) => e.into(),
+            invalid @ (ScheduleError::InvalidName(_)
+            | ScheduleError::Target
+            | ScheduleError::UnknownWorker(_)
+            | ScheduleError::UnknownPipeline(_)
+            | ScheduleError::Arguments(_)) => Self::bad_request("invalid_schedule", invalid.to_string()),
+        }
+    }
+}
+
+impl From<PipelineError> for ApiError {
+    fn from(e: PipelineError) -> Self {
+        match e {
+            PipelineError::UnknownPipeline(name) => Self::unknown_pipeline(&name),
+            PipelineError::NotFound(id) => Self::unknown_pipeline_run(id),
+            PipelineError::InFlight { pipeline_run, step, .. } => Self::conflict("pipeline_in_flight", e.to_string())
+                .with("pipeline_run_id", pipeline_run)
+                .with("step", step),
+            // As when a run is triggered: the stored override is at fault, not the request.
+            PipelineError::Step { error: RequestError::InvalidOverride { .. }, .. } => {
+                Self::conflict("invalid_override", e.to_string())
+            }
+            PipelineError::Step { error: RequestError::Database(e), .. } | PipelineError::Database(e) => e.into(),
+            invalid @ (PipelineError::Arguments(_) | PipelineError::Step { .. }) => {
+                Self::bad_request("invalid_arguments", invalid.to_string())
             }
         }
     }

@@ -37,6 +37,8 @@ pub fn app(state: AppState) -> Router {
         .merge(routes::runs::router())
         .merge(routes::logs::router())
         .merge(routes::overrides::router())
+        .merge(routes::schedules::router())
+        .merge(routes::pipelines::router())
         .merge(routes::daemons::router())
         .merge(routes::health::router())
         .merge(routes::events::router())

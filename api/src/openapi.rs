@@ -9,7 +9,9 @@ use utoipa::{
 };
 
 use crate::{
-    routes::{chores, daemons, events, health, logs, me, meta, metrics, overrides, runs, workers},
+    routes::{
+        chores, daemons, events, health, logs, me, meta, metrics, overrides, pipelines, runs, schedules, workers,
+    },
     state::AppState,
 };
 
@@ -30,13 +32,19 @@ pub(crate) async fn document() -> Json<utoipa::openapi::OpenApi> {
         title = "Scrinalia Scheduler API",
         description = "Trigger and follow the archive's AI workers. Every error is a JSON object \
             `{\"code\": \"...\", \"message\": \"a sentence\"}`. Bearer tokens carry a role: viewer (read), \
-            operator (trigger, cancel, ask for a describe, count or check), admin (overrides, drain)."
+            operator (trigger, cancel, ask for a describe, count or check; write schedules; start and cancel \
+            pipeline runs), admin (overrides, drain)."
     ),
     paths(
         workers::list_workers, workers::get_worker,
         chores::describe_worker, chores::count_worker, chores::check_worker,
         runs::trigger_run, runs::list_runs, runs::get_run, runs::cancel_run, logs::run_log,
         overrides::set_override, overrides::clear_override, overrides::audit_trail,
+        schedules::list_schedules, schedules::create_schedule, schedules::preview_schedule, schedules::get_schedule,
+        schedules::replace_schedule, schedules::delete_schedule, schedules::pause_schedule,
+        schedules::resume_schedule, schedules::schedule_fires, schedules::schedule_audit,
+        pipelines::list_pipelines, pipelines::start_pipeline, pipelines::list_pipeline_runs,
+        pipelines::get_pipeline_run, pipelines::cancel_pipeline_run,
         daemons::list_daemons, daemons::drain_daemon,
         health::health, events::events,
         me::me, meta::healthz, meta::readyz, document, metrics::metrics,
@@ -47,6 +55,8 @@ pub(crate) async fn document() -> Json<utoipa::openapi::OpenApi> {
         (name = "workers", description = "The catalogue with effective configuration, what each worker's code declares, readiness, queue and runs; asking for a describe, count or check"),
         (name = "runs", description = "Trigger, list, read, cancel and tail runs"),
         (name = "overrides", description = "Persisted per-worker overrides and their audit trail"),
+        (name = "schedules", description = "Cron schedules of workers and pipelines, their fires and their audit trail"),
+        (name = "pipelines", description = "The catalogue's pipelines: start, follow and cancel their runs"),
         (name = "daemons", description = "The scheduler daemons"),
         (name = "health", description = "Health of the database, model servers, run-log store and daemons"),
         (name = "events", description = "Live changes (Server-Sent Events)"),

@@ -9,5 +9,7 @@ pub mod me;
 pub mod meta;
 pub mod metrics;
 pub mod overrides;
+pub mod pipelines;
 pub mod runs;
+pub mod schedules;
 pub mod workers;

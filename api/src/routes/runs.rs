@@ -146,6 +146,8 @@ pub struct RunDetail {
     pub run: Run,
     /// Every progress report, oldest first.
     pub progress_history: Vec<ProgressEntry>,
+    /// The retry chain the run belongs to, first attempt first (just the run when it was never retried).
+    pub chain: Vec<Run>,
 }
 
 #[utoipa::path(get, path = "/api/runs/{id}", tag = "runs", params(("id" = Uuid, Path, description = "The run's id (a UUID)")),
@@ -158,9 +160,10 @@ pub(crate) async fn get_run(
     Path(id): Path<String>,
 ) -> ApiResult<Json<RunDetail>> {
     let id = parse_run_id(&id)?;
-    let (run, progress_history) = tokio::try_join!(state.db().get_run(id), state.db().run_progress(id))?;
+    let (run, progress_history, chain) =
+        tokio::try_join!(state.db().get_run(id), state.db().run_progress(id), state.db().run_chain(id))?;
     let run = run.ok_or_else(|| ApiError::unknown_run(id))?;
-    Ok(Json(RunDetail { run, progress_history }))
+    Ok(Json(RunDetail { run, progress_history, chain }))
 }
 
 /// What a cancellation did.

@@ -142,6 +142,18 @@ pub(crate) async fn change<E>(
                 None
             }
         };
+        // A fire that waited for its target does not wait past a pause or a deletion: it is recorded skipped.
+        if let Some(waiting) = current.as_ref().and_then(|c| c.waiting_fire_at)
+            && written.as_ref().is_none_or(|w| !w.enabled)
+        {
+            const DROPPED: Sql = sql!(
+                "update schedule_fires set outcome = 'skipped', \
+                     reason = 'it waited for its target when the schedule was ' || $3 \
+                 where schedule_id = $1 and fire_at = $2 and outcome = 'waiting'"
+            );
+            let how = if written.is_some() { "paused" } else { "deleted" };
+            sqlx::query(db.text(DROPPED)).bind(id).bind(DbTime(waiting)).bind(how).execute(&mut *tx).await?;
+        }
         let as_json = |s: &Option<Schedule>| s.as_ref().and_then(|s| serde_json::to_value(s).ok());
         sqlx::query(db.text(AUDIT))
             .bind(id)

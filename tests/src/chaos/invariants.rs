@@ -12,7 +12,10 @@ use std::{
 use scrinalia_shared::{EndReason, Named, Run, RunState};
 use uuid::Uuid;
 
-use super::{Answer, Created, Fault, FaultKind, LEASE, SLACK, Steer, Watched};
+use super::{
+    Answer, Created, Fault, FaultKind, LEASE, SLACK, Steer, Watched,
+    scheduling::{self, Scheduled, is_scheduled},
+};
 use crate::daemon_harness::{ProbeEvent, Setup, at_ns};
 
 /// Everything the final check looks at.
@@ -33,6 +36,8 @@ pub struct Evidence<'a> {
     pub watched: Watched,
     /// Daemons started.
     pub daemons_started: usize,
+    /// The schedules' fires and the pipeline runs.
+    pub scheduled: Scheduled,
 }
 
 /// The figures of a chaos run.
@@ -56,6 +61,8 @@ pub struct Figures {
     pub watched: (usize, u64),
     /// Daemons started.
     pub daemons_started: usize,
+    /// Fires by schedule and outcome, retries, and pipeline runs by state.
+    pub scheduling: BTreeMap<String, usize>,
 }
 
 impl fmt::Display for Figures {
@@ -81,7 +88,8 @@ impl fmt::Display for Figures {
             "| probe executions | {} ({} without an end line) |",
             self.probe_executions.0, self.probe_executions.1
         )?;
-        write!(f, "| worker processes watched | {} over {} scans |", self.watched.0, self.watched.1)
+        writeln!(f, "| worker processes watched | {} over {} scans |", self.watched.0, self.watched.1)?;
+        write!(f, "| scheduling | {} |", list(&self.scheduling))
     }
 }
 
@@ -114,6 +122,18 @@ pub fn check(evidence: Evidence<'_>) -> Verdict {
     violations.extend(no_run_executed_twice_nor_outside_its_claim(&ledger, &executions, &mut figures));
     violations.extend(no_two_executions_of_one_worker_overlap(e, &ledger, &executions));
     violations.extend(no_worker_outlives_its_run_nor_runs_in_two_processes(e, &ledger, &mut figures));
+    violations.extend(scheduling::never_two_runs_for_one_fire_and_no_fire_lost(&e.runs, &e.scheduled));
+    violations.extend(scheduling::no_retry_of_a_cancelled_run_and_every_retry_by_its_policy(&e.runs));
+    violations.extend(scheduling::no_pipeline_step_run_twice_or_skipped(&e.scheduled));
+    for (name, fires) in &e.scheduled.fires {
+        for fire in fires {
+            *figures.scheduling.entry(format!("{name} {}", fire.outcome)).or_default() += 1;
+        }
+    }
+    figures.scheduling.insert("retries".into(), e.runs.iter().filter(|r| r.retry_of.is_some()).count());
+    for p in &e.scheduled.pipelines {
+        *figures.scheduling.entry(format!("pipeline runs {}", p.pipeline_run.state)).or_default() += 1;
+    }
     Verdict { violations, figures }
 }
 
@@ -198,7 +218,7 @@ fn every_201_has_its_row_and_every_row_a_201(
     }
     for r in &e.runs {
         *figures.runs.entry(r.state.to_string()).or_default() += 1;
-        if !created.contains_key(&r.id) {
+        if !created.contains_key(&r.id) && !is_scheduled(r) {
             v.push(format!("run {} of {} is in the ledger without a 201", r.id, r.worker));
         }
     }
@@ -212,7 +232,16 @@ fn every_run_ended_as_it_was_steered(e: &Evidence<'_>) -> Vec<String> {
     let steers: HashMap<Uuid, Steer> = e.created.iter().map(|c| (c.id, c.steer)).collect();
     let mut v = Vec::new();
     for r in &e.runs {
-        let steer = steers.get(&r.id).copied();
+        // A fire, a retry or a pipeline step is steered by the arguments it carries (a retry's are its first's).
+        let options = &r.arguments.options;
+        let derived = if options.get("exit_code").is_some_and(|c| c == 3) {
+            Some(Steer::Fails)
+        } else if options.get("crash").is_some_and(|c| c == true) {
+            Some(Steer::Crashes)
+        } else {
+            None
+        };
+        let steer = steers.get(&r.id).copied().or(derived);
         let (reason, error) = (r.end_reason, r.error.as_deref().unwrap_or(""));
         match r.state {
             RunState::Queued | RunState::Running => {

@@ -7,6 +7,7 @@
 pub mod cluster;
 pub mod fleet;
 pub mod invariants;
+pub mod scheduling;
 pub mod watcher;
 
 use std::{
@@ -62,7 +63,8 @@ pub fn setup(db: &TestDb) -> Setup {
     let demo = demo_settings();
     let mut config = config
         .workers(demo_catalogue(&demo, &bin, &db.dir.path().join("demo")))
-        .workers((4..=PROBES).map(|n| probe(&bin, &format!("probe-{n}"), 120)));
+        .workers((4..=PROBES).map(|n| probe(&bin, &format!("probe-{n}"), 120)))
+        .with(scheduling::configure);
     config.file.engines = demo.catalogue.engines.clone();
     Setup::with(db, config)
 }

@@ -25,7 +25,9 @@ use scrinalia_tests::{
     api_harness::{OPERATOR, VIEWER},
     chaos::{
         self, APIS, Apis, Created, Evidence, FaultKind, Fleet, LEASE, READS, Watcher, check, cut_under_load, ledger,
-        panics, request_body, tail,
+        panics, request_body,
+        scheduling::{self as schedules, Scheduled},
+        tail,
     },
     daemon_harness::realtime_ns,
 };
@@ -50,6 +52,10 @@ async fn chaos_keeps_every_invariant() {
     let end = started + Duration::from_secs(seconds);
     // Requests go on throughout, concurrently with the faults: triggers and cancels, and a panel's reads.
     let traffic = tokio::spawn(traffic(apis.clone(), workers, seed, end));
+    // Schedules fire throughout, and the pipeline is started and cancelled beside the runs.
+    let catalogue = setup.settings.catalogue.clone();
+    schedules::create_schedules(&db.db, &catalogue).await;
+    let pipelines = tokio::spawn(schedules::pipeline_traffic(db.db.clone(), catalogue, seed, end));
     let reads = tokio::spawn(reads(apis.clone(), seed, end));
     // Faults to daemons every 1.5–4 s while two are up; the connections cut twice, with requests in flight.
     let mut rng = StdRng::seed_from_u64(seed);
@@ -91,6 +97,8 @@ async fn chaos_keeps_every_invariant() {
     }
     let created = traffic.await.expect("the traffic");
     reads.await.expect("the reads");
+    pipelines.await.expect("the pipeline traffic");
+    schedules::pause_schedules(&db.db).await;
 
     eprintln!("chaos: {:>5.1} s  faults stop; settling", started.elapsed().as_secs_f64());
     fleet.settle(&setup, &apis, Duration::from_secs(60)).await;
@@ -101,10 +109,12 @@ async fn chaos_keeps_every_invariant() {
         }
         leftovers = wait_until_idle(&db, Duration::from_secs(30)).await;
     }
+    let stuck = schedules::wait_pipelines_idle(&db.db, Duration::from_secs(30)).await;
     let watched = watcher.finish().await;
     fleet.shutdown().await;
     let mut problems = std::mem::take(&mut fleet.problems);
     problems.extend(leftovers.iter().map(|r| format!("run {r} was still in flight 90 s after the faults stopped")));
+    problems.extend(stuck.iter().map(|p| format!("pipeline run {p} was still running after the runs settled")));
     let mut apis = Arc::into_inner(apis).expect("the tasks have ended");
     for process in &apis.processes {
         process.signal(nix::sys::signal::Signal::SIGTERM);
@@ -126,6 +136,7 @@ async fn chaos_keeps_every_invariant() {
         cuts,
         watched,
         daemons_started: fleet.started,
+        scheduled: Scheduled::read(&db.db).await,
     });
     eprintln!("\nchaos figures (seed {seed}, {seconds} s, lease {} s):\n{}\n", LEASE.as_secs(), verdict.figures);
     problems.extend(verdict.violations);

@@ -7,6 +7,7 @@ mod api_admin;
 mod api_health;
 mod api_processes;
 mod api_runs;
+mod api_schedules;
 mod api_security;
 mod bad_input;
 mod chaos;
