@@ -36,8 +36,8 @@ use tokio::{
 };
 use uuid::Uuid;
 
-use super::{Database, OwnWrites, Result, daemons, descriptions, overrides, queue_counts, runs};
-use crate::{Change, DaemonState, OverrideAction, RunState};
+use super::{Database, OwnWrites, Result, daemons, descriptions, overrides, pipelines, queue_counts, runs, schedules};
+use crate::{Change, DaemonState, OverrideAction, PipelineState, RunState};
 
 /// The PostgreSQL channel of daemons: requests, cancellations of running runs, daemon state changes.
 pub(crate) const QUEUE_CHANNEL: &str = "scrinalia_queue";
@@ -210,18 +210,24 @@ struct Snapshot {
     overrides: HashMap<String, (i64, String, OverrideAction)>,
     /// When each worker's description (0) and readiness (1) were last stored.
     workers: HashMap<(String, i64), String>,
+    /// Each schedule's last change and next fire.
+    schedules: HashMap<Uuid, String>,
+    /// The pipeline runs in flight or just ended: pipeline, state, step and current run.
+    pipelines: HashMap<Uuid, (String, PipelineState, i32, Option<Uuid>)>,
 }
 
 impl Snapshot {
     async fn read(db: &Database, since: Option<DateTime<Utc>>) -> Result<Self> {
         let read_at = db.now().await?;
         let since = since.unwrap_or(read_at);
-        let (runs, counts, daemons, overrides, workers) = tokio::try_join!(
+        let (runs, counts, daemons, overrides, workers, schedule_marks, pipeline_marks) = tokio::try_join!(
             runs::marks_since(db, since),
             queue_counts::list(db),
             daemons::marks(db),
             overrides::last_changes(db),
-            descriptions::marks(db)
+            descriptions::marks(db),
+            schedules::marks(db),
+            pipelines::marks_since(db, since)
         )?;
         Ok(Self {
             read_at,
@@ -230,6 +236,11 @@ impl Snapshot {
             daemons: daemons.into_iter().map(|d| (d.id, (d.state, d.draining))).collect(),
             overrides: overrides.into_iter().map(|a| (a.worker, (a.id, a.actor, a.action))).collect(),
             workers: workers.into_iter().map(|(worker, which, at)| ((worker, which), at)).collect(),
+            schedules: schedule_marks.into_iter().collect(),
+            pipelines: pipeline_marks
+                .into_iter()
+                .map(|(id, p, state, step, run)| (id, (p, state, step, run)))
+                .collect(),
         })
     }
 
@@ -266,6 +277,19 @@ impl Snapshot {
         described.sort();
         described.dedup();
         changes.extend(described.into_iter().map(|worker| Change::Worker { worker: worker.clone() }));
+        for (id, mark) in &next.schedules {
+            if self.schedules.get(id) != Some(mark) {
+                changes.push(Change::Schedule { schedule: *id });
+            }
+        }
+        for id in self.schedules.keys().filter(|id| !next.schedules.contains_key(*id)) {
+            changes.push(Change::Schedule { schedule: *id });
+        }
+        for (id, seen) in &next.pipelines {
+            if self.pipelines.get(id) != Some(seen) {
+                changes.push(Change::Pipeline { pipeline_run: *id, pipeline: seen.0.clone(), state: seen.1 });
+            }
+        }
         changes
     }
 }

@@ -304,3 +304,16 @@ pub(crate) async fn advance(db: &Database, id: Uuid) -> Result<()> {
 
 #[cfg(test)]
 mod tests;
+
+/// What the SQLite change feed compares between two looks at the pipeline runs: those in flight, and those
+/// that ended at `since` or later, with their state and current run.
+pub(crate) async fn marks_since(
+    db: &Database,
+    since: chrono::DateTime<chrono::Utc>,
+) -> Result<Vec<(Uuid, String, PipelineState, i32, Option<Uuid>)>> {
+    const MARKS: Sql = sql!(
+        "select id, pipeline, state, step, current_run from pipeline_runs where state = 'running' \
+         union all select id, pipeline, state, step, current_run from pipeline_runs where finished_at >= $1"
+    );
+    Ok(on_pool!(db, MARKS, |pool, sql| sqlx::query_as(sql).bind(super::dialect::DbTime(since)).fetch_all(pool).await)?)
+}

@@ -449,3 +449,18 @@ pub(crate) async fn release_waiting(
         Ok(true)
     })
 }
+
+/// What the SQLite change feed compares between two looks at the schedules: each one's last change and next
+/// fire (a fire moves it).
+pub(crate) async fn marks(db: &Database) -> Result<Vec<(Uuid, String)>> {
+    const MARKS: Sql = sql!(
+        "select id, ",
+        time_text(updated_at),
+        " || '/' || coalesce(",
+        time_text(next_fire_at),
+        ", '-') || '/' || coalesce(",
+        time_text(waiting_fire_at),
+        ", '-') from schedules"
+    );
+    Ok(on_pool!(db, MARKS, |pool, sql| sqlx::query_as(sql).fetch_all(pool).await)?)
+}

@@ -17,6 +17,7 @@ use uuid::Uuid;
 backend_tests!(
     the_events_feed_reports_runs_queues_workers_daemons_and_overrides,
     the_queue_feed_wakes_daemons_for_requests_cancellations_chores_and_their_rows,
+    schedules_pipelines_and_run_ends_reach_panels_and_daemons,
 );
 
 /// Waits (at most 5 s) for a change that `wanted` accepts, skipping the others; panics with what came instead.
@@ -129,5 +130,51 @@ async fn the_queue_feed_wakes_daemons_for_requests_cancellations_chores_and_thei
     writer.request_chore(&["woken".to_owned()], ChoreKind::Count).await.expect("a chore");
     let chore = Change::Chore { worker: "woken".into(), chore: ChoreKind::Count };
     next_matching(&mut feed, "the chore asked for", woken(chore)).await;
+    writer.close().await;
+}
+
+async fn schedules_pipelines_and_run_ends_reach_panels_and_daemons(t: &TestDb) {
+    let mut events = listening(&t.db, Topic::Events { sqlite_poll: Duration::from_millis(50) }).await;
+    let mut queue = listening(&t.db, Topic::Queue).await;
+    let writer = t.another_pool().await;
+    let postgres = t.kind == Kind::Postgres;
+    let woken = |expected: Change| move |c: &Change| *c == expected || (!postgres && *c == Change::Written);
+    let steps = vec!["first".to_owned(), "second".to_owned()];
+    let catalogue = scrinalia_shared::Catalogue::with_pipelines(
+        catalogue_of(&["first", "second"]).workers,
+        Default::default(),
+        vec![scrinalia_shared::catalogue::PipelineSpec { name: "pair".into(), description: None, steps }],
+    )
+    .expect("a catalogue");
+
+    let input = scrinalia_shared::ScheduleInput {
+        name: "nightly".into(),
+        worker: Some("first".into()),
+        cron: "@daily".into(),
+        reason: Some("every night".into()),
+        ..Default::default()
+    };
+    let schedule = writer.create_schedule(&catalogue, "ada", &input).await.expect("a schedule").schedule;
+    let changed = Change::Schedule { schedule: schedule.id };
+    next_matching(&mut events, "the schedule, to panels", |c| *c == changed).await;
+    next_matching(&mut queue, "the schedule, to daemons", woken(changed.clone())).await;
+    writer.delete_schedule("nightly", "ada", Some("not needed")).await.expect("delete");
+    next_matching(&mut events, "the deleted schedule", |c| *c == changed).await;
+
+    let started = writer.start_pipeline(&catalogue, "pair", "ada", &serde_json::Value::Null).await.expect("start");
+    let id = started.pipeline_run.id;
+    let running =
+        Change::Pipeline { pipeline_run: id, pipeline: "pair".into(), state: scrinalia_shared::PipelineState::Running };
+    next_matching(&mut events, "the pipeline run", |c| *c == running).await;
+    let step = &started.runs[0];
+    writer.request_cancel(step.id, "ada").await.expect("cancel").expect("the step");
+    let ended = Change::Ended { run: step.id, worker: "first".into() };
+    next_matching(&mut queue, "the step's end, to daemons", woken(ended)).await;
+    let cancelled = Change::Pipeline {
+        pipeline_run: id,
+        pipeline: "pair".into(),
+        state: scrinalia_shared::PipelineState::Cancelled,
+    };
+    next_matching(&mut events, "the cancelled pipeline run", |c| *c == cancelled).await;
     writer.close().await;
 }
