@@ -18,8 +18,9 @@ Exit codes:
   2    usage error (a bad flag or argument)
   3    cannot reach the API (connection refused, timeout, or a proxy answering 502/504)
   4    unauthorized or forbidden (401/403: no token, an unknown token, or a role too low)
-  5    not found (404: no such worker, run or daemon)
-  6    conflict (409: a run of that worker is already in flight; the API's sentence is printed)
+  5    not found (404: no such worker, run, daemon, schedule, pipeline or pipeline run)
+  6    conflict (409: a run of that worker or pipeline is already in flight, a schedule name is taken; the API's
+       sentence is printed)
   7    bad request (400/413/415/422: the API refused the arguments; its sentence is printed)
   8    the followed run ended but did not succeed (failed, cancelled or interrupted)
   130  Ctrl-C while following a run (the run goes on; `scrinalia cancel ID` stops it)";
@@ -30,11 +31,11 @@ Exit codes:
     name = "scrinalia",
     version,
     about = "Operate Scrinalia Scheduler: list workers, trigger, cancel and tail runs; ask for a worker's describe, \
-count or check; list and drain daemons; check health.",
+count or check; manage schedules; run pipelines; list and drain daemons; check health.",
     long_about = "Operate Scrinalia Scheduler from a shell through its HTTP API: list workers (with their readiness \
 and where their catalogue entry and their code disagree) and runs, trigger, cancel and tail runs, ask a daemon to \
-describe, count or check a worker now, list and drain daemons, check health, and hash tokens for the \
-configuration.\n\n\
+describe, count or check a worker now, create, change, pause and preview cron schedules, run and cancel pipelines, \
+list and drain daemons, check health, and hash tokens for the configuration.\n\n\
 Tables are for people; --json prints the API's own JSON for scripts. Errors print the API's sentence on stderr.",
     after_long_help = AFTER_LONG_HELP
 )]
@@ -108,6 +109,18 @@ pub enum Command {
         #[arg(short, long)]
         follow: bool,
     },
+    /// List the schedules (name, target, cron and zone, paused or not, next fire, last outcome), or manage one.
+    Schedules {
+        /// What to do with a schedule; without one, list them.
+        #[command(subcommand)]
+        command: Option<ScheduleCommand>,
+    },
+    /// List the catalogue's pipelines with their last runs, or run, show and cancel a pipeline run.
+    Pipelines {
+        /// What to do with a pipeline; without one, list them.
+        #[command(subcommand)]
+        command: Option<PipelineCommand>,
+    },
     /// List the daemons: state, runs in flight, heartbeat.
     Daemons,
     /// Ask a daemon to drain: it finishes its runs, claims nothing new, then stops.
@@ -131,6 +144,168 @@ pub enum RunCommand {
     /// Show a run: state, times, daemon, resolved configuration with sources, progress, result, error.
     Show {
         /// The run's id.
+        id: Uuid,
+    },
+}
+
+/// `scrinalia schedules …`.
+#[derive(Debug, Subcommand)]
+pub enum ScheduleCommand {
+    /// Show a schedule: its definition, its next three fires, its last fires and its audit trail.
+    Show {
+        /// The schedule's name or id.
+        key: String,
+    },
+    /// Create a schedule of a worker or a pipeline.
+    Create(ScheduleCreateArgs),
+    /// Change a schedule: the flags given replace those fields of its current definition, the rest stays.
+    Edit(ScheduleEditArgs),
+    /// Pause a schedule: it does not fire until it is resumed.
+    Pause(ScheduleReasonArgs),
+    /// Resume a paused schedule: it fires from now on (what fell while it was paused is not run).
+    Resume(ScheduleReasonArgs),
+    /// Delete a schedule (its fires and audit trail stay readable by its id).
+    Delete(ScheduleReasonArgs),
+    /// List a schedule's fires, newest first: what each did, the run it requested or why it was skipped.
+    Fires {
+        /// The schedule's name or id.
+        key: String,
+        /// At most this many fires.
+        #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: u32,
+    },
+    /// List a schedule's audit trail, newest first: who changed what, when and why.
+    Audit {
+        /// The schedule's name or id.
+        key: String,
+        /// At most this many entries.
+        #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: u32,
+    },
+    /// Print the next three fire times of a cron expression, as the API computes them, before saving it.
+    Preview {
+        /// The cron expression: five fields (`*/15 9-17 * * MON-FRI`), six with leading seconds, or `@daily`.
+        cron: String,
+        /// The IANA time zone the expression is read in (default UTC).
+        #[arg(long, value_name = "ZONE")]
+        time_zone: Option<String>,
+    },
+}
+
+/// `scrinalia schedules create`.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("target").required(true).args(["worker", "pipeline"]))]
+pub struct ScheduleCreateArgs {
+    /// A unique name (letters, digits, `-`, `_`, `.`); its runs are requested by `schedule:<name>`.
+    pub name: String,
+    /// The worker to run at each fire.
+    #[arg(long, value_name = "WORKER")]
+    pub worker: Option<String>,
+    /// The pipeline to run at each fire.
+    #[arg(long, value_name = "PIPELINE")]
+    pub pipeline: Option<String>,
+    /// The cron expression: five fields (`*/15 9-17 * * MON-FRI`), six with leading seconds, or `@daily`.
+    #[arg(long, value_name = "EXPR")]
+    pub cron: String,
+    #[command(flatten)]
+    pub common: ScheduleFields,
+    /// Create it paused.
+    #[arg(long)]
+    pub paused: bool,
+    /// Why (required; kept in the audit trail).
+    #[arg(long, value_name = "REASON")]
+    pub reason: String,
+}
+
+/// The fields of a schedule that `create` and `edit` share.
+#[derive(Debug, Args)]
+pub struct ScheduleFields {
+    /// The IANA time zone the expression is read in (`Europe/Berlin`; default UTC).
+    #[arg(long, value_name = "ZONE")]
+    pub time_zone: Option<String>,
+    /// What a fire does while the target still has a run in flight: skip it, or queue it (at most one waits).
+    #[arg(long, value_name = "skip|queue")]
+    pub overlap: Option<scrinalia_wire::OverlapPolicy>,
+    /// What happens to fires that fell while no daemon ran: skip them, or run the latest once.
+    #[arg(long, value_name = "skip|once")]
+    pub missed: Option<scrinalia_wire::MissedPolicy>,
+    /// An option of its runs as name=value (a pipeline's as STEP.name=value, STEP a step's worker); the value is
+    /// read as JSON when it parses, else as text. Repeat for several options.
+    #[arg(long = "option", short = 'o', value_name = "NAME=VALUE", value_parser = parse_option)]
+    pub options: Vec<(String, Value)>,
+}
+
+/// `scrinalia schedules edit`.
+#[derive(Debug, Args)]
+pub struct ScheduleEditArgs {
+    /// The schedule's name or id.
+    pub key: String,
+    /// A new name.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Fire this worker instead.
+    #[arg(long, value_name = "WORKER", conflicts_with = "pipeline")]
+    pub worker: Option<String>,
+    /// Fire this pipeline instead.
+    #[arg(long, value_name = "PIPELINE")]
+    pub pipeline: Option<String>,
+    /// A new cron expression.
+    #[arg(long, value_name = "EXPR")]
+    pub cron: Option<String>,
+    #[command(flatten)]
+    pub common: ScheduleFields,
+    /// Drop the options it has before applying the --option values given.
+    #[arg(long)]
+    pub clear_options: bool,
+    /// Pause it.
+    #[arg(long, conflicts_with = "enabled")]
+    pub paused: bool,
+    /// Resume it.
+    #[arg(long)]
+    pub enabled: bool,
+    /// Why (required; kept in the audit trail).
+    #[arg(long, value_name = "REASON")]
+    pub reason: String,
+}
+
+/// `scrinalia schedules pause|resume|delete`.
+#[derive(Debug, Args)]
+pub struct ScheduleReasonArgs {
+    /// The schedule's name or id.
+    pub key: String,
+    /// Why (required; kept in the audit trail).
+    #[arg(long, value_name = "REASON")]
+    pub reason: String,
+}
+
+/// `scrinalia pipelines …`.
+#[derive(Debug, Subcommand)]
+pub enum PipelineCommand {
+    /// Start a run of a pipeline: its first step is requested at once, each next one when the one before succeeded.
+    Run {
+        /// The pipeline.
+        name: String,
+        /// An option of a step as STEP.name=value (STEP a step's worker); the value is read as JSON when it
+        /// parses, else as text. Repeat for several options.
+        #[arg(long = "option", short = 'o', value_name = "STEP.NAME=VALUE", value_parser = parse_option)]
+        options: Vec<(String, Value)>,
+    },
+    /// List a pipeline's runs, newest first.
+    Runs {
+        /// The pipeline.
+        name: String,
+        /// At most this many runs.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=500))]
+        limit: Option<u32>,
+    },
+    /// Show a pipeline run: its state, and each step with its run, state and attempt.
+    Show {
+        /// The pipeline run's id.
+        id: Uuid,
+    },
+    /// Cancel a pipeline run: its current step is cancelled and no further step starts.
+    Cancel {
+        /// The pipeline run's id.
         id: Uuid,
     },
 }
@@ -223,6 +398,27 @@ mod tests {
         for code in (0..=8).chain([130]) {
             assert!(help.contains(&format!("\n  {code:<3}  ")), "exit code {code} is missing from --help");
         }
+    }
+
+    #[test]
+    fn a_schedule_needs_one_target_a_cron_and_a_reason() {
+        let parse = |args: &[&str]| Cli::try_parse_from([&["scrinalia", "schedules", "create", "s"], args].concat());
+        let ok = parse(&["--worker", "w", "--cron", "@daily", "--reason", "r", "--overlap", "queue", "-o", "n=3"]);
+        let Ok(Cli { command: Command::Schedules { command: Some(ScheduleCommand::Create(args)) }, .. }) = ok else {
+            panic!("parses: {ok:?}");
+        };
+        assert_eq!(args.common.overlap, Some(scrinalia_wire::OverlapPolicy::Queue));
+        assert_eq!(args.common.options, [("n".to_owned(), serde_json::json!(3))]);
+        for bad in [
+            &["--cron", "@daily", "--reason", "r"][..],
+            &["--worker", "w", "--pipeline", "p", "--cron", "@daily", "--reason", "r"],
+            &["--worker", "w", "--cron", "@daily"],
+            &["--worker", "w", "--cron", "@daily", "--reason", "r", "--missed", "later"],
+        ] {
+            assert_eq!(parse(bad).expect_err("refused").exit_code(), 2, "{bad:?}");
+        }
+        assert!(Cli::try_parse_from(["scrinalia", "schedules"]).is_ok());
+        assert!(Cli::try_parse_from(["scrinalia", "schedules", "pause", "s"]).is_err(), "a reason is required");
     }
 
     #[test]

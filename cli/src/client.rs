@@ -103,7 +103,26 @@ impl Client {
 
     /// `POST /api/<segments>` with an optional JSON body.
     pub async fn post<B: Serialize + ?Sized>(&self, segments: &[&str], body: Option<&B>) -> anyhow::Result<Body> {
-        let mut request = self.request(Method::POST, segments).timeout(REQUEST_TIMEOUT);
+        self.with_body(Method::POST, segments, body).await
+    }
+
+    /// `PUT /api/<segments>` with a JSON body.
+    pub async fn put<B: Serialize + ?Sized>(&self, segments: &[&str], body: &B) -> anyhow::Result<Body> {
+        self.with_body(Method::PUT, segments, Some(body)).await
+    }
+
+    /// `DELETE /api/<segments>` with an optional JSON body.
+    pub async fn delete<B: Serialize + ?Sized>(&self, segments: &[&str], body: Option<&B>) -> anyhow::Result<Body> {
+        self.with_body(Method::DELETE, segments, body).await
+    }
+
+    async fn with_body<B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        segments: &[&str],
+        body: Option<&B>,
+    ) -> anyhow::Result<Body> {
+        let mut request = self.request(method, segments).timeout(REQUEST_TIMEOUT);
         if let Some(body) = body {
             request = request.json(body);
         }

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use anyhow::Context;
 use scrinalia_wire::{ChoreKind, ExplicitArgs, Named, Run};
+use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
@@ -12,7 +13,7 @@ use crate::{
     exit::{Exit, Verdict},
     follow,
     output::{Out, note},
-    token, view,
+    pipelines, schedules, token, view,
     wire::{CancelView, ChoreView, DaemonView, DaemonsView, HealthView, RunDetail, RunPage, WorkerView, WorkersView},
 };
 
@@ -38,6 +39,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cancel { id } => cancel(&client, out, id).await,
         Command::Logs { id, follow: true } => follow::run_to_end(&client, out, id).await,
         Command::Logs { id, follow: false } => logs(&client, out, id).await,
+        Command::Schedules { command } => schedules::run(&client, out, command).await,
+        Command::Pipelines { command } => pipelines::run(&client, out, command).await,
         Command::Daemons => daemons(&client, out).await,
         Command::Drain { id } => drain(&client, out, id).await,
         Command::Health => health(&client, out).await,
@@ -128,14 +131,20 @@ async fn show(client: &Client, out: Out, id: Uuid) -> anyhow::Result<()> {
     out.text(&view::run_detail(&detail, out.colour))
 }
 
-async fn trigger(client: &Client, out: Out, args: TriggerArgs) -> anyhow::Result<()> {
+/// The `--option` values by name; a name given twice is a usage error.
+pub fn options_once(given: Vec<(String, Value)>) -> Result<BTreeMap<String, Value>, Verdict> {
     let mut options = BTreeMap::new();
-    for (name, value) in args.options {
+    for (name, value) in given {
         if options.insert(name.clone(), value).is_some() {
             let message = format!("--option {name} is given twice; give each option once.");
-            return Err(Verdict { exit: Exit::Usage, message }.into());
+            return Err(Verdict { exit: Exit::Usage, message });
         }
     }
+    Ok(options)
+}
+
+async fn trigger(client: &Client, out: Out, args: TriggerArgs) -> anyhow::Result<()> {
+    let options = options_once(args.options)?;
     let arguments = ExplicitArgs { engine: args.engine, preset: args.preset, options, retry: None };
     let body = client
         .post(&["workers", &args.worker, "runs"], Some(&arguments))

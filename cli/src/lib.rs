@@ -1,5 +1,5 @@
-//! The `scrinalia` command line: talks to the HTTP API to list, trigger, cancel and tail runs, list and drain
-//! daemons and check health, and hashes tokens for the configuration. Output is an aligned table for people, or
+//! The `scrinalia` command line: talks to the HTTP API to list, trigger, cancel and tail runs, manage schedules,
+//! run pipelines, list and drain daemons and check health, and hashes tokens for the configuration. Output is an aligned table for people, or
 //! the API's own JSON with `--json` for scripts; the exit code says what went wrong (see [`exit::Exit`]).
 
 // A command line's standard output is its product, so printing to it is the point, not a leftover.
@@ -12,6 +12,8 @@ pub mod exit;
 pub mod follow;
 pub mod json;
 pub mod output;
+pub mod pipelines;
+pub mod schedules;
 pub mod table;
 pub mod token;
 pub mod view;

@@ -261,7 +261,7 @@ fn value_text(value: &Value) -> String {
 }
 
 /// Lines of `key  value`, continuation lines of a value indented under it.
-fn key_lines(lines: &[(&str, String)]) -> String {
+pub fn key_lines(lines: &[(&str, String)]) -> String {
     let width = lines.iter().map(|(k, _)| k.len()).max().unwrap_or(0).max(10);
     let indent = format!("\n{}", " ".repeat(width + 1));
     lines.iter().map(|(k, v)| format!("{k:<width$} {}\n", v.trim_end().replace('\n', &indent))).collect()
@@ -419,6 +419,9 @@ pub fn run_detail(detail: &RunDetail, colour: bool) -> String {
             lines.push((key, v));
         }
     };
+    for (key, value) in lineage(detail, Utc::now()) {
+        push(key, Some(value));
+    }
     push("daemon", run.daemon_id.map(|d| d.to_string()));
     push("claimed", run.claimed_at.map(when));
     push("started", run.started_at.map(when));
@@ -460,6 +463,51 @@ pub fn run_detail(detail: &RunDetail, colour: bool) -> String {
     push("reports", Some(detail.progress_history.len().to_string()).filter(|n| n != "0"));
     // Continuation lines of a value (an error with the last lines of stderr) are indented under it.
     lines.iter().map(|(k, v)| format!("{k:<10} {}\n", v.trim_end().replace('\n', "\n           "))).collect()
+}
+
+/// Where a run comes from and where it stands among its attempts: its attempt number (of the policy's maximum),
+/// the run it retries and the one that retried it, when a waiting retry may be claimed, the schedule and fire
+/// that requested it, the pipeline run and step it belongs to, and the whole retry chain.
+pub fn lineage(detail: &RunDetail, now: DateTime<Utc>) -> Vec<(&'static str, String)> {
+    let run = &detail.run;
+    let mut lines = Vec::new();
+    let max = run.config.retry.as_ref().map(|r| i64::from(r.value.max_attempts));
+    let known = i64::try_from(detail.chain.len()).unwrap_or(0).max(i64::from(run.attempt));
+    if run.attempt > 1 || max.is_some_and(|m| m > 1) || detail.chain.len() > 1 {
+        let of = max.unwrap_or(known).max(known);
+        let retry_of = run.retry_of.map(|id| format!(", a retry of {id}")).unwrap_or_default();
+        lines.push(("attempt", format!("{} of {of}{retry_of}", run.attempt)));
+    }
+    let position = detail.chain.iter().position(|r| r.id == run.id);
+    if let Some(next) = position.and_then(|i| detail.chain.get(i + 1)) {
+        lines.push(("retried by", format!("{} (attempt {}, {})", next.id, next.attempt, next.state)));
+    }
+    if let Some(t) = run.not_before.filter(|t| run.state == RunState::Queued && *t > now) {
+        let ms = (t - now).num_milliseconds();
+        lines.push(("not before", format!("{} (a retry waits {} before a daemon claims it)", when(t), duration(ms))));
+    }
+    if let Some(id) = run.schedule_id {
+        let name = run.requested_by.strip_prefix("schedule:").map(|n| format!("{n} ")).unwrap_or_default();
+        let fire = run.fire_at.map(|t| format!(", the fire of {}", when(t))).unwrap_or_default();
+        lines.push(("schedule", format!("{name}({id}){fire}")));
+    }
+    if let Some(id) = run.pipeline_run_id {
+        let step = run.pipeline_step.map(|s| format!(", step {}", s + 1)).unwrap_or_default();
+        lines.push(("pipeline", format!("run {id}{step} (see: scrinalia pipelines show {id})")));
+    }
+    if detail.chain.len() > 1 {
+        let chain = detail
+            .chain
+            .iter()
+            .map(|r| {
+                let this = if r.id == run.id { " (this run)" } else { "" };
+                format!("{} {} {}{this}", r.attempt, r.state, r.id)
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        lines.push(("chain", chain));
+    }
+    lines
 }
 
 /// What the worker reported it used at the start of a run, with each engine field that differs from the

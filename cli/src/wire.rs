@@ -18,7 +18,7 @@ pub struct RunPage {
     pub next: Option<String>,
 }
 
-/// `GET /api/runs/{id}`: the run and its progress history.
+/// `GET /api/runs/{id}`: the run, its progress history and its retry chain.
 #[derive(Debug, Deserialize)]
 pub struct RunDetail {
     /// The run.
@@ -27,6 +27,10 @@ pub struct RunDetail {
     /// Every progress report, oldest first.
     #[serde(default)]
     pub progress_history: Vec<Value>,
+    /// The retry chain the run belongs to, first attempt first (just the run when it was never retried; empty
+    /// from an API that does not send it).
+    #[serde(default)]
+    pub chain: Vec<Run>,
 }
 
 /// `POST /api/runs/{id}/cancel`.

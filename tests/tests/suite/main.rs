@@ -12,6 +12,7 @@ mod api_security;
 mod bad_input;
 mod chaos;
 mod cli;
+mod cli_schedules;
 mod daemon_chores;
 mod daemon_costs;
 mod daemon_fencing;
