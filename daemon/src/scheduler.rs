@@ -17,6 +17,8 @@ const LONGEST_WAIT: Duration = Duration::from_secs(60);
 const DUE_MARGIN: Duration = Duration::from_millis(2);
 /// Wake-ups closer together than this are taken together (SQLite wakes on every write).
 const MIN_GAP: Duration = Duration::from_millis(50);
+/// When another daemon holds a due schedule, the next look comes this much later.
+const RACE_WAIT: Duration = Duration::from_millis(20);
 /// After a failed look, the next one comes this much later.
 const RETRY: Duration = Duration::from_secs(1);
 
@@ -35,6 +37,7 @@ pub struct Wakes {
 pub async fn run(ctx: Arc<Context>, wakes: Wakes, stop: CancellationToken) {
     let mut settle = true;
     loop {
+        settle |= has_permit(&wakes.ended);
         if settle {
             settle_waiting(&ctx).await;
         }
@@ -46,18 +49,30 @@ pub async fn run(ctx: Arc<Context>, wakes: Wakes, stop: CancellationToken) {
             }
         };
         let deadline = Instant::now() + wait;
-        settle = tokio::select! {
+        let woken = tokio::select! {
             () = stop.cancelled() => return,
-            () = tokio::time::sleep_until(deadline) => false,
-            () = wakes.due.notified() => false,
-            () = wakes.ended.notified() => true,
+            () = tokio::time::sleep_until(deadline) => None,
+            () = wakes.due.notified() => Some(false),
+            () = wakes.ended.notified() => Some(true),
         };
-        // Let a burst of wake-ups arrive, then take them as one.
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(MIN_GAP) => {}
+        settle = woken == Some(true);
+        if woken.is_some() {
+            // A change: let the burst it belongs to arrive (SQLite wakes on every write), then take it as one. A
+            // due time is looked at at once.
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(MIN_GAP) => {}
+            }
+            settle |= has_permit(&wakes.ended);
         }
     }
+}
+
+/// Whether `notify` holds a permit (consuming it).
+fn has_permit(notify: &Notify) -> bool {
+    let notified = notify.notified();
+    tokio::pin!(notified);
+    notified.as_mut().enable()
 }
 
 /// Fires what is due, and returns how long to sleep until the next due time.
@@ -79,7 +94,12 @@ async fn look(ctx: &Context, wakes: &Wakes) -> Result<Duration, scrinalia_shared
             wakes.claim.notify_one();
         }
         match fire {
-            Some(Duration::ZERO) => continue,
+            // More came due while firing (a schedule every second).
+            Some(Duration::ZERO) if pass.attempted > 0 => continue,
+            // Another daemon is firing it right now: look again in a moment, when it has.
+            Some(Duration::ZERO) if pass.lost_races > 0 => return Ok(RACE_WAIT),
+            // Due but not fired (a stored expression this version cannot read): not in a loop.
+            Some(Duration::ZERO) => return Ok(RETRY),
             _ => {
                 let next = [fire, not_before.filter(|d| !d.is_zero())].into_iter().flatten().min();
                 return Ok(next.map_or(LONGEST_WAIT, |d| (d + DUE_MARGIN).min(LONGEST_WAIT)));
