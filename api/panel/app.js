@@ -5,6 +5,8 @@ import { ApiError, api, connectEvents, setToken, token } from "./api.js";
 import { debouncer, h, replace } from "./dom.js";
 import { startHealth } from "./health.js";
 import * as overrides from "./overrides.js";
+import * as pipelineRun from "./pipeline-run.js";
+import * as pipelines from "./pipelines.js";
 import * as run from "./run.js";
 import * as runs from "./runs.js";
 import * as workers from "./workers.js";
@@ -16,6 +18,8 @@ const ROUTES = [
   { pattern: /^#\/runs\/?(?:\?(.*))?$/, view: runs, nav: "runs" },
   { pattern: /^#\/runs\/([0-9A-Fa-f-]{36})\/?$/, view: run, nav: "runs" },
   { pattern: /^#\/overrides(?:\/([A-Za-z0-9_-]+))?\/?$/, view: overrides, nav: "overrides" },
+  { pattern: /^#\/pipelines\/?$/, view: pipelines, nav: "pipelines" },
+  { pattern: /^#\/pipelines\/runs\/([0-9A-Fa-f-]{36})\/?$/, view: pipelineRun, nav: "pipelines" },
 ];
 
 const listeners = { daemons: new Set() };

@@ -1,5 +1,6 @@
-// One run: its state, times, daemon, resolved configuration with sources (beside what the worker reported it
-// used), progress, result counts, error, and its log, followed live while the run is in flight (a streamed
+// One run: its state, times, daemon, where it comes from (its retry chain, the schedule or pipeline that
+// requested it), resolved configuration with sources (beside what the worker reported it used), progress, result
+// counts, error, and its log, followed live while the run is in flight (a streamed
 // fetch of /api/runs/{id}/log?follow=true).
 
 import { ApiError, api, streamText } from "./api.js";
@@ -26,6 +27,9 @@ export function mount(root, [id], ctx) {
   const alert = h("p", { class: "alert", role: "alert", hidden: true });
   const summary = h("section", { class: "card run-summary", "aria-label": "Summary" });
   const config = h("section", { class: "card", "aria-labelledby": "config-title" });
+  const lineage = h("section", {
+    class: "card lineage-card", id: "run-lineage", "aria-labelledby": "lineage-title", hidden: true,
+  });
   const outcome = h("section", { class: "card", "aria-labelledby": "outcome-title" });
   const logState = h("span", { class: "log-state muted", id: "log-state" });
   const logPre = h("pre", {
@@ -33,7 +37,7 @@ export function mount(root, [id], ctx) {
   });
   const logSection = h("section", { class: "card log-card", "aria-labelledby": "log-title" },
     h("h2", { id: "log-title" }, "Output ", logState), logPre);
-  replace(root, head, notice, alert, h("div", { class: "run-grid" }, summary, outcome, config), logSection);
+  replace(root, head, notice, alert, lineage, h("div", { class: "run-grid" }, summary, outcome, config), logSection);
 
   function render() {
     const r = run;
@@ -84,6 +88,44 @@ export function mount(root, [id], ctx) {
         h("ol", null, history.slice(-200).map(report))) : null);
 
     renderConfig(r);
+    renderLineage(r);
+  }
+
+  // Where the run comes from: its attempts (the whole retry chain, each linked, with when a waiting retry may be
+  // claimed), and the schedule's fire or the pipeline run and step that requested it.
+  function renderLineage(r) {
+    const chain = r.chain ?? [];
+    const max = r.config.retry?.value?.max_attempts;
+    const retried = chain.length > 1 || r.attempt > 1 || max > 1;
+    if (!retried && !r.schedule_id && !r.pipeline_run_id) {
+      lineage.hidden = true;
+      return;
+    }
+    const waits = (a) => (a.state === "queued" && a.not_before && Date.parse(a.not_before) > ctx.serverNow()
+      ? [" · waits until ", h("span", { class: "not-before" }, timeEl(a.not_before)), " (retry backoff)"]
+      : null);
+    const attempt = (a) => h("li", { dataset: { run: a.id, state: a.state, attempt: a.attempt } },
+      a.id === r.id ? h("strong", null, `Attempt ${a.attempt} (this run)`)
+        : h("a", { href: `#/runs/${a.id}` }, `Attempt ${a.attempt}`),
+      " ", stateBadge(a.state), " ", shortId(a.id), waits(a));
+    const rows = [];
+    if (retried) rows.push(["Attempt", [`${r.attempt} of ${Math.max(max ?? 1, chain.length, r.attempt)}`,
+      r.retry_of ? [" · retries ", h("a", { href: `#/runs/${r.retry_of}` }, shortId(r.retry_of))] : null]]);
+    if (r.schedule_id) {
+      rows.push(["Schedule", [h("a", { href: r.pipeline_run_id ? "#/pipelines" : "#/workers", class: "schedule-link" },
+        r.requested_by.replace(/^schedule:/, "")), r.fire_at ? [", the fire of ", timeEl(r.fire_at)] : null]]);
+    }
+    if (r.pipeline_run_id) {
+      const link = h("a", { href: `#/pipelines/runs/${r.pipeline_run_id}`, class: "pipeline-link" },
+        "pipeline run ", shortId(r.pipeline_run_id));
+      rows.push(["Pipeline", [link, r.pipeline_step != null ? `, step ${r.pipeline_step + 1}` : null]]);
+    }
+    lineage.hidden = false;
+    replace(lineage, h("h2", { id: "lineage-title" }, "Where it comes from"),
+      h("dl", { class: "facts" }, rows.map(([k, v]) => [h("dt", null, k), h("dd", null, v)])),
+      chain.length > 1
+        ? [h("h3", null, "Retry chain"), h("ol", { class: "chain", id: "run-chain" }, chain.map(attempt))]
+        : null);
   }
 
   // The resolved configuration, and beside it what the worker reported it really used when the run started
@@ -232,8 +274,10 @@ export function mount(root, [id], ctx) {
 
   return {
     onEvent(ev) {
-      // A daemon's event may change what is shown of the daemon running this run.
+      // A daemon's event may change what is shown of the daemon running this run; a run of the same worker may
+      // be a retry of this one (its chain grows).
       if (ev.run === id || (ev.kind === "daemon" && run?.daemon_id)) debounce("run", load);
+      else if (ev.kind === "run" && ev.worker === run?.worker && run?.chain) debounce("run", load);
     },
     refresh: load,
     tick() {

@@ -1,11 +1,12 @@
 // The workers view: every worker in catalogue order with its effective configuration (each value marked with
 // where it comes from), whether it is ready, where its catalogue entry and its code disagree, when its code was
-// last described, its queue, its run in flight with live progress, its last outcome, and the Run, Cancel and
-// chore (describe, count, check) controls. An event refetches only the worker it concerns.
+// last described, its queue, its run in flight with live progress, its last outcome, its schedules (schedules.js),
+// and the Run, Cancel and chore (describe, count, check) controls. An event refetches only the worker it concerns.
 
 import { ApiError, api } from "./api.js";
 import { append, debouncer, h, idFor, replace } from "./dom.js";
 import { engineFields, optionField, optionInput, readOptions } from "./form.js";
+import { createSchedules } from "./schedules.js";
 import {
   ageSpan, count, duration, progressBar, progressFacts, progressText, readinessBadge, readinessFacts, resultSummary,
   shortId, sourceBadge, stateBadge, tickAges, timeEl, valueText,
@@ -25,6 +26,7 @@ export function mount(root, _params, ctx) {
   const busy = new Set();
   const choresBusy = new Set(); // `${name} ${verb}` while that request is out
   const debounce = debouncer(250);
+  const schedules = createSchedules(ctx);
   let closed = false;
 
   const list = h("div", { class: "worker-grid", id: "workers", "aria-busy": "true" });
@@ -35,6 +37,7 @@ export function mount(root, _params, ctx) {
   notice, list);
 
   async function loadAll() {
+    schedules.load();
     try {
       const data = await api("/api/workers");
       if (closed) return;
@@ -186,6 +189,7 @@ export function mount(root, _params, ctx) {
     const article = h("article", attrs, header,
       w.description ? h("p", { class: "description" }, w.description) : null,
       status,
+      schedules.section("worker", w.name, () => workers.get(w.name)?.data.options ?? w.options),
       h("div", { class: "actions" }, controls, reason, alert, chores, overrideLink));
     return { article, status, alert, reason, runButton, controls, form: null, formKey: null, chores, choreButtons,
       choreMessage };
@@ -419,7 +423,8 @@ export function mount(root, _params, ctx) {
     onEvent(ev) {
       // Daemon events carry no worker: the daemon list (ctx.onDaemons) redraws the cards for those. Every other
       // event (a run, a queue measurement, an override, a `worker` event for a new description or readiness)
-      // names its worker, whose card alone is read again.
+      // names its worker, whose card alone is read again. Schedules are read again on their own event.
+      schedules.onEvent(ev);
       if (!ev.worker) return;
       if (workers.has(ev.worker)) debounce(ev.worker, () => loadOne(ev.worker));
       // Before the first list has arrived, it may already be older than the change: read it all again.
@@ -438,6 +443,7 @@ export function mount(root, _params, ctx) {
     unmount() {
       closed = true;
       debounce.cancel();
+      schedules.unmount();
       stopDaemons();
     },
   };

@@ -54,6 +54,9 @@ static ASSETS: &[Asset] = &[
     asset!("runs.js", JS),
     asset!("run.js", JS),
     asset!("overrides.js", JS),
+    asset!("schedules.js", JS),
+    asset!("pipelines.js", JS),
+    asset!("pipeline-run.js", JS),
 ];
 
 /// A strong validator per file, computed once (FNV-1a over the bytes: the files are fixed for the binary's life).
