@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use scrinalia_shared::{PipelineRunView, PipelineState, RetryOn, RetryPolicy, RunState, catalogue::PipelineSpec};
+use scrinalia_shared::{
+    FireOutcome, PipelineRunView, PipelineState, RetryOn, RetryPolicy, RunState, ScheduleInput, catalogue::PipelineSpec,
+};
 use scrinalia_tests::{
     TestDb, backend_tests,
     daemon_harness::{Setup, wait_run},
@@ -19,6 +21,7 @@ backend_tests!(
     a_pipeline_of_three_probes_runs_its_steps_in_order,
     a_failing_middle_step_stops_the_pipeline_with_its_reason,
     a_daemon_killed_right_after_step_one_does_not_stall_the_pipeline,
+    a_schedule_starts_the_pipeline_and_a_cancel_stops_its_running_step,
 );
 
 /// The tests' configuration with the pipeline `three` of probe-1, probe-2 and probe-3; probe-2 is retried at
@@ -125,4 +128,44 @@ async fn a_daemon_killed_right_after_step_one_does_not_stall_the_pipeline(t: &Te
     let probe_3 = view.runs.iter().filter(|r| r.worker == "probe-3").count();
     assert_eq!(probe_3, 1, "no step run twice");
     wait_run(&t.db, step_2.id, Duration::from_secs(1), "step 2 is recorded", |r| r.state.is_terminal()).await;
+}
+
+async fn a_schedule_starts_the_pipeline_and_a_cancel_stops_its_running_step(t: &TestDb) {
+    let setup = setup(t);
+    let daemon = start_daemon(&setup.dir, "daemon", &setup.config, &[]).await;
+    let input = ScheduleInput {
+        name: "three-every-second".into(),
+        pipeline: Some("three".into()),
+        cron: "* * * * * *".into(),
+        arguments: Some(json!({"probe-1": {"options": {"duration_ms": 30000}}})),
+        reason: Some("the pipeline as a unit".into()),
+        ..ScheduleInput::default()
+    };
+    let schedule = t.db.create_schedule(&setup.settings.catalogue, "test", &input).await.expect("create").schedule;
+    let fire = eventually(Duration::from_secs(20), "a fire starts the pipeline", || async {
+        let fires = t.db.schedule_fires("three-every-second", 100).await.expect("fires");
+        fires.into_iter().find(|f| f.outcome == FireOutcome::Requested)
+    })
+    .await;
+    let id = fire.pipeline_run_id.expect("the fire names its pipeline run");
+    let view = t.db.pipeline_run(id).await.expect("read").expect("the pipeline run");
+    assert_eq!((view.pipeline_run.schedule_id, view.pipeline_run.fire_at), (Some(schedule.id), Some(fire.fire_at)));
+    assert_eq!(view.pipeline_run.requested_by, "schedule:three-every-second");
+    // Later fires find the pipeline in flight: skipped, naming it.
+    let skipped = eventually(Duration::from_secs(10), "a fire skipped", || async {
+        let fires = t.db.schedule_fires("three-every-second", 100).await.expect("fires");
+        fires.into_iter().find(|f| f.outcome == FireOutcome::Skipped)
+    })
+    .await;
+    assert_eq!(skipped.blocked_by, Some(id), "the skip names the pipeline run in flight");
+    t.db.set_schedule_enabled("three-every-second", false, "test", Some("enough")).await.expect("pause");
+    let step = view.runs[0].id;
+    wait_run(&t.db, step, Duration::from_secs(20), "step 1 runs", |r| r.started_at.is_some()).await;
+    t.db.cancel_pipeline_run(id, "ada").await.expect("cancel").expect("the pipeline run");
+    let view = ended(t, id, Duration::from_secs(30)).await;
+    daemon.stop(Duration::from_secs(10)).await;
+    assert_eq!(view.pipeline_run.state, PipelineState::Cancelled, "{view:#?}");
+    assert_eq!(view.pipeline_run.error.as_deref(), Some("cancelled by ada"));
+    let states: Vec<RunState> = view.runs.iter().map(|r| r.state).collect();
+    assert_eq!(states, [RunState::Cancelled], "the running step was stopped and no other step started");
 }
