@@ -198,24 +198,9 @@ impl From<ScheduleError> for ApiError {
                 Self::bad_request("invalid_cron", message).with("field", field)
             }
             ScheduleError::Cron(CronError::TimeZone { message }) => Self::bad_request("invalid_time_zone", message),
-            ScheduleError::Reason(message) => {
-                // The domain checks a schedule's reason as an override's; the sentence here names the schedule.
-                let (code, message) = if message == OverrideError::ReasonRequired.to_string() {
-                    (
-                        "reason_required",
-                        "A reason is required: say in `reason` why the schedule changes; it is kept in the audit \
-                         trail."
-                            .to_owned(),
-                    )
-                } else if message == OverrideError::ReasonHasNul.to_string() {
-                    ("reason_invalid", message)
-                } else if message == OverrideError::ReasonTooLong.to_string() {
-                    ("reason_too_long", message)
-                } else {
-                    ("reason_required", message)
-                };
-                Self::bad_request(code, message)
-            }
+            ScheduleError::ReasonRequired => Self::bad_request("reason_required", e.to_string()),
+            ScheduleError::ReasonHasNul => Self::bad_request("reason_invalid", e.to_string()),
+            ScheduleError::ReasonTooLong => Self::bad_request("reason_too_long", e.to_string()),
             ScheduleError::Database(e) => e.into(),
             invalid @ (ScheduleError::InvalidName(_)
             | ScheduleError::Target

@@ -14,7 +14,7 @@ use crate::{
         self, retrying,
         schedules::{ScheduleRow, WriteRefused},
     },
-    overrides::check_reason,
+    overrides::{OverrideError, check_reason},
     pipelines::StepConfigs,
     runs::RequestError,
 };
@@ -55,9 +55,15 @@ pub enum ScheduleError {
     /// The arguments do not fit the target.
     #[error("{0}")]
     Arguments(String),
-    /// The reason is missing or unusable.
-    #[error("{0}")]
-    Reason(String),
+    /// No reason, or only spaces.
+    #[error("A reason is required: say in `reason` why the schedule changes; it is kept in the audit trail.")]
+    ReasonRequired,
+    /// The reason holds a NUL character.
+    #[error("The reason must not contain a NUL character (\\u0000); it is kept as text in the audit trail.")]
+    ReasonHasNul,
+    /// The reason is too long.
+    #[error("The reason must be at most {} characters.", crate::overrides::MAX_REASON)]
+    ReasonTooLong,
     /// The database failed.
     #[error(transparent)]
     Database(#[from] DbError),
@@ -147,7 +153,11 @@ impl Database {
         checked: Option<&Checked>,
         name: &str,
     ) -> Result<Option<Schedule>, ScheduleError> {
-        let reason = check_reason(reason).map_err(|e| ScheduleError::Reason(e.to_string()))?;
+        let reason = check_reason(reason).map_err(|e| match e {
+            OverrideError::ReasonHasNul => ScheduleError::ReasonHasNul,
+            OverrideError::ReasonTooLong => ScheduleError::ReasonTooLong,
+            _ => ScheduleError::ReasonRequired,
+        })?;
         let now = self.now().await?;
         let next = |current: Option<&Schedule>| {
             let row = match (action, checked, current) {
