@@ -12,6 +12,7 @@ mod latency;
 mod machine;
 mod recovery;
 mod report;
+mod schedules;
 
 use std::path::PathBuf;
 
@@ -64,6 +65,8 @@ enum Command {
     Idle(idle::Opts),
     /// What a round of queue counts costs (processes, process-seconds, wall time) with 1 and with 3 daemons.
     Counts(counts::Opts),
+    /// Schedules: fire lateness with 3 daemons, and an idle daemon's queries with 1,000 schedules against none.
+    Schedules(schedules::Opts),
     /// Everything above, with the default options.
     All,
 }
@@ -77,6 +80,10 @@ fn main() -> anyhow::Result<()> {
     let env = match cli.command {
         // Only the daemon: a folder built with `cargo build --release -p scrinalia-daemon` will do.
         Command::Counts(_) => Env::needing(bin_dir, cli.common.pg, cli.common.keep, &["scrinalia-daemon"])?,
+        // The daemon and its probes (the demo worker); no API.
+        Command::Schedules(_) => {
+            Env::needing(bin_dir, cli.common.pg, cli.common.keep, &["scrinalia-daemon", "scrinalia-demo-worker"])?
+        }
         _ => Env::new(bin_dir, cli.common.pg, cli.common.keep)?,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -90,6 +97,7 @@ fn main() -> anyhow::Result<()> {
             Command::Recovery(o) => figures.extend(recovery::run(&env, &o).await?),
             Command::Idle(o) => figures.extend(idle::run(&env, &o).await?),
             Command::Counts(o) => figures.extend(counts::run(&env, &o).await?),
+            Command::Schedules(o) => figures.extend(schedules::run(&env, &o).await?),
             Command::All => {
                 let started = std::time::Instant::now();
                 figures.extend(latency::run(&env, &latency::Opts::default()).await?);
@@ -98,6 +106,7 @@ fn main() -> anyhow::Result<()> {
                 figures.extend(recovery::run(&env, &recovery::Opts::default()).await?);
                 figures.extend(idle::run(&env, &idle::Opts::default()).await?);
                 figures.extend(counts::run(&env, &counts::Opts::default()).await?);
+                figures.extend(schedules::run(&env, &schedules::Opts::default()).await?);
                 eprintln!("all benches took {:.0} s", started.elapsed().as_secs_f64());
             }
         }

@@ -1,0 +1,549 @@
+//! Schedules, two measurements (`--parts lateness,idle`), on PostgreSQL and then SQLite (`--backends`):
+//!
+//! - **Fire lateness**: `--daemons` (3) real daemons with the shipped defaults share one database whose
+//!   catalogue holds `--schedules` (20) no-op probes; once the daemons have settled (`--settle`, 5 s: start-up
+//!   chores), the bench creates one schedule per probe, `* * * * * *` (every second), through
+//!   `Database::create_schedule` as the API does, lets `--warmup` (3) s pass, then measures `--seconds` (40) s
+//!   on the database clock. A fire's lateness is its run's `requested_at − fire_at`: both are written by the
+//!   database (`requested_at` is the fire transaction's start on PostgreSQL, the insert's time on SQLite, with
+//!   millisecond resolution there), so no client clock is in it. Every fire whose `fire_at` falls in the window
+//!   counts; the schedules are paused a second and a half after the window, so that its last fire time has fired.
+//!   Also: how many fires each daemon made (`schedule_fires.fired_by`: there is no leader), the lateness of the
+//!   first fire of each second (the wake-up), the spread within a second (one fire after the other), and the
+//!   CPU busy in the window (`/proc/stat`; the daemons' own with their reaped supervisors and probes). For a
+//!   diagnosis, `--no-runs` leaves the scheduled runs queued (the firing alone) and `--statement-log` logs the
+//!   daemons' statements.
+//! - **An idle daemon's queries with 1,000 schedules**: two daemons side by side, each on a database of its own
+//!   with three probes and the shipped defaults, one with no schedule (A) and one with `--idle-schedules`
+//!   (1,000) enabled schedules that do not come due for weeks (`<minute> <hour> 1 1 *`, spread over New Year's
+//!   day), nothing queued; measured over `--idle-seconds` (60) after `--idle-settle` (15) s. Queries: every statement
+//!   each daemon sends, counted from its own statement log (`RUST_LOG=info,sqlx::query=debug`: sqlx logs every
+//!   statement it sends but `BEGIN` and the rollback of a dropped transaction; its pings are protocol syncs, no
+//!   statement), on both backends; on PostgreSQL also `xact_commit +
+//!   xact_rollback` of each database in `pg_stat_database`, read from another database, with the bench's own
+//!   pools closed before the daemons start (`pg_stat_statements` is not loaded on the bench's server, and
+//!   loading it means a restart with `shared_preload_libraries`, which the bench does not do). The A/B pair
+//!   runs in the same window, so the machine and the server's other databases weigh on both alike.
+
+use std::{collections::BTreeMap, path::Path, time::Duration};
+
+use anyhow::{Context as _, bail, ensure};
+use chrono::{DateTime, TimeDelta, Utc};
+use clap::{Args, ValueEnum};
+use scrinalia_shared::{FireOutcome, ScheduleFire, ScheduleInput, config::DaemonSettings};
+use scrinalia_testkit::{FreshDb, Kind, Process};
+use sqlx::{Connection as _, PgConnection};
+use uuid::Uuid;
+
+use crate::{
+    counts::Backend,
+    env::{ConfigSpec, Env, cpu_time, with_db},
+    report::{Bound, Figure, Samples, number},
+};
+
+/// Options of `scrinalia-bench schedules`.
+#[derive(Debug, Clone, Args)]
+pub struct Opts {
+    /// The measurements (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Part::Lateness, Part::Idle])]
+    pub parts: Vec<Part>,
+    /// The databases, one measurement per backend (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Backend::Postgres, Backend::Sqlite])]
+    pub backends: Vec<Backend>,
+    /// Lateness: daemons sharing the database.
+    #[arg(long, default_value_t = 3)]
+    pub daemons: usize,
+    /// Lateness: schedules firing every second, each on a probe of its own.
+    #[arg(long, default_value_t = 20)]
+    pub schedules: usize,
+    /// Lateness: length of the measurement window, in seconds.
+    #[arg(long, default_value_t = 40)]
+    pub seconds: u64,
+    /// Lateness: seconds between the schedules' creation and the window.
+    #[arg(long, default_value_t = 3)]
+    pub warmup: u64,
+    /// Idle: the schedules of daemon B (daemon A has none).
+    #[arg(long, default_value_t = 1000)]
+    pub idle_schedules: usize,
+    /// Idle: length of the measurement window, in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub idle_seconds: u64,
+    /// Idle: seconds between the daemons' start and the window. PostgreSQL 15 may hold a backend's counters up to
+    /// 10 s (`PGSTAT_IDLE_INTERVAL`) when it cannot flush them at once, so the start-up work must be well over.
+    #[arg(long, default_value_t = 15)]
+    pub idle_settle: u64,
+    /// Lateness: run the daemons with their statement log (`RUST_LOG=info,sqlx::query=debug`) to see where a
+    /// fire's time goes with `--keep`; the logging slows them.
+    #[arg(long)]
+    pub statement_log: bool,
+    /// Lateness, a diagnosis: the daemons take only a probe no schedule fires, so no scheduled run starts (each
+    /// schedule's first run stays queued and its later fires are skipped as overlapping): the firing alone, its
+    /// lateness read from `schedule_fires.recorded_at − fire_at` (on PostgreSQL the same transaction start as a
+    /// run's `requested_at`).
+    #[arg(long)]
+    pub no_runs: bool,
+    /// Lateness: seconds between the daemons' start and the schedules' creation (start-up work: the first chores).
+    #[arg(long, default_value_t = 5)]
+    pub settle: u64,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Self {
+            parts: vec![Part::Lateness, Part::Idle],
+            backends: vec![Backend::Postgres, Backend::Sqlite],
+            daemons: 3,
+            schedules: 20,
+            seconds: 40,
+            warmup: 3,
+            statement_log: false,
+            no_runs: false,
+            idle_schedules: 1000,
+            idle_seconds: 60,
+            idle_settle: 15,
+            settle: 5,
+        }
+    }
+}
+
+/// One of the two measurements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Part {
+    /// Fire lateness with several daemons.
+    Lateness,
+    /// An idle daemon's queries with many schedules, against none.
+    Idle,
+}
+
+const BENCH: &str = "schedules";
+
+fn kind(backend: Backend) -> Kind {
+    match backend {
+        Backend::Postgres => Kind::Postgres,
+        Backend::Sqlite => Kind::Sqlite,
+    }
+}
+
+/// Runs the parts asked for, on each backend.
+pub async fn run(env: &Env, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
+    ensure!(opts.daemons > 0 && opts.schedules > 0 && opts.seconds > 0, "--daemons, --schedules, --seconds > 0");
+    ensure!(opts.idle_seconds > 0, "--idle-seconds must be above 0");
+    let mut figures = Vec::new();
+    for part in &opts.parts {
+        for backend in &opts.backends {
+            let kind = kind(*backend);
+            let name = kind.name().to_lowercase();
+            figures.extend(match part {
+                Part::Lateness => {
+                    let dir = env.folder(&format!("schedules-lateness-{name}"))?;
+                    with_db(env, kind, &dir, async |db| lateness(env, db, &dir, opts).await).await?
+                }
+                Part::Idle => {
+                    let (a, b) = (
+                        env.folder(&format!("schedules-idle-{name}-a"))?,
+                        env.folder(&format!("schedules-idle-{name}-b"))?,
+                    );
+                    with_db(env, kind, &a, async |db_a| {
+                        with_db(env, kind, &b, async |db_b| idle(env, [db_a, db_b], [&a, &b], opts).await).await
+                    })
+                    .await?
+                }
+            });
+        }
+    }
+    Ok(figures)
+}
+
+/// Milliseconds of a database-clock difference.
+fn ms(d: TimeDelta) -> f64 {
+    d.num_microseconds().unwrap_or(i64::MAX) as f64 / 1000.0
+}
+
+fn start_daemons(env: &Env, dir: &Path, config: &Path, n: usize, log: &[(&str, &str)]) -> anyhow::Result<Vec<Process>> {
+    let program = env.bin("scrinalia-daemon");
+    let config = config.display().to_string();
+    (0..n).map(|i| Process::start(&program, &format!("daemon-{i}"), dir, &["--config", &config], log)).collect()
+}
+
+async fn lateness(env: &Env, db: &FreshDb, dir: &Path, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
+    let backend = db.kind.name();
+    let spec = if opts.no_runs {
+        let idle = format!("probe-{}", opts.schedules + 1);
+        let daemon = DaemonSettings { workers: vec![idle], ..DaemonSettings::default() };
+        ConfigSpec { probes: opts.schedules + 1, daemon, ..ConfigSpec::default() }
+    } else {
+        ConfigSpec { probes: opts.schedules, ..ConfigSpec::default() }
+    };
+    let (config, settings) = spec.load(env, db, dir, "bench")?;
+    // All are started before any is waited for, so that they settle side by side.
+    let log: &[(&str, &str)] = if opts.statement_log { &[("RUST_LOG", "info,sqlx::query=debug")] } else { &[] };
+    let mut daemons = start_daemons(env, dir, &config, opts.daemons, log)?;
+    for daemon in &mut daemons {
+        daemon.wait_for("daemon started", Duration::from_secs(60)).await?;
+    }
+    tokio::time::sleep(Duration::from_secs(opts.settle)).await;
+    let names: Vec<String> = (1..=opts.schedules).map(|i| format!("every-second-{i}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        let input = ScheduleInput {
+            name: name.clone(),
+            worker: Some(format!("probe-{}", i + 1)),
+            cron: "* * * * * *".to_owned(),
+            reason: Some("the bench measures how late a fire is".to_owned()),
+            ..ScheduleInput::default()
+        };
+        db.db.create_schedule(&settings.catalogue, "bench", &input).await.with_context(|| format!("create {name}"))?;
+    }
+    tokio::time::sleep(Duration::from_secs(opts.warmup)).await;
+    eprintln!(
+        "schedules: {backend}, {} schedules every second, {} daemons: measuring {} s",
+        opts.schedules, opts.daemons, opts.seconds
+    );
+    let from = db.db.now().await?;
+    let busy_before = cpu_busy()?;
+    let daemons_before: Vec<Duration> =
+        daemons.iter().map(|d| cpu_time(d.pid().as_raw())).collect::<anyhow::Result<_>>()?;
+    tokio::time::sleep(Duration::from_secs(opts.seconds)).await;
+    let until = db.db.now().await?;
+    let busy = cpu_busy()?.since(&busy_before);
+    let daemons_cpu: Duration = daemons
+        .iter()
+        .zip(&daemons_before)
+        .map(|(d, before)| Ok(cpu_time(d.pid().as_raw())? - *before))
+        .sum::<anyhow::Result<Duration>>()?;
+    let alive = db.db.list_daemons(settings.daemon.gone_after()).await?;
+    let who: BTreeMap<Uuid, String> = alive
+        .iter()
+        .filter_map(|d| daemons.iter().find(|p| p.pid().as_raw() == d.pid).map(|p| (d.id, p.name.clone())))
+        .collect();
+    // The last fire time of the window fires too before the schedules are paused.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for name in &names {
+        db.db.set_schedule_enabled(name, false, "bench", Some("the window is over")).await?;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let logs: Vec<String> = daemons.iter().map(Process::output).collect();
+    for daemon in daemons {
+        daemon.stop(Duration::from_secs(10)).await;
+    }
+
+    let mut fires: Vec<ScheduleFire> = Vec::new();
+    for name in &names {
+        let all = db.db.schedule_fires(name, 1000).await?;
+        fires.extend(all.into_iter().filter(|f| f.fire_at >= from && f.fire_at < until));
+    }
+    if fires.is_empty() {
+        bail!("no schedule fired in the window; see the daemons' logs in {}", dir.display());
+    }
+    // Whole seconds in [from, until): the fire times of a schedule every second.
+    let seconds = (until.timestamp() - from.timestamp()) + i64::from(until.timestamp_subsec_nanos() > 0)
+        - i64::from(from.timestamp_subsec_nanos() > 0);
+    let expected = usize::try_from(seconds).unwrap_or(0) * opts.schedules;
+    let mut late: Vec<(DateTime<Utc>, f64)> = Vec::new();
+    for fire in &fires {
+        if opts.no_runs {
+            late.push((fire.fire_at, ms(fire.recorded_at - fire.fire_at)));
+            continue;
+        }
+        let Some(id) = fire.run_id else { continue };
+        let run = db.db.get_run(id).await?.with_context(|| format!("run {id} of a fire is missing"))?;
+        let at = run.fire_at.context("a fired run has its fire time")?;
+        late.push((at, ms(run.requested_at - at)));
+    }
+    let samples = Samples::from_ms(late.iter().map(|(_, l)| *l));
+    let mut by_second: BTreeMap<DateTime<Utc>, Vec<f64>> = BTreeMap::new();
+    for (at, l) in &late {
+        by_second.entry(*at).or_default().push(*l);
+    }
+    let first = Samples::from_ms(by_second.values().map(|v| v.iter().copied().fold(f64::INFINITY, f64::min)));
+    let spread = Samples::from_ms(by_second.values().map(|v| {
+        let (lo, hi) = v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), l| (lo.min(*l), hi.max(*l)));
+        hi - lo
+    }));
+    let count = |o: FireOutcome| fires.iter().filter(|f| f.outcome == o).count();
+    let mut per_daemon: BTreeMap<String, usize> = who.values().map(|n| (n.clone(), 0)).collect();
+    for fire in &fires {
+        let name = fire
+            .fired_by
+            .map_or_else(|| "nobody".to_owned(), |id| who.get(&id).cloned().unwrap_or_else(|| id.to_string()));
+        *per_daemon.entry(name).or_default() += 1;
+    }
+    let warned: usize = logs.iter().map(|l| l.matches("could not fire the due schedules").count()).sum();
+    let refused: usize = logs.iter().map(|l| l.matches("refused by the database's unique index").count()).sum();
+    let mut setup = format!("{} schedules every second, {} daemons", opts.schedules, opts.daemons);
+    let measure = if opts.no_runs {
+        setup.push_str(", no run started");
+        "fire recorded_at − fire_at"
+    } else {
+        "run requested_at − fire_at"
+    };
+    let each: Vec<String> = per_daemon.iter().map(|(n, c)| format!("{n} {c}")).collect();
+    eprintln!("schedules: {backend}: lateness {}; fires by daemon: {}", samples.summary(), each.join(", "));
+    let mut figures = vec![
+        Figure::info(BENCH, backend, format!("{setup}: fire lateness p99 ({measure})"), samples.p99(), "ms")
+            .target(Bound::Below(50.0))
+            .detail(samples.summary()),
+        Figure::info(BENCH, backend, format!("{setup}: fire lateness p50"), samples.p50(), "ms"),
+        Figure::info(
+            BENCH,
+            backend,
+            format!("{setup}: the first fire of each second, lateness p50"),
+            first.p50(),
+            "ms",
+        )
+        .detail(first.summary()),
+        Figure::info(BENCH, backend, format!("{setup}: a second's fires, last − first, p50"), spread.p50(), "ms")
+            .detail(spread.summary()),
+        Figure::info(BENCH, backend, format!("{setup}: fires in {} s", opts.seconds), fires.len() as f64, "fires")
+            .detail(format!(
+                "{expected} fire times in the window; requested {}, skipped {}, missed {}, waiting {} · \
+                 {warned} failed looks, {refused} double fires refused by the index",
+                count(FireOutcome::Requested),
+                count(FireOutcome::Skipped),
+                count(FireOutcome::Missed),
+                count(FireOutcome::Waiting)
+            )),
+    ];
+    let window = opts.seconds as f64;
+    figures.push(
+        Figure::info(
+            BENCH,
+            backend,
+            format!("{setup}: CPU busy in the window (all processes, /proc/stat)"),
+            busy.0,
+            "%",
+        )
+        .detail(format!(
+            "of {} CPUs · the daemons with their supervisors and probes: {} % of one core",
+            busy.1,
+            number(daemons_cpu.as_secs_f64() / window * 100.0)
+        )),
+    );
+    let firing = per_daemon.iter().filter(|(n, c)| **c > 0 && n.starts_with("daemon-")).count();
+    figures.push(
+        Figure::info(
+            BENCH,
+            backend,
+            format!("{setup}: daemons that fired (schedule_fires.fired_by)"),
+            firing as f64,
+            "daemons",
+        )
+        .detail(format!("fires each: {}", each.join(" · "))),
+    );
+    Ok(figures)
+}
+
+/// The machine's CPU time from the first line of `/proc/stat`, in USER_HZ ticks: (busy, all), and the CPUs.
+#[derive(Debug, Clone, Copy)]
+struct Ticks {
+    busy: u64,
+    all: u64,
+    cpus: usize,
+}
+
+impl Ticks {
+    /// The busy share since `before`, in % of all the CPUs, and how many CPUs.
+    fn since(&self, before: &Self) -> (f64, usize) {
+        let all = self.all.saturating_sub(before.all).max(1) as f64;
+        (self.busy.saturating_sub(before.busy) as f64 / all * 100.0, self.cpus)
+    }
+}
+
+fn cpu_busy() -> anyhow::Result<Ticks> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let first = stat.lines().next().context("an empty /proc/stat")?;
+    // cpu user nice system idle iowait irq softirq steal (guest time is in user already).
+    let fields: Vec<u64> = first.split_whitespace().skip(1).take(8).map(|f| f.parse().unwrap_or(0)).collect();
+    ensure!(fields.len() == 8, "a short /proc/stat: {first}");
+    let all: u64 = fields.iter().sum();
+    let cpus = stat.lines().filter(|l| l.starts_with("cpu") && !l.starts_with("cpu ")).count();
+    Ok(Ticks { busy: all - fields[3] - fields[4], all, cpus })
+}
+
+/// The cron expression of the `i`th idle schedule: once a year, on New Year's day, at a minute of its own.
+fn not_due(i: usize) -> String {
+    format!("{} {} 1 1 *", i % 60, (i / 60) % 24)
+}
+
+async fn idle(env: &Env, dbs: [&FreshDb; 2], dirs: [&Path; 2], opts: &Opts) -> anyhow::Result<Vec<Figure>> {
+    let backend = dbs[0].kind.name();
+    let spec = ConfigSpec { probes: 3, ..ConfigSpec::default() };
+    let (config_a, _) = spec.load(env, dbs[0], dirs[0], "bench")?;
+    let (config_b, settings) = spec.load(env, dbs[1], dirs[1], "bench")?;
+    let b = &dbs[1].db;
+    eprintln!("schedules: {backend}: creating {} schedules that are not due", opts.idle_schedules);
+    for i in 0..opts.idle_schedules {
+        let input = ScheduleInput {
+            name: format!("new-year-{i:04}"),
+            worker: Some(format!("probe-{}", i % 3 + 1)),
+            cron: not_due(i),
+            reason: Some("the bench measures an idle daemon with many schedules".to_owned()),
+            ..ScheduleInput::default()
+        };
+        b.create_schedule(&settings.catalogue, "bench", &input)
+            .await
+            .with_context(|| format!("create {}", input.name))?;
+    }
+    let listed = b.schedules().await?;
+    let enabled = listed.iter().filter(|s| s.schedule.enabled).count();
+    ensure!(enabled == opts.idle_schedules, "{enabled} schedules enabled, not {}", opts.idle_schedules);
+    let (next_fire, _) = b.next_due().await?;
+    let window = Duration::from_secs(opts.idle_settle + opts.idle_seconds);
+    if opts.idle_schedules > 0 {
+        let next = next_fire.context("an enabled schedule has a next fire time")?;
+        ensure!(next > window * 2, "the first schedule fires in {next:?}, within the window");
+    }
+    // The bench's own pools close first: a backend reports its counters when it ends, which must not fall into
+    // the window, and no connection of the bench's may count.
+    for db in dbs {
+        db.db.close().await;
+    }
+    let log = [("RUST_LOG", "info,sqlx::query=debug")];
+    let mut daemons =
+        [start_daemons(env, dirs[0], &config_a, 1, &log)?, start_daemons(env, dirs[1], &config_b, 1, &log)?]
+            .map(|mut v| v.remove(0));
+    for daemon in &mut daemons {
+        daemon.wait_for("daemon started", Duration::from_secs(60)).await?;
+    }
+    tokio::time::sleep(Duration::from_secs(opts.idle_settle)).await;
+    eprintln!(
+        "schedules: {backend}: measuring two idle daemons (0 and {} schedules) for {} s",
+        opts.idle_schedules, opts.idle_seconds
+    );
+    let pg_names: Vec<String> = dbs.iter().filter_map(|d| d.pg_name().map(str::to_owned)).collect();
+    let mut admin = match dbs[0].kind {
+        Kind::Postgres => Some(PgConnection::connect(&env.pg_admin).await?),
+        Kind::Sqlite => None,
+    };
+    let before_pg = transactions(admin.as_mut(), &pg_names).await?;
+    let before: Vec<(Duration, Log)> = daemons
+        .iter()
+        .map(|d| Ok((cpu_time(d.pid().as_raw())?, Log::of(&d.output()))))
+        .collect::<anyhow::Result<_>>()?;
+    tokio::time::sleep(Duration::from_secs(opts.idle_seconds)).await;
+    let after_pg = transactions(admin.as_mut(), &pg_names).await?;
+    if let Some(admin) = admin {
+        let _ = admin.close().await;
+    }
+    let seconds = opts.idle_seconds as f64;
+    let mut made = Vec::new();
+    for (daemon, (cpu_before, log_before)) in daemons.iter().zip(&before) {
+        let cpu = (cpu_time(daemon.pid().as_raw())? - *cpu_before).as_secs_f64() / seconds * 100.0;
+        made.push((Log::of(&daemon.output()).minus(log_before), cpu));
+    }
+    for daemon in daemons {
+        daemon.stop(Duration::from_secs(10)).await;
+    }
+    let labels =
+        ["no schedule (A)".to_owned(), format!("{} schedules not due (B)", number(opts.idle_schedules as f64))];
+    let mut figures = Vec::new();
+    for (i, ((log, cpu), label)) in made.iter().zip(&labels).enumerate() {
+        let rate = log.statements as f64 / seconds;
+        eprintln!(
+            "schedules: {backend}: idle daemon, {label}: {} statements in {seconds} s, CPU {cpu:.2} %",
+            log.statements
+        );
+        let mut figure = Figure::info(
+            BENCH,
+            backend,
+            format!("idle daemon, {label}: queries/s (its statement log)"),
+            rate,
+            "queries/s",
+        )
+        .detail(format!(
+            "{} statements in {seconds} s, {} of them on `schedules` (and {} `BEGIN`s sqlx does not log) · CPU \
+             {cpu:.2} % of one core",
+            log.statements, log.on_schedules, log.commits
+        ));
+        if i == 1 {
+            figure = figure.target(Bound::Below(1.0));
+            let extra = (log.statements as f64 - made[0].0.statements as f64) / seconds;
+            figure.detail = format!("{} · B − A: {} queries/s", figure.detail, number(extra));
+        }
+        figures.push(figure);
+    }
+    if let (Some(before), Some(after)) = (before_pg, after_pg) {
+        for ((b, a), label) in before.iter().zip(&after).zip(&labels) {
+            let xacts = a - b;
+            figures.push(
+                Figure::info(
+                    BENCH,
+                    backend,
+                    format!("idle daemon, {label}: transactions/s (pg_stat_database xact_commit + xact_rollback)"),
+                    xacts as f64 / seconds,
+                    "xacts/s",
+                )
+                .detail(format!("{xacts} in {seconds} s")),
+            );
+        }
+    }
+    Ok(figures)
+}
+
+/// What a daemon's statement log holds so far.
+#[derive(Debug, Clone, Copy, Default)]
+struct Log {
+    /// Statements sent (sqlx logs each at debug level under `sqlx::query`, with a `summary=` field).
+    statements: usize,
+    /// Those that name the `schedules` table.
+    on_schedules: usize,
+    /// `COMMIT`s: each follows a `BEGIN` that sqlx does not log.
+    commits: usize,
+}
+
+impl Log {
+    fn of(text: &str) -> Self {
+        let lines = text.lines().filter(|l| l.contains("summary="));
+        let (mut statements, mut on_schedules, mut commits) = (0, 0, 0);
+        for line in lines {
+            statements += 1;
+            commits += usize::from(line.contains("summary=\"COMMIT\""));
+            if line.contains(" schedules ") || line.contains(" schedules\"") {
+                on_schedules += 1;
+            }
+        }
+        Self { statements, on_schedules, commits }
+    }
+
+    fn minus(self, before: &Self) -> Self {
+        Self {
+            statements: self.statements.saturating_sub(before.statements),
+            on_schedules: self.on_schedules.saturating_sub(before.on_schedules),
+            commits: self.commits.saturating_sub(before.commits),
+        }
+    }
+}
+
+/// `xact_commit + xact_rollback` of each database (PostgreSQL only), from the admin connection's database.
+async fn transactions(admin: Option<&mut PgConnection>, databases: &[String]) -> anyhow::Result<Option<Vec<i64>>> {
+    let Some(admin) = admin else { return Ok(None) };
+    let mut out = Vec::with_capacity(databases.len());
+    for database in databases {
+        out.push(
+            sqlx::query_scalar("select (xact_commit + xact_rollback)::bigint from pg_stat_database where datname = $1")
+                .bind(database)
+                .fetch_one(&mut *admin)
+                .await?,
+        );
+    }
+    Ok(Some(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_schedules_fire_on_new_years_day_only() {
+        assert_eq!(not_due(0), "0 0 1 1 *");
+        assert_eq!(not_due(61), "1 1 1 1 *");
+        assert_eq!(not_due(999), "39 16 1 1 *");
+    }
+
+    #[test]
+    fn the_statement_log_is_counted() {
+        let text = "x sqlx::query: summary=\"select id from schedules where\" db.statement=\"\"\n\
+                    x sqlx::query: summary=\"COMMIT\"\nno statement here\n";
+        let log = Log::of(text);
+        assert_eq!((log.statements, log.on_schedules, log.commits), (2, 1, 1));
+    }
+}
