@@ -104,7 +104,19 @@ async fn serve(ctx: Arc<Context>, shutdown: Shutdown, systemd: Notifier) -> anyh
     if let Some(listen) = ctx.settings.daemon.metrics_listen {
         tasks.spawn(metrics::serve(listen, ctx.clone(), background.clone()).await?.in_current_span());
     }
-    let registered = registry::register(&ctx).await.context("register the daemon")?;
+    // A connection cut at this moment (a failover, an operator terminating backends) fails one attempt, not the
+    // start: registering is an upsert of this instance's own row, safe to repeat.
+    let mut attempt = 1;
+    let registered = loop {
+        match registry::register(&ctx).await {
+            Err(e) if e.is_unavailable() && attempt < 10 => {
+                tracing::warn!(error = %e, attempt, "could not register the daemon; trying again");
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+            }
+            other => break other.context("register the daemon")?,
+        }
+    };
     let daemon = &ctx.settings.daemon;
     tracing::info!(host = %registered.host, pid = registered.pid, version = %registered.version, capacity = daemon.capacity,
         workers = ?daemon.workers, lease_s = daemon.lease_seconds, backend = ?ctx.db.backend(), "daemon started");

@@ -47,10 +47,11 @@ macro_rules! effective_state {
     };
 }
 
-/// Inserts a daemon's row.
+/// Inserts a daemon's row; again with the same id (a retry after a cut connection) it is the same row.
 pub(crate) async fn register(db: &Database, d: &NewDaemon) -> Result<Daemon> {
     const REGISTER: Sql = sql!(
-        "insert into daemons (id, host, pid, version, capacity, workers) values ($1, $2, $3, $4, $5, $6) returning ",
+        "insert into daemons (id, host, pid, version, capacity, workers) values ($1, $2, $3, $4, $5, $6) \
+         on conflict (id) do update set host = excluded.host returning ",
         stored_state!()
     );
     Ok(on_pool!(db, REGISTER, |pool, sql| sqlx::query_as(sql)
