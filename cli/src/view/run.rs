@@ -1,0 +1,224 @@
+//! Runs as people read them: a row of the run table, and the detail of one run with its lineage (attempts,
+//! schedule, pipeline) and what its worker reported it used beside what was resolved for it.
+
+use chrono::{DateTime, Utc};
+use scrinalia_wire::{ResolvedConfig, Run, RunState};
+use serde_json::Value;
+
+use super::{duration, key_lines, progress, source_word, state_style, summarise, value_text, when};
+use crate::{
+    table::{Cell, Table, clip},
+    wire::RunDetail,
+};
+
+/// The columns of a run table.
+pub const RUN_HEADERS: [&str; 7] = ["ID", "WORKER", "STATE", "REQUESTED", "TOOK", "BY", "OUTCOME"];
+
+/// What a run came to, in a few words: progress while running, the result or the error afterwards.
+pub fn outcome(run: &Run) -> String {
+    let text = match run.state {
+        RunState::Queued if run.cancel_requested_at.is_some() => "cancel requested".to_owned(),
+        RunState::Queued => String::new(),
+        RunState::Running => {
+            let p = run.progress.as_ref().map(progress).unwrap_or_default();
+            if run.cancel_requested_at.is_some() { format!("cancel requested {p}") } else { p }
+        }
+        RunState::Succeeded => run.result.as_ref().map(summarise).unwrap_or_default(),
+        _ => run.error.clone().unwrap_or_default(),
+    };
+    clip(text.trim(), 72)
+}
+
+/// How long a run took, or has taken so far.
+pub fn took(run: &Run) -> String {
+    match (run.duration_ms, run.started_at) {
+        (Some(ms), _) => duration(ms),
+        (None, Some(started)) if run.state == RunState::Running => duration((Utc::now() - started).num_milliseconds()),
+        _ => String::new(),
+    }
+}
+
+/// One row of a run table.
+pub fn run_cells(run: &Run) -> Vec<Cell> {
+    vec![
+        run.id.to_string().into(),
+        run.worker.as_str().into(),
+        Cell::styled(run.state.as_str(), state_style(run.state)),
+        when(run.requested_at).into(),
+        took(run).into(),
+        run.requested_by.as_str().into(),
+        outcome(run).into(),
+    ]
+}
+
+/// A table of runs.
+pub fn runs_table(runs: &[Run]) -> Table {
+    let mut table = Table::new(&RUN_HEADERS);
+    for run in runs {
+        table.row(run_cells(run));
+    }
+    table
+}
+
+/// The detail of one run, as `key  value` lines.
+pub fn run_detail(detail: &RunDetail, colour: bool) -> String {
+    let run = &detail.run;
+    let mut lines: Vec<(&str, String)> = vec![
+        ("run", run.id.to_string()),
+        ("worker", run.worker.clone()),
+        ("state", state_style(run.state).paint(run.state.as_str(), colour)),
+        ("requested", format!("{} by {}", when(run.requested_at), run.requested_by)),
+    ];
+    let mut push = |key: &'static str, value: Option<String>| {
+        if let Some(v) = value {
+            lines.push((key, v));
+        }
+    };
+    for (key, value) in lineage(detail, Utc::now()) {
+        push(key, Some(value));
+    }
+    push("daemon", run.daemon_id.map(|d| d.to_string()));
+    push("claimed", run.claimed_at.map(when));
+    push("started", run.started_at.map(when));
+    push("finished", run.finished_at.map(when));
+    push("took", Some(took(run)).filter(|t| !t.is_empty()));
+    push("exit code", run.exit_code.map(|c| c.to_string()));
+    push("error", run.error.clone());
+    push("progress", run.progress.as_ref().map(progress));
+    push("result", run.result.as_ref().map(summarise));
+    push(
+        "cancel",
+        run.cancel_requested_at
+            .map(|t| format!("requested {} by {}", when(t), run.cancel_requested_by.as_deref().unwrap_or("?"))),
+    );
+    let c = &run.config;
+    let sourced = |v: &str, s: scrinalia_wire::Source| format!("{v} ({})", source_word(s));
+    push("engine", c.engine.as_ref().map(|e| sourced(&e.value, e.source)));
+    push("preset", c.preset.as_ref().map(|p| sourced(&p.value, p.source)));
+    push("model", c.model.clone());
+    push("endpoint", c.endpoint.clone());
+    for (name, value) in &c.options {
+        push("option", Some(format!("{name} = {}", sourced(&value_text(&value.value), value.source))));
+    }
+    if let Some(reported) = &run.reported_config {
+        push("reported", Some(reported_text(c, reported)));
+    }
+    push("timeout", Some(duration(i64::try_from(c.timeout_seconds).unwrap_or(i64::MAX / 1000).saturating_mul(1000))));
+    push("trace", run.trace_context.clone());
+    push("log", run.log_key.clone());
+    push("reports", Some(detail.progress_history.len().to_string()).filter(|n| n != "0"));
+    key_lines(&lines)
+}
+
+/// Where a run comes from and where it stands among its attempts: its attempt number (of the policy's maximum),
+/// the run it retries and the one that retried it, when a waiting retry may be claimed, the schedule and fire
+/// that requested it, the pipeline run and step it belongs to, and the whole retry chain.
+pub fn lineage(detail: &RunDetail, now: DateTime<Utc>) -> Vec<(&'static str, String)> {
+    let run = &detail.run;
+    let mut lines = Vec::new();
+    let max = run.config.retry.as_ref().map(|r| i64::from(r.value.max_attempts));
+    let known = i64::try_from(detail.chain.len()).unwrap_or(0).max(i64::from(run.attempt));
+    if run.attempt > 1 || max.is_some_and(|m| m > 1) || detail.chain.len() > 1 {
+        let of = max.unwrap_or(known).max(known);
+        let retry_of = run.retry_of.map(|id| format!(", a retry of {id}")).unwrap_or_default();
+        lines.push(("attempt", format!("{} of {of}{retry_of}", run.attempt)));
+    }
+    let position = detail.chain.iter().position(|r| r.id == run.id);
+    if let Some(next) = position.and_then(|i| detail.chain.get(i + 1)) {
+        lines.push(("retried by", format!("{} (attempt {}, {})", next.id, next.attempt, next.state)));
+    }
+    if let Some(t) = run.not_before.filter(|t| run.state == RunState::Queued && *t > now) {
+        let ms = (t - now).num_milliseconds();
+        lines.push(("not before", format!("{} (a retry waits {} before a daemon claims it)", when(t), duration(ms))));
+    }
+    if let Some(id) = run.schedule_id {
+        let name = run.requested_by.strip_prefix("schedule:").map(|n| format!("{n} ")).unwrap_or_default();
+        let fire = run.fire_at.map(|t| format!(", the fire of {}", when(t))).unwrap_or_default();
+        lines.push(("schedule", format!("{name}({id}){fire}")));
+    }
+    if let Some(id) = run.pipeline_run_id {
+        let step = run.pipeline_step.map(|s| format!(", step {}", s + 1)).unwrap_or_default();
+        lines.push(("pipeline", format!("run {id}{step} (see: scrinalia pipelines show {id})")));
+    }
+    if detail.chain.len() > 1 {
+        let chain = detail
+            .chain
+            .iter()
+            .map(|r| {
+                let this = if r.id == run.id { " (this run)" } else { "" };
+                format!("{} {} {}{this}", r.attempt, r.state, r.id)
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        lines.push(("chain", chain));
+    }
+    lines
+}
+
+/// What the worker reported it used at the start of a run, with each engine field that differs from the
+/// resolved configuration marked `(resolved: …)`.
+pub fn reported_text(config: &ResolvedConfig, reported: &Value) -> String {
+    let Some(map) = reported.as_object() else { return value_text(reported) };
+    let resolved = |key: &str| match key {
+        "engine" => Some(config.engine.as_ref().map(|e| e.value.clone())),
+        "preset" => Some(config.preset.as_ref().map(|p| p.value.clone())),
+        "model" => Some(config.model.clone()),
+        "endpoint" => Some(config.endpoint.clone()),
+        _ => None,
+    };
+    // The engine's fields first, in the order people read them, then anything else the worker said.
+    const ORDER: [&str; 5] = ["engine", "preset", "model", "endpoint", "source"];
+    let mut keys: Vec<&String> = map.keys().collect();
+    keys.sort_by_key(|k| ORDER.iter().position(|o| o == k).unwrap_or(ORDER.len()));
+    let mut parts = Vec::new();
+    for key in keys {
+        let value = &map[key];
+        if value.is_null() && resolved(key).flatten().is_none() {
+            continue;
+        }
+        let text = match (key.as_str(), value) {
+            ("source", Value::Object(source)) => {
+                let description = source.get("description").and_then(Value::as_str).unwrap_or("elsewhere");
+                match source.get("reference").and_then(Value::as_str) {
+                    Some(reference) => format!("from {description} ({reference})"),
+                    None => format!("from {description}"),
+                }
+            }
+            (_, Value::Null) => "none".to_owned(),
+            (_, v) => value_text(v),
+        };
+        match resolved(key) {
+            Some(r) if r.as_deref() != value.as_str() => {
+                parts.push(format!("{key}={text} (resolved: {})", r.as_deref().unwrap_or("none")));
+            }
+            _ => parts.push(format!("{key}={text}")),
+        }
+    }
+    if parts.is_empty() { "no engine, preset or model".to_owned() } else { parts.join(" ") }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_reported_configuration_marks_what_differs_from_the_resolved_one() {
+        let config: ResolvedConfig = serde_json::from_value(json!({
+            "engine": {"value": "ollama", "source": "default"}, "preset": {"value": "fast", "source": "default"},
+            "model": "llama3.2:1b", "endpoint": null, "engine_configurable": true, "options": {}, "timeout_seconds": 60,
+        }))
+        .expect("a resolved configuration");
+        let same = json!({"engine": "ollama", "preset": "fast", "model": "llama3.2:1b", "endpoint": null,
+            "source": null});
+        assert_eq!(reported_text(&config, &same), "engine=ollama preset=fast model=llama3.2:1b");
+        let other = json!({"engine": "ollama", "preset": "thorough", "model": "qwen2.5:14b",
+            "source": {"description": "the active LLM_CHECK cleaning rule", "reference": "LLM_CHECK rule 2"}});
+        assert_eq!(
+            reported_text(&config, &other),
+            "engine=ollama preset=thorough (resolved: fast) model=qwen2.5:14b (resolved: llama3.2:1b) \
+             source=from the active LLM_CHECK cleaning rule (LLM_CHECK rule 2)"
+        );
+    }
+}

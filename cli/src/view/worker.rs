@@ -1,0 +1,287 @@
+//! Workers as people read them: the table of `scrinalia workers` with the notes under it, and the detail of one
+//! worker, both from what its code declared (readiness, describe, options) beside what the catalogue says.
+
+use chrono::Utc;
+use scrinalia_wire::ResolvedConfig;
+use serde_json::Value;
+
+use super::{ago, duration, key_lines, source_word, state_style, value_text, when};
+use crate::{
+    table::{Cell, Style, Table},
+    wire::{OptionView, QueueView, ReadinessView, WorkerView, WorkersView},
+};
+
+/// The engine and preset of a configuration, with the source when it is not the catalogue default.
+pub fn engine(config: &ResolvedConfig) -> String {
+    if !config.engine_configurable {
+        return "external".to_owned();
+    }
+    let part = |r: &Option<scrinalia_wire::Resolved<String>>| r.as_ref().map(|r| (r.value.clone(), r.source));
+    let (engine, preset) = (part(&config.engine), part(&config.preset));
+    let text = match (&engine, &preset) {
+        (Some((e, _)), Some((p, _))) => format!("{e}/{p}"),
+        (Some((e, _)), None) => e.clone(),
+        _ => return "-".to_owned(),
+    };
+    let overridden = [engine, preset].into_iter().flatten().any(|(_, s)| s == scrinalia_wire::Source::Override);
+    if overridden { format!("{text} (override)") } else { text }
+}
+
+/// A worker's readiness in a word or two, with its colour.
+pub fn readiness_word(readiness: Option<&ReadinessView>) -> Cell {
+    match readiness.map(|r| r.ready) {
+        None => Cell::styled("unchecked", Style::Dim),
+        Some(Some(true)) => Cell::styled("ready", Style::Good),
+        Some(Some(false)) => Cell::styled("not ready", Style::Bad),
+        Some(None) => Cell::styled("check failed", Style::Warn),
+    }
+}
+
+/// What a worker's readiness says beyond its word: what is missing, or why the check failed.
+pub fn readiness_sentence(readiness: &ReadinessView) -> Option<String> {
+    match readiness.ready {
+        Some(true) => None,
+        Some(false) => Some(readiness.reason.clone().unwrap_or_else(|| "its check says it is not ready".to_owned())),
+        None => Some(readiness.error.clone().unwrap_or_else(|| "its check did not answer".to_owned())),
+    }
+}
+
+/// A queue measurement in a few words.
+fn queue_cell(queue: Option<&QueueView>) -> Cell {
+    match queue {
+        None => Cell::styled("-", Style::Dim),
+        Some(q) if q.error.is_some() => Cell::styled("error", Style::Bad),
+        Some(q) => match (q.pending, &q.unmeasurable, q.done) {
+            (Some(p), _, _) => Cell::from(p.to_string()),
+            (None, Some(_), Some(d)) => Cell::styled(format!("? ({d} done)"), Style::Dim),
+            _ => Cell::styled("?", Style::Dim),
+        },
+    }
+}
+
+/// The table of `scrinalia workers`.
+pub fn workers_table(view: &WorkersView) -> Table {
+    let now = view.now.unwrap_or_else(Utc::now);
+    let mut table = Table::new(&["WORKER", "ENGINE", "READY", "QUEUE", "IN FLIGHT", "LAST RUN"]);
+    for w in &view.workers {
+        let engine = match (&w.effective, &w.effective_error) {
+            (Some(config), _) => Cell::from(engine(config)),
+            (None, Some(_)) => Cell::styled("invalid override", Style::Bad),
+            (None, None) => Cell::from("-"),
+        };
+        let queue = queue_cell(w.queue.as_ref());
+        let in_flight = match &w.in_flight {
+            Some(r) => Cell::styled(format!("{} {}", r.state, r.id), state_style(r.state)),
+            None => Cell::from(""),
+        };
+        let last = match &w.last_finished {
+            Some(r) => {
+                let at = r.finished_at.unwrap_or(r.requested_at);
+                let age = (now - at).num_milliseconds() as f64 / 1000.0;
+                Cell::styled(format!("{} {}", r.state, ago(age)), state_style(r.state))
+            }
+            None => Cell::styled("never", Style::Dim),
+        };
+        table.row(vec![w.name.as_str().into(), engine, readiness_word(w.readiness.as_ref()), queue, in_flight, last]);
+    }
+    table
+}
+
+/// The lines under the table of `scrinalia workers`: what a worker that is not ready lacks, and each place where
+/// a catalogue entry and its code disagree (a table cell would cut those sentences short).
+pub fn workers_notes(view: &WorkersView) -> Vec<String> {
+    let mut notes = Vec::new();
+    for w in &view.workers {
+        if let Some(sentence) = w.readiness.as_ref().and_then(readiness_sentence) {
+            let word = readiness_word(w.readiness.as_ref()).text;
+            notes.push(format!("{}: {word}: {sentence}", w.name));
+        }
+        for d in &w.disagreements {
+            notes.push(format!("{}: disagrees: {d}", w.name));
+        }
+    }
+    notes
+}
+
+/// An option's declaration in a few words: `integer, 0 to 255, default 0, one of 3, 5, 8`.
+pub fn option_declaration(o: &OptionView) -> String {
+    let mut parts = vec![if o.kind.is_empty() { "?".to_owned() } else { o.kind.clone() }];
+    match (&o.minimum, &o.maximum) {
+        (Some(min), Some(max)) => parts.push(format!("{min} to {max}")),
+        (Some(min), None) => parts.push(format!("at least {min}")),
+        (None, Some(max)) => parts.push(format!("at most {max}")),
+        (None, None) => {}
+    }
+    if let Some(choices) = o.choices.as_ref().filter(|c| !c.is_empty()) {
+        parts.push(format!("one of {}", choices.iter().map(Value::to_string).collect::<Vec<_>>().join(", ")));
+    }
+    match &o.default {
+        Some(d) => parts.push(format!("default {d}")),
+        None => parts.push("the worker's own default".to_owned()),
+    }
+    parts.join(", ")
+}
+
+/// The detail of one worker (`scrinalia worker NAME`), as `key  value` lines.
+pub fn worker_detail(w: &WorkerView, colour: bool) -> String {
+    let mut lines: Vec<(&str, String)> = Vec::new();
+    let title = w.title.as_deref().map(|t| format!(" ({t})")).unwrap_or_default();
+    lines.push(("worker", format!("{}{title}", w.name)));
+    if let Some(d) = &w.description {
+        lines.push(("about", d.clone()));
+    }
+    let ready = readiness_word(w.readiness.as_ref());
+    let mut readiness = ready.style.paint(&ready.text, colour);
+    if let Some(r) = &w.readiness {
+        if let Some(sentence) = readiness_sentence(r) {
+            readiness = format!("{readiness}: {sentence}");
+        }
+        let by = r.checked_by.map(|d| format!(" by daemon {d}")).unwrap_or_default();
+        if let Some(age) = r.age_seconds {
+            readiness = format!("{readiness} (checked {}{by})", ago(age));
+        }
+    }
+    lines.push(("ready", readiness));
+    match &w.described {
+        Some(d) => {
+            if let Some(at) = d.described_at {
+                let by = d.described_by.map(|id| format!(" by daemon {id}")).unwrap_or_default();
+                let took = d.took_ms.map(|ms| format!(" in {}", duration(ms))).unwrap_or_default();
+                lines.push(("described", format!("{}{by}{took}", when(at))));
+            } else {
+                lines.push(("described", "never: the catalogue's declarations apply".to_owned()));
+            }
+            if let Some(error) = &d.error {
+                let at = d.attempted_at.map(|t| format!(" at {}", when(t))).unwrap_or_default();
+                lines.push(("describe", Style::Bad.paint(&format!("failed{at}: {error}"), colour)));
+            }
+            if !d.command.is_empty() {
+                lines.push(("command", d.command.join(" ")));
+            }
+        }
+        None => lines.push(("described", "not yet: the catalogue's declarations apply".to_owned())),
+    }
+    for d in &w.disagreements {
+        lines.push(("disagrees", Style::Warn.paint(d, colour)));
+    }
+    match (&w.effective, &w.effective_error) {
+        (Some(c), _) => {
+            if let Some(e) = &c.engine {
+                lines.push(("engine", format!("{} ({})", e.value, source_word(e.source))));
+            }
+            if let Some(p) = &c.preset {
+                lines.push(("preset", format!("{} ({})", p.value, source_word(p.source))));
+            }
+            if let Some(m) = &c.model {
+                lines.push(("model", m.clone()));
+            }
+            if let Some(e) = &c.endpoint {
+                lines.push(("endpoint", e.clone()));
+            }
+        }
+        (None, Some(error)) => lines.push(("config", Style::Bad.paint(error, colour))),
+        (None, None) => {}
+    }
+    if let Some(source) = &w.engine_source {
+        lines.push(("engine from", source.clone()));
+    }
+    for o in &w.options {
+        let value = w.effective.as_ref().and_then(|c| c.options.get(&o.name));
+        let current = match value {
+            Some(v) => format!("{} = {} ({})", o.name, value_text(&v.value), source_word(v.source)),
+            None => format!("{} unset", o.name),
+        };
+        lines.push(("option", format!("{current}; {}", option_declaration(o))));
+    }
+    let queue = match &w.queue {
+        None => "not measured yet".to_owned(),
+        Some(q) => {
+            let what = match (&q.error, q.pending, &q.unmeasurable) {
+                (Some(e), _, _) => format!("the last measurement failed: {e}"),
+                (None, Some(p), _) => format!("{p} pending"),
+                (None, None, Some(u)) => format!("not measurable: {u}"),
+                (None, None, None) => "?".to_owned(),
+            };
+            match q.age_seconds {
+                Some(age) => format!("{what} (measured {})", ago(age)),
+                None => what,
+            }
+        }
+    };
+    lines.push(("queue", queue));
+    if let Some(r) = &w.in_flight {
+        lines.push(("in flight", format!("{} {}", state_style(r.state).paint(r.state.as_str(), colour), r.id)));
+    }
+    let last = match &w.last_finished {
+        Some(r) => format!(
+            "{} {} {}",
+            state_style(r.state).paint(r.state.as_str(), colour),
+            r.finished_at.map(when).unwrap_or_default(),
+            r.id
+        ),
+        None => "never".to_owned(),
+    };
+    lines.push(("last run", last));
+    key_lines(&lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// A worker as the API sends it, with fields this CLI has never heard of: they are ignored, not refused.
+    fn workers(extra: Value) -> WorkersView {
+        let mut worker = json!({
+            "name": "embed", "options": [{"name": "batch_size", "type": "integer", "default": 20, "minimum": 1,
+                "maximum": 1000, "new_field": true}],
+            "disagreements": ["catalogue says batch_size 10, code says 20; runs use 20"],
+            "readiness": {"worker": "embed", "ready": false, "reason": "The model is away.", "error": null,
+                "checked_at": "2026-01-31T10:00:00Z", "took_ms": 4, "age_seconds": 3.2, "later": 1},
+            "described": {"worker": "embed", "description": null, "described_at": null, "command": ["embed"],
+                "took_ms": 5, "error": "describe exited with status 2", "attempted_at": "2026-01-31T10:00:00Z"},
+        });
+        if let (Some(w), Value::Object(extra)) = (worker.as_object_mut(), extra) {
+            w.extend(extra);
+        }
+        serde_json::from_value(json!({"workers": [worker], "engines": {}, "now": "2026-01-31T10:00:05Z"}))
+            .expect("a lenient view")
+    }
+
+    #[test]
+    fn readiness_and_disagreements_are_listed_under_the_table() {
+        let view = workers(json!({"something_new": {"a": 1}}));
+        let table = workers_table(&view).render(false);
+        assert!(table.lines().next().is_some_and(|h| h.contains("READY")), "{table}");
+        assert!(table.contains("not ready"), "{table}");
+        assert_eq!(
+            workers_notes(&view),
+            [
+                "embed: not ready: The model is away.",
+                "embed: disagrees: catalogue says batch_size 10, code says 20; runs use 20",
+            ]
+        );
+        let failed = workers(json!({"readiness": {"ready": null, "error": "check timed out after 10 s"}}));
+        assert_eq!(workers_notes(&failed)[0], "embed: check failed: check timed out after 10 s");
+        let unchecked = workers(json!({"readiness": null, "disagreements": []}));
+        assert!(workers_notes(&unchecked).is_empty());
+        assert!(workers_table(&unchecked).render(false).contains("unchecked"));
+    }
+
+    #[test]
+    fn a_worker_detail_says_what_its_code_declared_and_why_its_describe_failed() {
+        let view = workers(Value::Null);
+        let detail = worker_detail(&view.workers[0], false);
+        for part in [
+            "ready      not ready: The model is away. (checked 3s ago)",
+            "described  never: the catalogue's declarations apply",
+            "describe   failed at ",
+            "describe exited with status 2",
+            "disagrees  catalogue says batch_size 10",
+            "option     batch_size unset; integer, 1 to 1000, default 20",
+        ] {
+            assert!(detail.contains(part), "{part:?} is missing from:\n{detail}");
+        }
+    }
+}
