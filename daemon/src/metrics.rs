@@ -131,7 +131,6 @@ impl DaemonMetrics {
             ("skipped", pass.skipped),
             ("missed", pass.missed),
             ("waiting", pass.waiting),
-            ("lost_race", pass.lost_races),
             ("refused_by_constraint", pass.refused_by_constraint),
         ] {
             self.fires.inc_by(&[("result", result)], u64::from(n));

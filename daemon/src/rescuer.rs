@@ -16,16 +16,28 @@ const MIN_WAIT: Duration = Duration::from_millis(100);
 /// Sweeps at start, then about every third of the lease (with jitter, so daemons do not sweep in step), and as
 /// soon as the first lease of a running run expires when that comes earlier: a dead daemon's run is interrupted
 /// right after its lease ends, not up to a period later (a renewed lease ends a full lease after its renewal, so
-/// live runs never bring the sweep forward).
+/// live runs never bring the sweep forward). Each sweep first asks, in one statement, whether anything is to be
+/// done: an idle daemon's sweep is that one statement.
 pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
     let period = ctx.settings.daemon.lease() / 3;
+    let gone_after = Duration::from_secs(ctx.settings.daemon.gone_after_seconds);
     loop {
-        sweep(&ctx).await;
         let mut wait = period.mul_f64(rand::random_range(0.8..1.2));
-        match ctx.db.next_lease_expiry().await {
-            Ok(Some(expiry)) => wait = wait.min((expiry + AFTER_EXPIRY).max(MIN_WAIT)),
-            Ok(None) => {}
-            Err(e) => tracing::warn!(error = %e, "could not read the next lease expiry"),
+        match ctx.db.recovery_due(gone_after).await {
+            Ok(due) => {
+                let expired = due.next_lease_expiry == Some(Duration::ZERO);
+                if expired {
+                    recover(&ctx).await;
+                    // More may have expired meanwhile, and the next expiry is not known: ask again soon.
+                    wait = MIN_WAIT;
+                } else if let Some(expiry) = due.next_lease_expiry {
+                    wait = wait.min((expiry + AFTER_EXPIRY).max(MIN_WAIT));
+                }
+                if due.daemons_gone {
+                    mark_gone(&ctx, gone_after).await;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not read whether recovery is due"),
         }
         tokio::select! {
             () = stop.cancelled() => return,
@@ -34,7 +46,7 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
     }
 }
 
-async fn sweep(ctx: &Context) {
+async fn recover(ctx: &Context) {
     match ctx.db.recover_expired().await {
         Ok(runs) => {
             for run in runs {
@@ -46,7 +58,9 @@ async fn sweep(ctx: &Context) {
         }
         Err(e) => tracing::warn!(error = %e, "could not recover expired runs"),
     }
-    let gone_after = Duration::from_secs(ctx.settings.daemon.gone_after_seconds);
+}
+
+async fn mark_gone(ctx: &Context, gone_after: Duration) {
     match ctx.db.mark_gone_daemons(gone_after).await {
         Ok(gone) => {
             for id in gone {

@@ -57,11 +57,11 @@ pub async fn run(ctx: Arc<Context>, wakes: Wakes, stop: CancellationToken) {
         };
         settle = woken == Some(true);
         if woken.is_some() {
-            // A change: let the burst it belongs to arrive (SQLite wakes on every write), then take it as one. A
-            // due time is looked at at once.
+            // A change: let the burst it belongs to arrive (SQLite wakes on every write), then take it as one;
+            // never past the due time the daemon slept for.
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = tokio::time::sleep(MIN_GAP) => {}
+                () = tokio::time::sleep_until(deadline.min(Instant::now() + MIN_GAP)) => {}
             }
             settle |= has_permit(&wakes.ended);
         }
@@ -81,6 +81,14 @@ async fn look(ctx: &Context, wakes: &Wakes) -> Result<Duration, scrinalia_shared
     let catalogue = &ctx.settings.catalogue;
     // Fires that came due while firing (a schedule every second) are fired in the same look.
     for _ in 0..10 {
+        let (fire, not_before) = ctx.db.next_due().await?;
+        if not_before == Some(Duration::ZERO) {
+            wakes.claim.notify_one();
+        }
+        if fire != Some(Duration::ZERO) {
+            let next = [fire, not_before.filter(|d| !d.is_zero())].into_iter().flatten().min();
+            return Ok(next.map_or(LONGEST_WAIT, |d| (d + DUE_MARGIN).min(LONGEST_WAIT)));
+        }
         let pass = ctx.db.fire_due_schedules(catalogue, ctx.daemon_id, missed_after).await?;
         ctx.metrics.fired(&pass);
         if pass.refused_by_constraint > 0 {
@@ -89,21 +97,9 @@ async fn look(ctx: &Context, wakes: &Wakes) -> Result<Duration, scrinalia_shared
                 "the unique index refused a second fire of a schedule"
             );
         }
-        let (fire, not_before) = ctx.db.next_due().await?;
-        if not_before == Some(Duration::ZERO) {
-            wakes.claim.notify_one();
-        }
-        match fire {
-            // More came due while firing (a schedule every second).
-            Some(Duration::ZERO) if pass.attempted > 0 => continue,
-            // Another daemon is firing it right now: look again in a moment, when it has.
-            Some(Duration::ZERO) if pass.lost_races > 0 => return Ok(RACE_WAIT),
-            // Due but not fired (a stored expression this version cannot read): not in a loop.
-            Some(Duration::ZERO) => return Ok(RETRY),
-            _ => {
-                let next = [fire, not_before.filter(|d| !d.is_zero())].into_iter().flatten().min();
-                return Ok(next.map_or(LONGEST_WAIT, |d| (d + DUE_MARGIN).min(LONGEST_WAIT)));
-            }
+        if pass.schedules == 0 {
+            // Another daemon's pass holds them: look again in a moment, when it has committed.
+            return Ok(RACE_WAIT);
         }
     }
     Ok(Duration::ZERO)

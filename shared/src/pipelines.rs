@@ -9,7 +9,7 @@ use crate::{
     Catalogue, Database, DbError, ExplicitArgs, PipelineRun, PipelineRunView, PipelineView, ResolvedConfig,
     catalogue::PipelineSpec,
     db::{self, pipelines::NewPipelineRun, retrying},
-    runs::RequestError,
+    runs::{RequestError, Resolver},
 };
 
 /// Why a pipeline run could not be started or found; each displays as a sentence for people.
@@ -58,9 +58,20 @@ pub enum PipelineError {
 pub(crate) struct StepConfigs(pub Vec<ResolvedConfig>);
 
 impl StepConfigs {
-    /// Resolves each step of `spec` with its arguments from `arguments` (an object by step worker).
+    /// Resolves each step of `spec` with its arguments from `arguments` (an object by step worker), against the
+    /// overrides and descriptions as they are now.
     pub(crate) async fn resolve(
         db: &Database,
+        catalogue: &Catalogue,
+        spec: &PipelineSpec,
+        arguments: &Value,
+    ) -> Result<Self, PipelineError> {
+        Self::resolve_with(&db.resolver().await?, catalogue, spec, arguments)
+    }
+
+    /// [`StepConfigs::resolve`] against what `resolver` read.
+    pub(crate) fn resolve_with(
+        resolver: &Resolver,
         catalogue: &Catalogue,
         spec: &PipelineSpec,
         arguments: &Value,
@@ -95,7 +106,7 @@ impl StepConfigs {
                 })?,
                 None => ExplicitArgs::default(),
             };
-            let config = db.resolve_run(catalogue, worker_spec, &args).await.map_err(|error| match error {
+            let config = resolver.resolve(catalogue, worker_spec, &args).map_err(|error| match error {
                 RequestError::Database(e) => PipelineError::Database(e),
                 error => PipelineError::Step { step, worker: worker.clone(), error },
             })?;

@@ -8,11 +8,14 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
+mod resolver;
+
+pub(crate) use resolver::Resolver;
+
 use crate::{
-    Catalogue, Database, DbError, EffectiveWorker, EndReason, ExplicitArgs, ProgressEntry, ResolveError, Run, RunPage,
+    Catalogue, Database, DbError, EndReason, ExplicitArgs, ProgressEntry, ResolveError, Run, RunPage,
     RunState,
     db::{self, retrying},
-    resolve,
 };
 
 /// A run request as a person or a program makes it.
@@ -26,6 +29,16 @@ pub struct RunRequest {
     pub arguments: ExplicitArgs,
     /// The caller's W3C trace context, continued by the daemon and the worker.
     pub trace_context: Option<String>,
+}
+
+/// What the recovery sweep has to do, as of one read of the database clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoveryDue {
+    /// How long until the first lease of a running run expires (zero when one has: a run to interrupt), or
+    /// `None` when nothing runs.
+    pub next_lease_expiry: Option<Duration>,
+    /// Whether a daemon not marked gone has sent no heartbeat for the time asked (one to mark gone).
+    pub daemons_gone: bool,
 }
 
 /// Why a run request was refused.
@@ -196,15 +209,13 @@ impl Database {
         arguments: &ExplicitArgs,
     ) -> Result<crate::ResolvedConfig, RequestError> {
         let (stored, described) = tokio::try_join!(self.get_override(&spec.name), self.description(&spec.name))?;
-        let worker = EffectiveWorker::of(catalogue, spec, described.as_ref().and_then(|d| d.description.as_ref()));
-        resolve(&worker, arguments, stored.as_ref().map(|o| &o.values)).map_err(|error| {
-            // Arguments that resolve alone point at the override.
-            if stored.is_some() && resolve(&worker, arguments, None).is_ok() {
-                RequestError::InvalidOverride { worker: spec.name.clone(), error }
-            } else {
-                RequestError::InvalidArguments(error)
-            }
-        })
+        resolver::resolve_with(catalogue, spec, arguments, stored.as_ref(), described.as_ref())
+    }
+
+    /// The overrides and descriptions of every worker, read now, to resolve many runs with.
+    pub(crate) async fn resolver(&self) -> Result<Resolver, DbError> {
+        let (overrides, descriptions) = tokio::try_join!(self.list_overrides(), self.descriptions())?;
+        Ok(Resolver::new(overrides, descriptions))
     }
 
     /// Claims up to `limit` of the oldest queued requests for `daemon`, with a lease of `lease` from now
@@ -291,6 +302,13 @@ impl Database {
     pub async fn next_lease_expiry(&self) -> Result<Option<Duration>, DbError> {
         let seconds = db::runs::next_lease_expiry(self).await?;
         Ok(seconds.map(|s| Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)))
+    }
+
+    /// What the recovery sweep has to do now, read in one statement (a sweep that finds nothing costs no more).
+    pub async fn recovery_due(&self, gone_after: Duration) -> Result<RecoveryDue, DbError> {
+        let (seconds, daemons_gone) = db::runs::recovery_due(self, gone_after).await?;
+        let next_lease_expiry = seconds.map(|s| Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX));
+        Ok(RecoveryDue { next_lease_expiry, daemons_gone })
     }
 
     /// One run.

@@ -53,9 +53,11 @@ macro_rules! description_columns {
     };
 }
 
+/// Every row, by worker (also read inside other transactions).
+pub(crate) const LIST: Sql = sql!("select ", description_columns!(), " from worker_descriptions order by worker");
+
 /// Every stored description.
 pub(crate) async fn list(db: &Database) -> Result<Vec<WorkerDescription>> {
-    const LIST: Sql = sql!("select ", description_columns!(), " from worker_descriptions order by worker");
     Ok(on_pool!(db, LIST, |pool, sql| sqlx::query_as(sql).fetch_all(pool).await)?)
 }
 

@@ -59,6 +59,9 @@ macro_rules! fragment {
     // The database clock.
     (postgres; now) => { "now()" };
     (sqlite; now) => { "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')" };
+    // The clock as the statement runs, not at the transaction's start (SQLite reads it per statement anyway).
+    (postgres; clock) => { "clock_timestamp()" };
+    (sqlite; clock) => { "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')" };
     // The clock plus or minus parameter `$n`, a number of seconds.
     (postgres; now_plus($n:literal)) => { concat!("(now() + make_interval(secs => $", $n, "))") };
     (sqlite; now_plus($n:literal)) => { concat!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+' || $", $n, " || ' seconds')") };

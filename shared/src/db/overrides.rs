@@ -28,9 +28,11 @@ pub(crate) async fn get(db: &Database, worker: &str) -> Result<Option<Override>>
     Ok(on_pool!(db, GET, |pool, sql| sqlx::query_as(sql).bind(worker).fetch_optional(pool).await)?)
 }
 
+/// Every row, by worker (also read inside other transactions).
+pub(crate) const LIST: Sql = sql!("select ", override_columns!(), " from worker_overrides order by worker");
+
 /// Every override.
 pub(crate) async fn list(db: &Database) -> Result<Vec<Override>> {
-    const LIST: Sql = sql!("select ", override_columns!(), " from worker_overrides order by worker");
     Ok(on_pool!(db, LIST, |pool, sql| sqlx::query_as(sql).fetch_all(pool).await)?)
 }
 

@@ -270,6 +270,21 @@ pub(crate) async fn next_lease_expiry(db: &Database) -> Result<Option<f64>> {
     Ok(on_pool!(db, NEXT, |pool, sql| sqlx::query_scalar(sql).fetch_one(pool).await)?)
 }
 
+/// In one statement, what the recovery sweep has to do: seconds until the first lease of a running run expires
+/// (negative when one already has; `None` when nothing runs), and whether a daemon not marked gone has sent no
+/// heartbeat for `gone_after`.
+pub(crate) async fn recovery_due(db: &Database, gone_after: Duration) -> Result<(Option<f64>, bool)> {
+    const DUE: Sql = sql!(
+        "select (select -",
+        seconds_since(min(lease_expires_at)),
+        " from worker_runs where state = 'running'), \
+             exists (select 1 from daemons where state <> 'gone' and heartbeat_at < ",
+        now_minus(1),
+        ")"
+    );
+    Ok(on_pool!(db, DUE, |pool, sql| sqlx::query_as(sql).bind(gone_after.as_secs_f64()).fetch_one(pool).await)?)
+}
+
 /// One run, by id.
 pub(crate) const GET: Sql = sql!("select ", run_columns!(), " from worker_runs where id = $1");
 
