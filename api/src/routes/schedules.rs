@@ -172,18 +172,22 @@ pub(crate) async fn replace_schedule(
     Ok(Json(view))
 }
 
+/// What a pause and a resume take: the caller, the schedule's key and the reason (the body's, else `?reason=`).
+/// axum extracts a tuple in order, as it would the same extractors given to the handler one by one, so both
+/// routes refuse a bad request exactly as before.
+type Toggle = (Operator, State<AppState>, Path<String>, QueryArgs<ScheduleReason>, JsonBody<ScheduleReason>);
+
+/// Pauses or resumes a schedule: the handler of both routes, which differ only in the state they set.
 async fn set_enabled(
-    state: &AppState,
-    key: &str,
+    (Operator(caller), State(state), Path(key), QueryArgs(query), JsonBody(body)): Toggle,
     enabled: bool,
-    actor: &str,
-    reason: Option<String>,
 ) -> ApiResult<Json<ScheduleView>> {
-    let view = state.db().set_schedule_enabled(key, enabled, actor, reason.as_deref()).await?;
+    let reason = ScheduleReason::of(body, query);
+    let view = state.db().set_schedule_enabled(&key, enabled, &caller.name, reason.as_deref()).await?;
     let s = &view.schedule;
     let action = if enabled { "resume" } else { "pause" };
-    tracing::info!(schedule = %s.name, schedule_id = %s.id, actor = %actor, action, next_fire_at = ?s.next_fire_at,
-        "schedule changed");
+    tracing::info!(schedule = %s.name, schedule_id = %s.id, actor = %caller.name, action,
+        next_fire_at = ?s.next_fire_at, "schedule changed");
     Ok(Json(view))
 }
 
@@ -196,14 +200,8 @@ async fn set_enabled(
         (status = 404, body = ErrorBody, description = "`schedule_not_found`"),
         (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
-pub(crate) async fn pause_schedule(
-    Operator(caller): Operator,
-    State(state): State<AppState>,
-    Path(key): Path<String>,
-    QueryArgs(query): QueryArgs<ScheduleReason>,
-    JsonBody(body): JsonBody<ScheduleReason>,
-) -> ApiResult<Json<ScheduleView>> {
-    set_enabled(&state, &key, false, &caller.name, ScheduleReason::of(body, query)).await
+pub(crate) async fn pause_schedule(request: Toggle) -> ApiResult<Json<ScheduleView>> {
+    set_enabled(request, false).await
 }
 
 #[utoipa::path(post, path = "/api/schedules/{key}/resume", tag = "schedules",
@@ -215,14 +213,8 @@ pub(crate) async fn pause_schedule(
         (status = 404, body = ErrorBody, description = "`schedule_not_found`"),
         (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
-pub(crate) async fn resume_schedule(
-    Operator(caller): Operator,
-    State(state): State<AppState>,
-    Path(key): Path<String>,
-    QueryArgs(query): QueryArgs<ScheduleReason>,
-    JsonBody(body): JsonBody<ScheduleReason>,
-) -> ApiResult<Json<ScheduleView>> {
-    set_enabled(&state, &key, true, &caller.name, ScheduleReason::of(body, query)).await
+pub(crate) async fn resume_schedule(request: Toggle) -> ApiResult<Json<ScheduleView>> {
+    set_enabled(request, true).await
 }
 
 #[utoipa::path(delete, path = "/api/schedules/{key}", tag = "schedules",
