@@ -34,6 +34,14 @@ export function replace(el, ...children) {
   return append(el, children);
 }
 
+/**
+ * A `<dl class="facts">` of `[label, value]` rows, a value being anything `h` takes as children: the summaries of
+ * a run and of a pipeline run read alike because both are built here.
+ */
+export function facts(rows) {
+  return h("dl", { class: "facts" }, rows.map(([k, v]) => [h("dt", null, k), h("dd", null, v)]));
+}
+
 /** An id that is safe in attributes, derived from a name. */
 export function idFor(prefix, name) {
   return `${prefix}-${String(name).replace(/[^A-Za-z0-9_-]/g, "_")}`;

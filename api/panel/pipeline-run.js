@@ -3,7 +3,7 @@
 // Read again on a `pipeline` event about it and on a `run` event of one of its steps' workers.
 
 import { ApiError, api } from "./api.js";
-import { debouncer, h, replace } from "./dom.js";
+import { debouncer, facts, h, replace } from "./dom.js";
 import { TERMINAL, duration, resultSummary, shortId, stateBadge, timeEl } from "./format.js";
 import { stepText } from "./pipelines.js";
 
@@ -25,10 +25,6 @@ export function mount(root, [id], ctx) {
     replace(head, h("p", { class: "crumbs" }, h("a", { href: "#/pipelines" }, "Pipelines"), " / ", p.pipeline),
       h("h1", null, "Pipeline run ", h("code", { title: p.id }, shortId(p.id)), " ", stateBadge(p.state)));
     head.dataset.state = p.state;
-    const schedule = p.schedule_id
-      ? [h("dt", null, "Fired by"), h("dd", null, p.requested_by.replace(/^schedule:/, "schedule "),
-        p.fire_at ? [" at ", timeEl(p.fire_at)] : null)]
-      : null;
     const rows = [
       ["Pipeline", h("a", { href: "#/pipelines" }, p.pipeline)],
       ["Where", p.state === "running" ? stepText(p) : `${p.steps.length} steps`],
@@ -39,12 +35,16 @@ export function mount(root, [id], ctx) {
     if (p.cancel_requested_at) {
       rows.push(["Cancel requested", [timeEl(p.cancel_requested_at), " by ", p.cancel_requested_by]]);
     }
+    if (p.schedule_id) {
+      rows.push(["Fired by", [p.requested_by.replace(/^schedule:/, "schedule "),
+        p.fire_at ? [" at ", timeEl(p.fire_at)] : null]]);
+    }
     const controls = [];
     if (!TERMINAL.has(p.state) && ctx.can("operator") && !p.cancel_requested_at) {
       const attrs = { type: "button", class: "cancel", id: "pipeline-cancel", disabled: busy, onclick: cancel };
       controls.push(h("button", attrs, "Cancel this pipeline run"));
     }
-    replace(summary, h("dl", { class: "facts" }, rows.map(([k, v]) => [h("dt", null, k), h("dd", null, v)]), schedule),
+    replace(summary, facts(rows),
       view.waiting ? h("p", { class: "warn", id: "pipeline-waiting" }, view.waiting) : null, controls);
 
     const body = [];

@@ -4,7 +4,7 @@
 // fetch of /api/runs/{id}/log?follow=true).
 
 import { ApiError, api, streamText } from "./api.js";
-import { debouncer, h, replace } from "./dom.js";
+import { debouncer, facts, h, replace } from "./dom.js";
 import {
   TERMINAL, count, dateTime, duration, progressBar, progressFacts, progressText, shortId, sourceBadge, stateBadge,
   timeEl, valueText,
@@ -66,7 +66,7 @@ export function mount(root, [id], ctx) {
       controls.push(h("button", { type: "button", class: "cancel", disabled: busy, onclick: cancel },
         "Cancel this run"));
     }
-    replace(summary, h("dl", { class: "facts" }, rows.map(([k, v]) => [h("dt", null, k), h("dd", null, v)])), controls);
+    replace(summary, facts(rows), controls);
 
     const f = progressFacts(r, ctx.serverNow());
     const history = r.progress_history;
@@ -122,7 +122,7 @@ export function mount(root, [id], ctx) {
     }
     lineage.hidden = false;
     replace(lineage, h("h2", { id: "lineage-title" }, "Where it comes from"),
-      h("dl", { class: "facts" }, rows.map(([k, v]) => [h("dt", null, k), h("dd", null, v)])),
+      facts(rows),
       chain.length > 1
         ? [h("h3", null, "Retry chain"), h("ol", { class: "chain", id: "run-chain" }, chain.map(attempt))]
         : null);
