@@ -1,14 +1,17 @@
 //! Schedules fired by real daemons, on both backends: with three daemons, one SIGKILLed and one restarted, a
 //! schedule that fires every second gets exactly one record per fire time and at most one run each, none lost
 //! while a daemon was alive, and no double fire was ever stopped only by the unique index; fires that fell while
-//! no daemon ran are recorded by the `missed` policy; the `overlap` policy against a long run in flight.
+//! no daemon ran are recorded by the `missed` policy; the `overlap` policy against a long run in flight; a
+//! schedule that cannot fire (an expression or an override this version cannot use) says why, once, and does
+//! not hold up the others.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use nix::sys::signal::Signal;
 use scrinalia_shared::{
-    FireOutcome, MissedPolicy, OverlapPolicy, Run, RunState, ScheduleFire, ScheduleInput, runs::RunFilter,
+    FireOutcome, MissedPolicy, OverlapPolicy, Run, RunState, ScheduleFire, ScheduleInput, overrides::OverrideChange,
+    runs::RunFilter,
 };
 use scrinalia_tests::{
     TestDb, backend_tests,
@@ -21,6 +24,7 @@ backend_tests!(
     three_daemons_fire_each_second_once_through_a_kill_and_a_restart,
     fires_that_fell_while_no_daemon_ran_follow_the_missed_policy,
     overlap_skip_and_queue_against_a_long_run_in_flight,
+    a_schedule_that_cannot_fire_says_why_and_the_others_fire_on,
 );
 
 /// A schedule of `worker` every second, created by the test.
@@ -217,4 +221,53 @@ async fn overlap_skip_and_queue_against_a_long_run_in_flight(t: &TestDb) {
         assert_eq!(fire.outcome, FireOutcome::Skipped, "at most one fire waits: {fire:?}");
         assert!(fire.reason.as_deref().is_some_and(|r| r.contains("waits already")), "{fire:?}");
     }
+}
+
+async fn a_schedule_that_cannot_fire_says_why_and_the_others_fire_on(t: &TestDb) {
+    let setup = Setup::new(t, |_| {});
+    let catalogue = &setup.settings.catalogue;
+    for (name, worker) in [("good", "probe-1"), ("unreadable", "probe-2"), ("stale-override", "probe-3")] {
+        t.db.create_schedule(catalogue, "test", &every_second(name, worker)).await.expect("create");
+    }
+    let change = OverrideChange {
+        options: [("duration_ms".to_owned(), json!(20))].into(),
+        reason: Some("shorter runs".into()),
+        ..OverrideChange::default()
+    };
+    t.db.change_override(catalogue, "probe-3", "ada", &change).await.expect("the override");
+    // As another version or a hand edit would leave them: an expression this version cannot read, and an
+    // override that no longer fits its worker.
+    t.execute("update schedules set cron = '61 * * * * *' where name = 'unreadable'").await.expect("write");
+    t.execute("update worker_overrides set options = '{\"no_such_option\": 1}' where worker = 'probe-3'")
+        .await
+        .expect("write");
+    let daemon = start_daemon(&setup.dir, "daemon", &setup.config, &[]).await;
+    eventually(Duration::from_secs(20), "the good schedule ran three times", || async {
+        let fires = fires_of(t, "good").await;
+        (fires.iter().filter(|f| f.outcome == FireOutcome::Requested).count() >= 3).then_some(())
+    })
+    .await;
+    for name in ["good", "stale-override"] {
+        t.db.set_schedule_enabled(name, false, "test", Some("the window is over")).await.expect("pause");
+    }
+    daemon.stop(Duration::from_secs(10)).await;
+
+    let unreadable = fires_of(t, "unreadable").await;
+    assert_eq!(unreadable.len(), 1, "an expression that does not parse is recorded once: {unreadable:#?}");
+    assert_eq!(unreadable[0].outcome, FireOutcome::Skipped);
+    let why = unreadable[0].reason.as_deref().unwrap_or_default();
+    assert!(why.contains("'61 * * * * *'") || why.contains("\"61 * * * * *\""), "names the expression: {why}");
+    assert!(why.contains("second") && why.contains("once it is edited"), "says which field, and what now: {why}");
+    let view = t.db.schedule("unreadable").await.expect("the schedule");
+    assert_eq!(view.schedule.next_fire_at, None, "it does not come due again");
+
+    let stale = fires_of(t, "stale-override").await;
+    assert!(stale.len() >= 2, "it kept its fire times: {stale:#?}");
+    for fire in &stale {
+        assert_eq!(fire.outcome, FireOutcome::Skipped, "{fire:?}");
+        let why = fire.reason.as_deref().unwrap_or_default();
+        assert!(why.starts_with("could not request it:") && why.contains("no_such_option"), "{why}");
+    }
+    assert!(runs_of(t, "probe-3").await.is_empty(), "nothing ran with a configuration that does not resolve");
+    assert!(runs_of(t, "probe-2").await.is_empty());
 }
