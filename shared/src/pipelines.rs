@@ -70,6 +70,7 @@ impl StepConfigs {
     }
 
     /// [`StepConfigs::resolve`] against what `resolver` read.
+    #[expect(clippy::result_large_err, reason = "the error of `resolve`, made at most once per pipeline start")]
     pub(crate) fn resolve_with(
         resolver: &Resolver,
         catalogue: &Catalogue,

@@ -13,8 +13,7 @@ mod resolver;
 pub(crate) use resolver::Resolver;
 
 use crate::{
-    Catalogue, Database, DbError, EndReason, ExplicitArgs, ProgressEntry, ResolveError, Run, RunPage,
-    RunState,
+    Catalogue, Database, DbError, EndReason, ExplicitArgs, ProgressEntry, ResolveError, Run, RunPage, RunState,
     db::{self, retrying},
 };
 

@@ -4,7 +4,9 @@
 
 use std::collections::HashMap;
 
-use crate::{Catalogue, EffectiveWorker, ExplicitArgs, Override, ResolvedConfig, WorkerDescription, WorkerSpec, resolve};
+use crate::{
+    Catalogue, EffectiveWorker, ExplicitArgs, Override, ResolvedConfig, WorkerDescription, WorkerSpec, resolve,
+};
 
 use super::RequestError;
 
@@ -30,13 +32,7 @@ impl Resolver {
         spec: &WorkerSpec,
         arguments: &ExplicitArgs,
     ) -> Result<ResolvedConfig, RequestError> {
-        resolve_with(
-            catalogue,
-            spec,
-            arguments,
-            self.overrides.get(&spec.name),
-            self.descriptions.get(&spec.name),
-        )
+        resolve_with(catalogue, spec, arguments, self.overrides.get(&spec.name), self.descriptions.get(&spec.name))
     }
 }
 

@@ -48,17 +48,25 @@ fn target_of(catalogue: &Catalogue, resolver: &Resolver, schedule: &Schedule) ->
                 .ok_or_else(|| format!("worker {:?} is not in this daemon's catalogue any more", schedule.target))?;
             let arguments: ExplicitArgs = serde_json::from_value(schedule.arguments.clone()).unwrap_or_default();
             let config = resolver.resolve(catalogue, spec, &arguments).map_err(|e| e.to_string())?;
-            Ok(Target::Run { worker: spec.name.clone(), arguments, config })
+            Ok(Target::Run { worker: spec.name.clone(), arguments, config: Box::new(config) })
         }
         TargetKind::Pipeline => {
             let spec = catalogue
                 .pipeline(&schedule.target)
                 .ok_or_else(|| format!("pipeline {:?} is not in this daemon's catalogue any more", schedule.target))?;
-            let configs = StepConfigs::resolve_with(resolver, catalogue, spec, &schedule.arguments)
-                .map_err(|e| e.to_string())?;
-            let arguments =
-                if schedule.arguments.is_null() { Value::Object(Default::default()) } else { schedule.arguments.clone() };
-            Ok(Target::Pipeline { pipeline: spec.name.clone(), steps: spec.steps.clone(), configs: configs.0, arguments })
+            let configs =
+                StepConfigs::resolve_with(resolver, catalogue, spec, &schedule.arguments).map_err(|e| e.to_string())?;
+            let arguments = if schedule.arguments.is_null() {
+                Value::Object(Default::default())
+            } else {
+                schedule.arguments.clone()
+            };
+            Ok(Target::Pipeline {
+                pipeline: spec.name.clone(),
+                steps: spec.steps.clone(),
+                configs: configs.0,
+                arguments,
+            })
         }
     }
 }

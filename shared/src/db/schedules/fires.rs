@@ -25,7 +25,7 @@ use crate::{
 #[derive(Debug, Clone)]
 pub(crate) enum Target {
     /// A run of a worker.
-    Run { worker: String, arguments: ExplicitArgs, config: ResolvedConfig },
+    Run { worker: String, arguments: ExplicitArgs, config: Box<ResolvedConfig> },
     /// A pipeline run (its first step is requested with it).
     Pipeline { pipeline: String, steps: Vec<String>, configs: Vec<ResolvedConfig>, arguments: Value },
 }
@@ -119,9 +119,11 @@ macro_rules! request_in_tx {
                 }
             }
             Target::Pipeline { pipeline, steps, configs, arguments } => {
-                let new = NewPipelineRun { id: Uuid::now_v7(), pipeline, steps, configs, arguments, requested_by: &by, fire };
-                let id: Option<Uuid> =
-                    bind_new_pipeline!(sqlx::query_scalar($db.text(INSERT_PIPELINE)), &new).fetch_optional(&mut *$tx).await?;
+                let new =
+                    NewPipelineRun { id: Uuid::now_v7(), pipeline, steps, configs, arguments, requested_by: &by, fire };
+                let id: Option<Uuid> = bind_new_pipeline!(sqlx::query_scalar($db.text(INSERT_PIPELINE)), &new)
+                    .fetch_optional(&mut *$tx)
+                    .await?;
                 match id {
                     Some(id) => {
                         advance_in_tx!($tx, $db, id);
