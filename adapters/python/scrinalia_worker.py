@@ -2,7 +2,8 @@
 
 A worker module defines plain functions, as the archive's workers already do::
 
-    def execute(db, batch_size: int = 50, engine_name: str = "ollama", preset: str = "fast", progress=None): ...
+    def execute(db, batch_size: int = 50, engine_name: str = "ollama", preset: str = "fast", progress=None,
+                checkpoint=None, resume_from=None): ...
     def count_pending(db, batch_size: int = 50, **_): ...   # an int, or {"unmeasurable": "why", "done": n}
     def describe_config(db, engine_name: str = "ollama", preset: str = "fast", **_): ...   # a dict
     def check(db, **_): ...                                   # True, or a sentence saying what is missing
@@ -17,6 +18,12 @@ The daemon appends a verb and flags (``run --run-id ID --engine E --preset P --m
 passes it by name, gives ``execute`` a ``progress(done, total, message=None)`` callback when it has a parameter
 of that name, prints the return value as a protocol line, turns SIGTERM into a clean stop (the ``Stopped``
 exception, which ``except Exception`` does not catch) and reports errors with a traceback on stderr.
+
+Checkpoints and resume: ``execute`` gets a ``checkpoint(state)`` callback when it has a parameter of that name; it
+commits the verb's session (if any) and prints ``{"checkpoint": state}`` (at most 64 KiB of JSON, else
+``ValueError``). When the daemon resumes an earlier run, ``execute`` gets that run's last checkpoint, decoded from
+``SCRINALIA_CHECKPOINT``, as ``resume_from``; when it restarts one from nothing, the earlier run's id (from
+``SCRINALIA_RESTART_OF``) as ``restart_of``. Each is None otherwise, and passed only to a parameter of its name.
 
 With ``--session MODULE:CALLABLE``, a function whose first parameter is ``db`` (or ``session``) gets a session of
 its own for the verb: the callable returns a session or a context manager yielding one (a SQLAlchemy
@@ -72,8 +79,14 @@ PARAMETER_NAMES = {
     "endpoint": ("endpoint", "base_url"),
 }
 
-#: Parameters that are never options: the session, the adapter's callbacks, the common flags.
-NOT_OPTIONS = {"db", "session", "progress", *(name for names in PARAMETER_NAMES.values() for name in names)}
+#: Parameters of ``execute`` the adapter gives (callbacks and what the run continues), never options.
+ADAPTER_PARAMETERS = ("progress", "checkpoint", "resume_from", "restart_of")
+
+#: Parameters that are never options: the session, the adapter's parameters, the common flags.
+NOT_OPTIONS = {"db", "session", *ADAPTER_PARAMETERS, *(name for names in PARAMETER_NAMES.values() for name in names)}
+
+#: The largest checkpoint the daemon keeps: the JSON text of its value, in bytes (UTF-8).
+MAX_CHECKPOINT_BYTES = 64 * 1024
 
 VERBS = {"describe": "describe_config", "count-pending": "count_pending", "check": "check", "run": "execute"}
 
@@ -108,6 +121,54 @@ def progress(done: int, total: int | None = None, message: str | None = None) ->
     if message is not None:
         body["message"] = str(message)
     emit({"progress": body})
+
+
+def checkpoint_text(state: Any) -> str:
+    """The compact JSON text of a checkpoint's ``state``; ``ValueError`` with a sentence when it is not JSON or
+    larger than ``MAX_CHECKPOINT_BYTES``."""
+    try:
+        text = json.dumps(state, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"The checkpoint state cannot be written as JSON ({error}); use dicts, lists, strings, numbers, "
+            "booleans and None."
+        ) from None
+    size = len(text.encode("utf-8"))
+    if size > MAX_CHECKPOINT_BYTES:
+        raise ValueError(
+            f"The checkpoint state is {size} bytes of JSON, more than the {MAX_CHECKPOINT_BYTES} bytes (64 KiB) "
+            "the daemon keeps; checkpoint where the work is (an id, an offset), not the work itself."
+        )
+    return text
+
+
+def checkpoint_callback(session: Any) -> Callable[[Any], None]:
+    """The ``checkpoint(state)`` callback handed to ``execute``: checks ``state``, commits ``session`` (when the
+    verb has one) so that the work done before the checkpoint is durable, then prints ``{"checkpoint": state}``."""
+
+    def checkpoint(state: Any) -> None:
+        text = checkpoint_text(state)
+        if session is not None:
+            session.commit()
+        sys.stdout.write('{"checkpoint":' + text + "}\n")
+        sys.stdout.flush()
+
+    return checkpoint
+
+
+def continuation(env: dict[str, str]) -> dict[str, Any]:
+    """What a run continues, from the environment: ``resume_from`` (the decoded ``SCRINALIA_CHECKPOINT``) and
+    ``restart_of`` (``SCRINALIA_RESTART_OF``), each None when unset or empty."""
+    text = env.get("SCRINALIA_CHECKPOINT") or None
+    resume_from = None
+    if text is not None:
+        try:
+            resume_from = json.loads(text)
+        except ValueError as error:
+            raise UsageError(
+                f"SCRINALIA_CHECKPOINT is not JSON ({error}), so the checkpoint to resume from cannot be read."
+            ) from None
+    return {"resume_from": resume_from, "restart_of": env.get("SCRINALIA_RESTART_OF") or None}
 
 
 def load_module(name: str, what: str = "worker module") -> types.ModuleType:
@@ -255,7 +316,7 @@ def build_kwargs(
     for name, text in flags.items():
         if name in COMMON_FLAGS:
             continue
-        if name in ("progress", *SESSION_PARAMETERS):
+        if name in (*ADAPTER_PARAMETERS, *SESSION_PARAMETERS):
             raise UsageError(f"{name!r} is the adapter's to give, not an option.")
         parameter = parameters.get(name)
         if parameter is None or parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
@@ -298,14 +359,17 @@ def open_session(factory: Callable[[], Any]) -> Iterator[Any]:
             manager.__exit__(None, None, None)
 
 
-def call(function: Callable[..., Any], kwargs: dict[str, Any], sessions: Callable[[], Any] | None) -> Any:
-    """Calls ``function`` with ``kwargs``, and with a session of its own first when it wants one."""
+def call(
+    function: Callable[..., Any], kwargs: dict[str, Any], sessions: Callable[[], Any] | None, checkpoint: bool = False
+) -> Any:
+    """Calls ``function`` with ``kwargs``, and with a session of its own first when it wants one; with
+    ``checkpoint``, also with a ``checkpoint`` callback that commits that session."""
     if not wants_session(function):
-        return function(**kwargs)
+        return function(**kwargs, **({"checkpoint": checkpoint_callback(None)} if checkpoint else {}))
     if sessions is None:
         raise UsageError(f"{function.__name__}() takes a database session first: give the adapter --session.")
     with open_session(sessions) as session:
-        return function(session, **kwargs)
+        return function(session, **kwargs, **({"checkpoint": checkpoint_callback(session)} if checkpoint else {}))
 
 
 def _bounds(metadata: list[Any], integer: bool) -> dict[str, Any]:
@@ -440,6 +504,7 @@ def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> in
                 f"{verb!r} is not a verb of the worker protocol; use describe, count-pending, check or run."
             )
         flags = parse_flags(rest)
+        continues = continuation(env) if verb == "run" else {}
         sessions = load_attribute(adapter_options["session"], "--session") if "session" in adapter_options else None
         registries = (
             load_attribute(adapter_options["registries"], "--registries") if "registries" in adapter_options else None
@@ -481,11 +546,13 @@ def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> in
             if callable(describe):
                 # What this run really uses, as the worker sees it now (an engine chosen elsewhere included).
                 emit({"config": config_line(call(describe, describe_kwargs, sessions))})
-            if "progress" in inspect.signature(function).parameters:
+            parameters = inspect.signature(function).parameters
+            if "progress" in parameters:
                 kwargs["progress"] = progress
+            kwargs.update({key: value for key, value in continues.items() if key in parameters})
             run_id = kwargs.get("run_id") or flags.get("run-id") or env.get("SCRINALIA_RUN_ID") or "none"
             print(f"{name}: run {run_id} starts", file=sys.stderr, flush=True)
-            emit({"result": result_line(call(function, kwargs, sessions))})
+            emit({"result": result_line(call(function, kwargs, sessions, "checkpoint" in parameters))})
             print(f"{name}: run {run_id} done", file=sys.stderr, flush=True)
         return 0
     except Stopped as stop:

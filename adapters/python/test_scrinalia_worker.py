@@ -4,8 +4,11 @@ stop on SIGTERM. Standard library only: ``python3 -m unittest discover -s adapte
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -194,6 +197,90 @@ class ProtocolTest(unittest.TestCase):
         out = run_adapter("example_worker", "count-pending", "--folder", self.folder)
         pending = json_lines(out.stdout)[0]["pending"]
         self.assertLess(pending, 20)
+
+
+CONTINUING_WORKER = """
+import json
+
+def execute(batch_size: int = 2, checkpoint=None, resume_from=None, restart_of=None):
+    if batch_size == 0:
+        for state in ({1, 2}, "x" * 70000):
+            try:
+                checkpoint(state)
+            except ValueError as error:
+                print(error)
+        return {}
+    checkpoint({"after": batch_size, "note": "caf\u00e9"})
+    return {"resume_from": resume_from, "restart_of": restart_of}
+"""
+
+
+class CheckpointTest(unittest.TestCase):
+    def setUp(self):
+        self.scratch = tempfile.TemporaryDirectory(prefix="scrinalia-adapter-")
+        self.folder = Path(self.scratch.name)
+        (self.folder / "continuing_worker.py").write_text(CONTINUING_WORKER)
+
+    def tearDown(self):
+        self.scratch.cleanup()
+
+    def run_worker(self, *args: str, env: Optional[dict] = None) -> subprocess.CompletedProcess:
+        return run_adapter("continuing_worker", *args, cwd=self.folder, env=env)
+
+    def test_the_callback_prints_the_compact_json_line_and_flushes_it(self):
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            adapter.checkpoint_callback(None)({"last_id": 7, "name": "caf\u00e9"})
+        self.assertEqual(printed.getvalue(), '{"checkpoint":{"last_id":7,"name":"caf\u00e9"}}\n')
+
+    def test_a_state_that_is_not_json_or_over_64_kib_raises_a_sentence_and_prints_nothing(self):
+        checkpoint = adapter.checkpoint_callback(None)
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            for state, says in [
+                ({"seen": {1, 2}}, "The checkpoint state cannot be written as JSON (Object of type set"),
+                ({"ratio": float("nan")}, "The checkpoint state cannot be written as JSON"),
+                ("x" * 65535, "is 65537 bytes of JSON, more than the 65536 bytes (64 KiB) the daemon keeps"),
+                ("\u00e9" * 32768, "is 65538 bytes of JSON"),
+            ]:
+                with self.assertRaisesRegex(ValueError, re.escape(says)):
+                    checkpoint(state)
+            checkpoint("x" * 65534)  # 65,536 bytes with its quotes: the largest the daemon keeps
+        self.assertEqual(len(printed.getvalue()), len('{"checkpoint":}\n') + 65536)
+
+    def test_a_run_checkpoints_and_receives_what_it_continues(self):
+        fresh = self.run_worker("run", "--batch_size", "3")
+        self.assertEqual(fresh.returncode, 0, fresh.stderr)
+        self.assertEqual(fresh.stdout.splitlines()[0], '{"checkpoint":{"after":3,"note":"caf\u00e9"}}')
+        self.assertEqual(json_lines(fresh.stdout)[-1], {"result": {"resume_from": None, "restart_of": None}})
+        resumed = self.run_worker("run", env={"SCRINALIA_CHECKPOINT": '{"after":3,"note":"caf\u00e9"}'})
+        self.assertEqual(json_lines(resumed.stdout)[-1],
+                         {"result": {"resume_from": {"after": 3, "note": "caf\u00e9"}, "restart_of": None}})
+        restarted = self.run_worker("run", env={"SCRINALIA_RESTART_OF": "0190c0de-0000-7000-8000-000000000001"})
+        self.assertEqual(json_lines(restarted.stdout)[-1],
+                         {"result": {"resume_from": None, "restart_of": "0190c0de-0000-7000-8000-000000000001"}})
+
+    def test_a_refused_checkpoint_reaches_the_worker_as_a_value_error_and_prints_no_line(self):
+        out = self.run_worker("run", "--batch_size", "0")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertFalse(any("checkpoint" in line for line in json_lines(out.stdout)), out.stdout)
+        self.assertIn("cannot be written as JSON (Object of type set is not JSON serializable)", out.stdout)
+        self.assertIn("is 70002 bytes of JSON, more than the 65536 bytes (64 KiB)", out.stdout)
+
+    def test_the_adapters_parameters_are_not_options(self):
+        [described] = json_lines(self.run_worker("describe").stdout)
+        self.assertEqual([o["name"] for o in described["declared"]["options"]], ["batch_size"])
+        for flag in ("checkpoint", "resume_from", "restart_of"):
+            out = self.run_worker("run", f"--{flag}", "{}")
+            self.assertEqual(out.returncode, 2, out.stderr)
+            self.assertIn(f"{flag!r} is the adapter's to give, not an option", out.stderr)
+
+    def test_an_unreadable_checkpoint_exits_2_before_anything_runs(self):
+        out = self.run_worker("run", env={"SCRINALIA_CHECKPOINT": '{"after": 3'})
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("SCRINALIA_CHECKPOINT is not JSON", out.stderr)
+        self.assertIn("so the checkpoint to resume from cannot be read", out.stderr)
+        self.assertEqual(out.stdout, "")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Tests of the adapter with a module shaped like the archive's (``examples/archive``): a real SQLAlchemy session
 over a SQLite database, given with ``--session``, committed when a verb returns and rolled back when it fails or is
-stopped; what ``describe`` derives from the signatures and the registries; ``check`` and the run's configuration
-line. Needs SQLAlchemy (``scripts/test`` installs it): ``python3 -m unittest discover -s adapters/python``.
+stopped, and committed by each checkpoint; what ``describe`` derives from the signatures and the registries;
+``check`` and the run's configuration line; a run resumed from a checkpoint. Needs SQLAlchemy (``scripts/test``
+installs it): ``python3 -m unittest discover -s adapters/python``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import textwrap
 import unittest
 from pathlib import Path
 
@@ -20,6 +22,26 @@ HERE = Path(__file__).resolve().parent
 ADAPTER = HERE / "scrinalia_worker.py"
 EXAMPLES = HERE / "examples"
 SESSION = ["--session", "archive.db:SessionLocal", "--registries", "archive.engines:REGISTRIES"]
+
+#: A worker that stamps document 1, checkpoints, stamps document 2 in the same session, then returns, raises or
+#: waits to be stopped.
+CHECKPOINTING_WORKER = textwrap.dedent("""
+    import time
+
+    from archive.db import Stamp
+
+    def execute(db, then: str = "return", checkpoint=None):
+        db.add(Stamp(document_id=1, stamp="before"))
+        checkpoint({"stamped": 1})
+        db.add(Stamp(document_id=2, stamp="after"))
+        db.flush()
+        if then == "raise":
+            raise RuntimeError("failing after the checkpoint, as asked")
+        if then == "wait":
+            print("waiting", flush=True)
+            time.sleep(30)
+        return {"processed": 2}
+""")
 
 
 class ArchiveTest(unittest.TestCase):
@@ -41,6 +63,14 @@ class ArchiveTest(unittest.TestCase):
         command = [sys.executable, str(ADAPTER), *SESSION, f"archive.workers.{module}", *args]
         return subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=60)
 
+    def run_module(self, module: str, *args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, str(ADAPTER), *SESSION, module, "run", *args]
+        return subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=60)
+
+    def clear_stamps(self) -> None:
+        with sqlite3.connect(self.database) as db:
+            db.execute("delete from stamps")
+
     def lines(self, out: subprocess.CompletedProcess) -> list[dict]:
         return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
@@ -60,22 +90,77 @@ class ArchiveTest(unittest.TestCase):
         self.assertEqual(self.stamps(), 10, "the adapter committed the last batch")
         self.assertEqual(self.lines(self.adapter("tag_suggest", "count-pending")), [{"pending": 0}])
 
-    def test_sigterm_rolls_back_what_was_not_committed(self):
-        command = [sys.executable, str(ADAPTER), *SESSION, "archive.workers.tag_suggest", "run", "--batch_size",
-                   "4", "--delay_ms", "300"]
-        child = subprocess.Popen(command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def start(self, module: str, *args: str) -> subprocess.Popen:
+        command = [sys.executable, str(ADAPTER), *SESSION, module, "run", *args]
+        return subprocess.Popen(command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def stop_after(self, child: subprocess.Popen, says: str) -> tuple[list[str], str]:
+        """Reads ``child``'s lines until one contains ``says``, sends SIGTERM; every line read, and stderr."""
+        lines: list[str] = []
         try:
-            lines = [child.stdout.readline(), child.stdout.readline()]
-            self.assertIn('"progress"', lines[1], lines)
+            while not lines or says not in lines[-1]:
+                line = child.stdout.readline()
+                self.assertTrue(line, f"the worker ended before printing {says!r}: {lines}")
+                lines.append(line)
             child.send_signal(signal.SIGTERM)
-            _, stderr = child.communicate(timeout=30)
+            stdout, stderr = child.communicate(timeout=30)
         finally:
             if child.poll() is None:
                 child.kill()
                 child.wait()
+        return lines + stdout.splitlines(keepends=True), stderr
+
+    def test_sigterm_rolls_back_what_was_not_committed(self):
+        child = self.start("archive.workers.tag_suggest", "--batch_size", "4", "--delay_ms", "300")
+        lines, stderr = self.stop_after(child, '"checkpoint"')
         self.assertEqual(child.returncode, 143, stderr)
         self.assertEqual(self.stamps() % 4, 0, "only whole committed batches are kept")
         self.assertLess(self.stamps(), 10)
+
+    def test_a_checkpoint_commits_the_session_and_the_session_stays_usable(self):
+        (Path(self.scratch.name) / "checkpointing_worker.py").write_text(CHECKPOINTING_WORKER)
+        self.env["PYTHONPATH"] += os.pathsep + self.scratch.name
+        child = self.start("checkpointing_worker", "--then", "wait")
+        lines, stderr = self.stop_after(child, "waiting")
+        self.assertEqual(child.returncode, 143, stderr)
+        self.assertEqual(lines[0], '{"checkpoint":{"stamped":1}}\n', "printed once the commit is done")
+        self.assertEqual((self.stamps("before"), self.stamps("after")), (1, 0),
+                         "what came before the checkpoint is kept; what came after is rolled back")
+        self.clear_stamps()
+        failed = self.run_module("checkpointing_worker", "--then", "raise")
+        self.assertEqual(failed.returncode, 1, failed.stderr)
+        self.assertIn("failing after the checkpoint", failed.stderr)
+        self.assertEqual((self.stamps("before"), self.stamps("after")), (1, 0), "a failure rolls back the same way")
+        self.clear_stamps()
+        done = self.run_module("checkpointing_worker")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual((self.stamps("before"), self.stamps("after")), (1, 1), "committed on return, as before")
+
+    def test_a_run_resumed_from_a_checkpoint_tags_each_document_once(self):
+        child = self.start("archive.workers.tag_suggest", "--batch_size", "4", "--delay_ms", "300")
+        lines, stderr = self.stop_after(child, '"checkpoint"')
+        self.assertEqual(child.returncode, 143, stderr)
+        prefix = '{"checkpoint":'
+        last = [line.strip()[len(prefix):-1] for line in lines if line.startswith(prefix)][-1]
+        state = json.loads(last)
+        self.assertEqual(self.stamps(), state["done"], "the checkpoint names exactly what was committed")
+        self.assertLess(state["done"], 10)
+        with sqlite3.connect(self.database) as db:
+            first = {row[0] for row in db.execute("select document_id from stamps")}
+
+        self.env["SCRINALIA_CHECKPOINT"] = last  # the JSON text, as the daemon hands it back
+        resumed = self.adapter("tag_suggest", "run", "--batch_size", "2")  # what is left is a whole number of 2s
+        self.assertEqual(resumed.returncode, 0, resumed.stderr)
+        out = self.lines(resumed)
+        self.assertEqual(out[-1], {"result": {"processed": 10 - state["done"], "failed": 0}})
+        checkpoints = [line["checkpoint"] for line in out if "checkpoint" in line]
+        self.assertEqual(checkpoints[0], {"last_id": state["last_id"] + 2, "done": state["done"] + 2},
+                         "it continues after the checkpoint and counts on from it")
+        self.assertEqual(checkpoints[-1], {"last_id": 10, "done": 10})
+        with sqlite3.connect(self.database) as db:
+            rows = [row[0] for row in db.execute("select document_id from stamps where stamp = 'tags_v1'")]
+        self.assertEqual(sorted(rows), list(range(1, 11)), "every document tagged, each once")
+        self.assertTrue(first < set(rows))
 
     def test_describe_reports_what_the_code_declares(self):
         [described] = self.lines(self.adapter("tag_suggest", "describe"))

@@ -1,7 +1,9 @@
 """Tag suggestion, shaped like the archive's worker: ``count_pending`` and ``execute`` take the session first and
-share one queue predicate; ``execute`` declares its options, its engine and its preset in its signature. It
-commits a batch at a time through the session the adapter gives it (the adapter commits the last one, or rolls it
-back if the run fails or is stopped).
+share one queue predicate; ``execute`` declares its options, its engine and its preset in its signature. It works
+in batches over the documents in id order and checkpoints after each full one (``{"last_id": …, "done": …}``):
+the adapter commits the batch, then reports the checkpoint (and commits the last, partial batch when ``execute``
+returns); a run stopped or failed in a batch loses only that batch (rolled back). A run resumed from a checkpoint
+(``resume_from``) continues after its ``last_id``, counting on from its ``done``.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ class Range:
         self.ge, self.le = ge, le
 
 
-def _pending(db: Session):
+def _pending(db: Session, after: int = 0):
     done = select(Stamp.document_id).where(Stamp.stamp == STAMP)
-    return select(Document).where(Document.id.not_in(done)).order_by(Document.id)
+    return select(Document).where(Document.id.not_in(done), Document.id > after).order_by(Document.id)
 
 
 def count_pending(db: Session, batch_size: int = 50, **_options) -> int:
@@ -50,10 +52,14 @@ def execute(
     engine_name: str = "ollama",
     preset: str = "fast",
     progress: Optional[Callable[..., None]] = None,
+    checkpoint: Optional[Callable[[dict], None]] = None,
+    resume_from: Optional[dict] = None,
 ) -> dict:
-    """Tags every pending document with its most frequent long words, ``batch_size`` documents a batch.
-    ``fail_after`` > 0 raises after that many documents (of the last, uncommitted batch)."""
-    documents = db.scalars(_pending(db)).all()
+    """Tags every pending document with its most frequent long words, ``batch_size`` documents a batch, and
+    checkpoints after each full batch. ``fail_after`` > 0 raises after that many documents of this run (in a batch not
+    committed yet)."""
+    start = {"last_id": 0, "done": 0, **(resume_from or {})}
+    documents = db.scalars(_pending(db, after=start["last_id"])).all()
     done = 0
     for document in documents:
         if fail_after and done == fail_after:
@@ -63,7 +69,11 @@ def execute(
         done += 1
         time.sleep(delay_ms / 1000)
         if done % batch_size == 0:
-            db.commit()
+            state = {"last_id": document.id, "done": start["done"] + done}
+            if checkpoint is not None:
+                checkpoint(state)  # commits the batch, then reports it
+            else:
+                db.commit()
             if progress is not None:
-                progress(done, len(documents), f"{engine_name}/{preset}")
+                progress(state["done"], start["done"] + len(documents), f"{engine_name}/{preset}")
     return {"processed": done, "failed": 0}
