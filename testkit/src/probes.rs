@@ -1,6 +1,6 @@
 //! The probe workers of the tests and benchmarks (`scrinalia-demo-worker probe-<n>`, steered by their options:
-//! how long they take, how they end, what they print), and the ledger they keep of what executed when
-//! (`SCRINALIA_PROBE_LOG`), which tests compare with the database's.
+//! how long they take, how they end, what they print), and the ledger they keep of what executed when and from
+//! which checkpoint (`SCRINALIA_PROBE_LOG`), which tests compare with the database's.
 
 use std::path::Path;
 
@@ -66,6 +66,13 @@ pub struct ProbeEvent {
     /// The probe's command-line arguments (start lines).
     #[serde(default)]
     pub args: Vec<String>,
+    /// The checkpoint it was started with, the parsed `SCRINALIA_CHECKPOINT` of a resume (start lines; `None`
+    /// without one).
+    #[serde(default)]
+    pub checkpoint: Option<Value>,
+    /// `SCRINALIA_RESTART_OF`, the run a restart starts over (start lines).
+    #[serde(default)]
+    pub restart_of: Option<String>,
 }
 
 /// Every line of the probes' ledger at `path` so far.

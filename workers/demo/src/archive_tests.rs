@@ -1,6 +1,7 @@
 //! The archive workers' verbs in process, on a scratch data folder, with time given rather than waited for:
-//! describe's answer, check, the cleaning rule steering the quality validator, the pipeline's order, and
-//! staging filling up over time.
+//! describe's answer, check, the cleaning rule steering the quality validator, the pipeline's order, staging
+//! filling up over time, and runs killed after a checkpoint then resumed or restarted (standard output that
+//! fails after the n-th checkpoint line stands for the kill: nothing is written after it).
 
 use std::path::Path;
 
@@ -11,24 +12,95 @@ use crate::{
     invocation::Verb,
     staging::{EVERY_SECONDS, INITIAL},
     stamps::StampBook,
+    worklist::Worklist,
 };
 
 const T0: u64 = 1_790_000_000;
 
 /// Runs `args` (a worker, a verb, flags) on `data` at `now`; returns the exit status and the protocol lines.
 fn call(data: &Path, now: u64, args: &[&str]) -> anyhow::Result<(i32, Vec<Value>)> {
-    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    let invocation = Invocation::parse(&args, |w| Task::named(w).map(Task::options), |_| None)?;
-    let task = Task::named(&invocation.worker).expect("an archive worker");
+    call_with(data, now, &[], args)
+}
+
+/// [`call`] with the environment variables `env`.
+fn call_with(data: &Path, now: u64, env: &[(&str, &str)], args: &[&str]) -> anyhow::Result<(i32, Vec<Value>)> {
     let mut out = Protocol::to(Vec::new());
-    let status = match invocation.verb {
-        Verb::Describe => describe(task, &invocation, data, now, &mut out),
-        Verb::CountPending => count_pending(task, data, now, &mut out),
-        Verb::Check => check(task, data, now, &mut out),
-        Verb::Run => run(task, &invocation, data, now, &Stop::never(), &mut out),
-    }?;
-    let text = String::from_utf8(out.into_inner()).expect("UTF-8");
-    Ok((status, text.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect()))
+    let status = execute(data, now, env, args, &mut out)?;
+    Ok((status, json_lines(&out.into_inner())))
+}
+
+fn execute(
+    data: &Path,
+    now: u64,
+    env: &[(&str, &str)],
+    args: &[&str],
+    out: &mut Protocol<impl std::io::Write>,
+) -> anyhow::Result<i32> {
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let variable = |name: &str| env.iter().find(|(n, _)| *n == name).map(|(_, v)| (*v).to_owned());
+    let invocation = Invocation::parse(&args, |w| Task::named(w).map(Task::options), variable)?;
+    let task = Task::named(&invocation.worker).expect("an archive worker");
+    match invocation.verb {
+        Verb::Describe => describe(task, &invocation, data, now, out),
+        Verb::CountPending => count_pending(task, data, now, out),
+        Verb::Check => check(task, data, now, out),
+        Verb::Run => run(task, &invocation, data, now, &Stop::never(), out),
+    }
+}
+
+fn json_lines(bytes: &[u8]) -> Vec<Value> {
+    let text = std::str::from_utf8(bytes).expect("UTF-8");
+    text.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
+}
+
+/// Standard output that fails for good once `checkpoints` checkpoint lines are written: the worker killed right
+/// after reporting its checkpoint.
+struct Dying {
+    written: Vec<u8>,
+    checkpoints: usize,
+}
+
+impl std::io::Write for Dying {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let lines = self.written.split_inclusive(|b| *b == b'\n');
+        if lines.filter(|l| l.ends_with(b"\n") && l.starts_with(b"{\"checkpoint\"")).count() >= self.checkpoints {
+            return Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "killed"));
+        }
+        self.written.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs `args` until it has printed `checkpoints` checkpoints; returns the protocol lines it printed.
+fn killed_after(data: &Path, now: u64, env: &[(&str, &str)], args: &[&str], checkpoints: usize) -> Vec<Value> {
+    let mut out = Protocol::to(Dying { written: Vec::new(), checkpoints });
+    let error = execute(data, now, env, args, &mut out).expect_err("killed before its end");
+    assert!(format!("{error:#}").contains("killed"), "{error:#}");
+    json_lines(&out.into_inner().written)
+}
+
+/// The checkpoints among protocol lines.
+fn checkpoints(lines: &[Value]) -> Vec<Value> {
+    lines.iter().filter_map(|l| l.get("checkpoint").cloned()).collect()
+}
+
+/// The results journal of `worker`: (document, run, worklist) per line.
+fn journal(data: &Path, worker: &str) -> Vec<(String, String, String)> {
+    let text = |v: &Value| v.as_str().unwrap_or("null").to_owned();
+    let entries = Journal::of(data, worker).entries().expect("the journal");
+    entries.iter().map(|e| (text(&e["document"]), text(&e["run"]), text(&e["worklist_of"]))).collect()
+}
+
+fn progress(lines: &[Value]) -> Vec<(u64, u64)> {
+    lines
+        .iter()
+        .filter_map(|l| l.get("progress"))
+        .map(|p| (p["done"].as_u64().expect("done"), p["total"].as_u64().expect("total")))
+        .collect()
 }
 
 fn one(data: &Path, now: u64, args: &[&str]) -> Value {
@@ -220,12 +292,138 @@ fn a_run_reports_its_configuration_first_then_progress_and_a_result() {
         call(data, T0, &["embed", "run", "--delay_ms", "0", "--batch_size", "8", "--dimensions", "4"]).expect("run");
     assert_eq!(status, 0);
     assert_eq!(lines[0]["config"]["model"], "nomic-embed-text");
-    let progress: Vec<(u64, u64)> = lines[1..]
-        .iter()
-        .filter_map(|l| l.get("progress"))
-        .map(|p| (p["done"].as_u64().expect("done"), p["total"].as_u64().expect("total")))
-        .collect();
-    assert_eq!(progress, [(0, 20), (8, 20), (16, 20), (20, 20)]);
+    assert_eq!(progress(&lines), [(0, 20), (8, 20), (16, 20), (20, 20)]);
     assert_eq!(lines.last().map(|l| l["result"]["dimensions"].clone()), Some(json!({"4": 20})));
     assert!(call(data, T0, &["embed", "run", "--batch_size", "0"]).is_err(), "bounds are enforced");
+}
+
+/// `doc-0001` … `doc-00<n>`.
+fn documents(range: std::ops::RangeInclusive<usize>) -> Vec<String> {
+    range.map(|n| format!("doc-{n:04}")).collect()
+}
+
+#[test]
+fn a_killed_run_resumed_from_its_last_checkpoint_journals_each_document_of_its_worklist_once() {
+    let dir = tempfile::tempdir().expect("a scratch folder");
+    let data = dir.path();
+    let args = ["transfer", "run", "--delay_ms", "0", "--batch_size", "6"];
+    let first = killed_after(data, T0, &[], &[&args[..], &["--run-id", "r1"]].concat(), 2);
+    let last = checkpoints(&first).pop().expect("a checkpoint");
+    assert_eq!(last, json!({"worklist_of": "r1", "done": 12}));
+    assert_eq!(progress(&first), [(0, 20), (6, 20)], "killed before reporting the second batch's progress");
+    let worklist = Worklist::load(data, "transfer", "r1").expect("readable").expect("recorded at the start");
+    assert_eq!(worklist.documents, documents(1..=20));
+
+    // Three documents arrive before the resume; they are not its work.
+    let later = T0 + 3 * EVERY_SECONDS;
+    let env = [("SCRINALIA_CHECKPOINT", last.to_string())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    let (status, lines) = call_with(data, later, &env, &[&args[..], &["--run-id", "r2"]].concat()).expect("resume");
+    assert_eq!(status, 0, "{lines:?}");
+    assert_eq!(progress(&lines), [(12, 20), (18, 20), (20, 20)], "done so far of the worklist's size");
+    assert_eq!(
+        checkpoints(&lines),
+        [json!({"worklist_of": "r1", "done": 18}), json!({"worklist_of": "r1", "done": 20})]
+    );
+    assert_eq!(lines.last().map(|l| l["result"]["processed"].clone()), Some(json!(8)));
+
+    let journaled = journal(data, "transfer");
+    let ids: Vec<String> = journaled.iter().map(|(d, ..)| d.clone()).collect();
+    assert_eq!(ids, documents(1..=20), "every document of the worklist exactly once, in order");
+    assert!(journaled.iter().all(|(_, _, list)| list == "r1"));
+    let runs: Vec<&str> = journaled.iter().map(|(_, run, _)| run.as_str()).collect();
+    assert_eq!(runs, [vec!["r1"; 12], vec!["r2"; 8]].concat());
+    assert_eq!(pending(data, later, "transfer"), 3, "the arrivals wait for the next fresh run");
+    let copy = Worklist::load(data, "transfer", "r2").expect("readable").expect("the resume records its list");
+    assert_eq!((copy.worklist_of.as_str(), copy.documents), ("r1", documents(1..=20)));
+}
+
+#[test]
+fn a_resume_from_an_older_checkpoint_never_processes_a_finished_document_again() {
+    let dir = tempfile::tempdir().expect("a scratch folder");
+    let data = dir.path();
+    call(data, T0, &["transfer", "run", "--delay_ms", "0"]).expect("transfer everything");
+    let args = ["language-detect", "run", "--delay_ms", "0", "--batch_size", "5"];
+    let first = killed_after(data, T0, &[], &[&args[..], &["--run-id", "a"]].concat(), 3);
+    // The daemon kept the second checkpoint: the run was killed after journaling the third batch.
+    let older = checkpoints(&first)[1].to_string();
+    let (status, lines) =
+        call_with(data, T0, &[("SCRINALIA_CHECKPOINT", &older)], &[&args[..], &["--run-id", "b"]].concat())
+            .expect("resume");
+    assert_eq!(status, 0);
+    let result = &lines.last().expect("a result")["result"];
+    assert_eq!((&result["processed"], &result["skipped"]), (&json!(5), &json!(5)));
+    assert_eq!(checkpoints(&lines).last(), Some(&json!({"worklist_of": "a", "done": 20})));
+    let ids: Vec<String> = journal(data, "language-detect").into_iter().map(|(d, ..)| d).collect();
+    assert_eq!(ids, documents(1..=20));
+    assert_eq!(pending(data, T0, "language-detect"), 0);
+}
+
+#[test]
+fn a_restart_processes_the_whole_worklist_again_and_a_lost_one_runs_fresh() {
+    let dir = tempfile::tempdir().expect("a scratch folder");
+    let data = dir.path();
+    let args = ["transfer", "run", "--delay_ms", "0", "--batch_size", "4", "--limit", "10"];
+    let first = killed_after(data, T0, &[], &[&args[..], &["--run-id", "r1"]].concat(), 1);
+    let resume = checkpoints(&first)[0].to_string();
+    call_with(data, T0, &[("SCRINALIA_CHECKPOINT", &resume)], &[&args[..], &["--run-id", "r2"]].concat())
+        .expect("resume");
+    assert_eq!(pending(data, T0, "transfer"), 10, "the limit bounded the worklist");
+
+    let later = T0 + 2 * EVERY_SECONDS;
+    for (restart_of, run) in [("r1", "r3"), ("r2", "r4")] {
+        let (status, lines) =
+            call_with(data, later, &[("SCRINALIA_RESTART_OF", restart_of)], &[&args[..], &["--run-id", run]].concat())
+                .expect("restart");
+        assert_eq!(status, 0);
+        assert_eq!(progress(&lines).first(), Some(&(0, 10)), "from the start of the earlier worklist");
+        assert_eq!(checkpoints(&lines).last(), Some(&json!({"worklist_of": run, "done": 10})), "a new pass");
+        assert_eq!(lines.last().map(|l| l["result"]["processed"].clone()), Some(json!(10)), "all again");
+        let again: Vec<String> =
+            journal(data, "transfer").into_iter().filter(|(_, r, _)| r == run).map(|(d, ..)| d).collect();
+        assert_eq!(again, documents(1..=10), "{run} started {restart_of} over");
+    }
+    assert_eq!(journal(data, "transfer").len(), 30, "the first pass once, then twice again");
+    assert_eq!(pending(data, later, "transfer"), 12, "the arrivals are no restart's work");
+
+    let (status, lines) =
+        call_with(data, later, &[("SCRINALIA_RESTART_OF", "gone")], &["transfer", "run", "--delay_ms", "0"])
+            .expect("a restart of a run whose worklist is lost");
+    assert_eq!(status, 0);
+    assert_eq!(lines.last().map(|l| l["result"]["processed"].clone()), Some(json!(12)), "a fresh run");
+    assert_eq!(checkpoints(&lines), Vec::<Value>::new(), "no run id, nothing to resume, no checkpoints");
+}
+
+#[test]
+fn a_checkpoint_that_cannot_be_followed_is_refused_before_any_work() {
+    let dir = tempfile::tempdir().expect("a scratch folder");
+    let data = dir.path();
+    let args = ["transfer", "run", "--delay_ms", "0", "--run-id", "r9"];
+    let refusals: [&[(&str, &str)]; 5] = [
+        &[("SCRINALIA_CHECKPOINT", "{\"worklist_of\": \"r1\", \"done\"")],
+        &[("SCRINALIA_CHECKPOINT", "{\"step\": 3}")],
+        &[("SCRINALIA_CHECKPOINT", "{\"worklist_of\": \"r1\", \"done\": 3}")],
+        &[("SCRINALIA_CHECKPOINT", "{\"worklist_of\": \"r1\", \"done\": 3}"), ("SCRINALIA_RESTART_OF", "r1")],
+        &[("SCRINALIA_CHECKPOINT", "{\"worklist_of\": \"../r1\", \"done\": 0}")],
+    ];
+    for env in refusals {
+        assert_eq!(call_with(data, T0, env, &args).expect("an answer"), (REFUSED, vec![]), "{env:?}");
+    }
+    let worklist = Worklist {
+        worker: "transfer".into(),
+        run: "r1".into(),
+        worklist_of: "r1".into(),
+        restart_of: None,
+        recorded_at: T0,
+        documents: documents(1..=2),
+    };
+    worklist.save(data).expect("a worklist of two");
+    let beyond = [("SCRINALIA_CHECKPOINT", "{\"worklist_of\": \"r1\", \"done\": 3}")];
+    assert_eq!(call_with(data, T0, &beyond, &args).expect("an answer"), (REFUSED, vec![]), "past its end");
+    assert_eq!(pending(data, T0, "transfer"), INITIAL as u64, "nothing was processed");
+    assert!(!Journal::of(data, "transfer").path().exists(), "nothing was journaled");
+    assert!(!Worklist::path(data, "transfer", "r9").exists(), "no worklist was recorded");
+    let done = [("SCRINALIA_CHECKPOINT", "{\"worklist_of\": \"r1\", \"done\": 2}")];
+    let (status, lines) = call_with(data, T0, &done, &args).expect("a finished worklist");
+    assert_eq!((status, lines.last().map(|l| l["result"]["processed"].clone())), (0, Some(json!(0))));
 }

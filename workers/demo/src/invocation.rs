@@ -1,6 +1,8 @@
 //! The command line of one worker execution: `<worker> <verb> [--flag value]...`, parsed by hand and checked
 //! against the options the worker declares (`options.rs`), so a typo or a value out of bounds fails loudly
-//! (exit 2) instead of being ignored.
+//! (exit 2) instead of being ignored. What a run continues comes from the environment only:
+//! `SCRINALIA_CHECKPOINT` (a resume: the JSON text of the earlier run's last checkpoint) or `SCRINALIA_RESTART_OF`
+//! (a restart: the earlier run's id); the worker decides what they mean.
 
 use std::{collections::BTreeMap, fmt};
 
@@ -85,7 +87,17 @@ pub struct Invocation {
     pub engine: EngineChoice,
     /// The worker's own options.
     pub options: Options,
+    /// `SCRINALIA_CHECKPOINT`: the JSON text of the checkpoint a resumed run starts from (unparsed).
+    pub checkpoint: Option<String>,
+    /// `SCRINALIA_RESTART_OF`: the id of the run a restarted run starts over.
+    pub restart_of: Option<String>,
 }
+
+/// The environment variable holding the checkpoint a resumed run starts from.
+pub const CHECKPOINT_ENV: &str = "SCRINALIA_CHECKPOINT";
+
+/// The environment variable naming the run a restarted run starts over.
+pub const RESTART_OF_ENV: &str = "SCRINALIA_RESTART_OF";
 
 /// The flags every worker accepts besides its options.
 const COMMON_FLAGS: [&str; 5] = ["run-id", "engine", "preset", "model", "endpoint"];
@@ -151,6 +163,8 @@ impl Invocation {
                 endpoint: pick("endpoint", "SCRINALIA_ENDPOINT"),
             },
             options,
+            checkpoint: env(CHECKPOINT_ENV).filter(|v| !v.is_empty()),
+            restart_of: env(RESTART_OF_ENV).filter(|v| !v.is_empty()),
         })
     }
 }
@@ -188,6 +202,20 @@ mod tests {
         assert_eq!(i.options.text("note"), "--x; $(y)");
         assert!(i.options.boolean("crash"));
         assert_eq!(parse(&["w", "check"]).expect("parses").options.integer("batch_size"), 1, "the default");
+    }
+
+    #[test]
+    fn what_a_run_continues_comes_from_the_environment() {
+        let args = ["w".to_owned(), "run".to_owned()];
+        let env = |name: &str| match name {
+            CHECKPOINT_ENV => Some("{\"done\": 4}".to_owned()),
+            RESTART_OF_ENV => Some(String::new()),
+            _ => None,
+        };
+        let i = Invocation::parse(&args, |_| Some(SPECS), env).expect("parses");
+        assert_eq!((i.checkpoint.as_deref(), i.restart_of), (Some("{\"done\": 4}"), None), "empty is unset");
+        let i = parse(&["w", "run"]).expect("parses");
+        assert_eq!((i.checkpoint, i.restart_of), (None, None));
     }
 
     #[test]

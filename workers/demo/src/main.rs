@@ -1,6 +1,7 @@
 //! `scrinalia-demo-worker <worker> <verb> [flags]`: the demo archive workers and the probe workers behind the
 //! worker protocol (docs/worker-protocol.md). This file only parses the command line and dispatches; the
-//! demo's data (staging arrivals, the pipeline over stamps, the cleaning rules) is described in README.md.
+//! demo's data (staging arrivals, the pipeline over stamps, the cleaning rules, the runs' worklists, results
+//! journals and checkpoints) is described in README.md.
 
 mod archive;
 mod config;
@@ -17,6 +18,7 @@ mod stamps;
 mod stop;
 mod task;
 mod text;
+mod worklist;
 
 use invocation::{Invocation, USAGE, UsageError, Verb};
 use options::OptionSpec;

@@ -1,13 +1,17 @@
 //! The probe workers (`probe-1`, `probe-2`, `probe-3`, and any `probe-<n>`): no real work, but behaviour that tests
-//! steer through options (duration, exit status, crash, ignoring SIGTERM, progress and output volume), and a ledger
-//! of every execution in `$SCRINALIA_PROBE_LOG` so tests can prove what ran, when, where and with which arguments.
-//! `check` answers ready unless `$SCRINALIA_PROBE_NOT_READY` holds a sentence, which is then the reason.
+//! steer through options (duration, exit status, crash, ignoring SIGTERM, progress, checkpoints and output
+//! volume), and a ledger of every execution in `$SCRINALIA_PROBE_LOG` so tests can prove what ran, when, where,
+//! with which arguments and from which checkpoint: a start line records the parsed `SCRINALIA_CHECKPOINT` (null
+//! without one; text that is no JSON is kept as `checkpoint_text`) and `SCRINALIA_RESTART_OF`. `run` prints
+//! `checkpoints` lines `{"checkpoint": {"step": i}}` spread over its duration, and with `oversized_checkpoint`
+//! one checkpoint just over the daemon's 64 KiB at the end. `check` answers ready unless
+//! `$SCRINALIA_PROBE_NOT_READY` holds a sentence, which is then the reason.
 
 use std::{
     fs::OpenOptions,
     io::Write,
     path::PathBuf,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use anyhow::Context;
@@ -17,7 +21,7 @@ use crate::{
     config::EngineConfig,
     invocation::{Invocation, Verb},
     options::{self, Literal, OptionSpec},
-    protocol::Protocol,
+    protocol::{MAX_CHECKPOINT_BYTES, Protocol},
     stop::{self, Stop},
 };
 
@@ -64,6 +68,13 @@ pub const OPTIONS: &[OptionSpec] = &[
         .range(int(0), int(1_000_000))
         .about("Free-text lines written to stdout and to stderr at the start."),
     OptionSpec::text("note").about("Free text, recorded verbatim in the probe log's arguments."),
+    OptionSpec::integer("checkpoints")
+        .default(Literal::Integer(0))
+        .range(int(0), int(10_000))
+        .about("Checkpoint lines {\"checkpoint\": {\"step\": i}}, spread over the duration."),
+    OptionSpec::boolean("oversized_checkpoint")
+        .default(Literal::Boolean(false))
+        .about("Also print one checkpoint just over 64 KiB of JSON at the end, which the daemon refuses."),
 ];
 
 /// `describe`'s `declared` section of a probe: its options, and no engine of its own.
@@ -135,7 +146,9 @@ pub fn execute(invocation: &Invocation, out: &mut Protocol) -> anyhow::Result<i3
     };
     let args: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
     let traceparent = std::env::var("TRACEPARENT").ok();
-    ledger.record("start", json!({ "traceparent": traceparent, "args": args }))?;
+    let mut start = json!({ "traceparent": traceparent, "args": args });
+    start.as_object_mut().into_iter().for_each(|line| line.extend(continued(invocation)));
+    ledger.record("start", start)?;
     let (status, outcome): (i32, String) = match stop {
         None => {
             match invocation.verb {
@@ -155,12 +168,67 @@ pub fn execute(invocation: &Invocation, out: &mut Protocol) -> anyhow::Result<i3
     Ok(status)
 }
 
+/// What the probe log's start line says a run continues: `checkpoint` (the parsed `SCRINALIA_CHECKPOINT`, or
+/// null), `restart_of`, and `checkpoint_text` when the checkpoint is no JSON.
+fn continued(invocation: &Invocation) -> serde_json::Map<String, Value> {
+    let mut fields = serde_json::Map::new();
+    let text = invocation.checkpoint.as_deref();
+    let parsed = text.map(serde_json::from_str::<Value>);
+    fields.insert("checkpoint".into(), parsed.as_ref().and_then(|p| p.as_ref().ok()).cloned().unwrap_or(Value::Null));
+    if let (Some(text), Some(Err(_))) = (text, &parsed) {
+        fields.insert("checkpoint_text".into(), json!(text));
+    }
+    fields.insert("restart_of".into(), json!(invocation.restart_of));
+    fields
+}
+
 /// How a probe run ended by itself.
 enum Ending {
     /// With this exit status.
     Exit(i32),
     /// Stopped by this signal.
     Signal(nix::sys::signal::Signal),
+}
+
+/// Something a probe run does at a moment of its duration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Beat {
+    /// Progress line `i` of the steps.
+    Progress(u32),
+    /// Checkpoint line `i`.
+    Checkpoint(u32),
+    /// Abort, as `crash` asks.
+    Crash,
+    /// The checkpoint over the size limit.
+    Oversized,
+    /// The end of the duration.
+    End,
+}
+
+/// What a run does when: progress step `i` of `steps` at `i / steps` of the duration, checkpoint `i` of
+/// `checkpoints` at `i / checkpoints`, the crash after half the progress steps (at the end without any), the
+/// oversized checkpoint at the end. At one moment progress comes first, then checkpoints, then the crash.
+fn timeline(duration: Duration, steps: u32, checkpoints: u32, crash: bool, oversized: bool) -> Vec<(Duration, Beat)> {
+    let at = |i: u32, n: u32| duration * i / n;
+    let mut beats: Vec<(Duration, Beat)> = (1..=steps).map(|i| (at(i, steps), Beat::Progress(i))).collect();
+    beats.extend((1..=checkpoints).map(|i| (at(i, checkpoints), Beat::Checkpoint(i))));
+    if crash {
+        let slices = steps.max(1);
+        beats.push((at(slices.div_ceil(2), slices), Beat::Crash));
+    }
+    if oversized {
+        beats.push((duration, Beat::Oversized));
+    }
+    beats.push((duration, Beat::End));
+    beats.sort();
+    beats
+}
+
+/// A checkpoint whose JSON text is one byte over [`MAX_CHECKPOINT_BYTES`], so the daemon refuses it (the line,
+/// with its wrapping, still fits the daemon's longest relayed line).
+fn oversized_checkpoint() -> Value {
+    let bare = json!({ "oversized": true, "padding": "" }).to_string().len();
+    json!({ "oversized": true, "padding": "x".repeat(MAX_CHECKPOINT_BYTES + 1 - bare) })
 }
 
 fn run(invocation: &Invocation, stop: &Stop, out: &mut Protocol) -> anyhow::Result<Ending> {
@@ -170,16 +238,23 @@ fn run(invocation: &Invocation, stop: &Stop, out: &mut Protocol) -> anyhow::Resu
     let exit_code = i32::try_from(options.integer("exit_code")).unwrap_or(1);
     let crash = options.boolean("crash");
     let steps = u32::try_from(options.integer("progress_steps")).unwrap_or(0);
+    let checkpoints = u32::try_from(options.integer("checkpoints")).unwrap_or(0);
     let lines = options.integer("output_lines").max(0);
     let run_id = invocation.run_id.as_deref().unwrap_or("none");
 
     out.config(&EngineConfig::from_flags(&invocation.engine))?;
 
     eprintln!(
-        "{name}: run {run_id} starts (pid {}), {} ms, {steps} progress steps",
+        "{name}: run {run_id} starts (pid {}), {} ms, {steps} progress steps, {checkpoints} checkpoints",
         std::process::id(),
         duration.as_millis()
     );
+    if let Some(checkpoint) = &invocation.checkpoint {
+        eprintln!("{name}: resumes from the checkpoint {checkpoint}");
+    }
+    if let Some(earlier) = &invocation.restart_of {
+        eprintln!("{name}: starts over run {earlier}");
+    }
     let note = options.text("note");
     if !note.is_empty() {
         eprintln!("{name}: note {note:?}");
@@ -188,19 +263,24 @@ fn run(invocation: &Invocation, stop: &Stop, out: &mut Protocol) -> anyhow::Resu
         out.text(&format!("{name}: stdout line {line} of {lines}"))?;
         eprintln!("{name}: stderr line {line} of {lines}");
     }
-    // The duration is cut into slices; progress is reported after each, and a crash comes after half of them.
-    let slices = steps.max(1);
-    for slice in 1..=slices {
-        if let Some(signal) = stop.sleep(duration / slices) {
+    let started = Instant::now();
+    for (at, beat) in timeline(duration, steps, checkpoints, crash, options.boolean("oversized_checkpoint")) {
+        if let Some(signal) = stop.sleep(at.saturating_sub(started.elapsed())) {
             eprintln!("{name}: stopping on {signal}, as asked");
             return Ok(Ending::Signal(signal));
         }
-        if steps > 0 {
-            out.progress(slice as usize, steps as usize, Some(&format!("step {slice}")))?;
-        }
-        if crash && 2 * slice >= slices {
-            eprintln!("{name}: crashing with SIGABRT, as asked");
-            std::process::abort();
+        match beat {
+            Beat::Progress(i) => out.progress(i as usize, steps as usize, Some(&format!("step {i}")))?,
+            Beat::Checkpoint(i) => out.checkpoint(&json!({ "step": i }))?,
+            Beat::Crash => {
+                eprintln!("{name}: crashing with SIGABRT, as asked");
+                std::process::abort();
+            }
+            Beat::Oversized => {
+                eprintln!("{name}: printing a checkpoint over {MAX_CHECKPOINT_BYTES} bytes, as asked");
+                out.checkpoint(&oversized_checkpoint())?;
+            }
+            Beat::End => {}
         }
     }
     if exit_code != 0 {
@@ -233,6 +313,68 @@ mod tests {
             declared["options"][6],
             json!({"name": "note", "type": "string",
             "description": "Free text, recorded verbatim in the probe log's arguments."})
+        );
+    }
+
+    #[test]
+    fn a_probe_declares_its_checkpoint_options() {
+        let declared = declared();
+        let names: Vec<&str> =
+            declared["options"].as_array().expect("options").iter().filter_map(|o| o["name"].as_str()).collect();
+        assert_eq!(&names[7..], ["checkpoints", "oversized_checkpoint"]);
+        assert_eq!(
+            (declared["options"][7]["default"].as_i64(), declared["options"][8]["default"].as_bool()),
+            (Some(0), Some(false))
+        );
+    }
+
+    #[test]
+    fn checkpoints_are_spread_over_the_duration_between_progress_and_a_crash() {
+        let ms = Duration::from_millis;
+        assert_eq!(
+            timeline(ms(400), 4, 2, true, true),
+            [
+                (ms(100), Beat::Progress(1)),
+                (ms(200), Beat::Progress(2)),
+                (ms(200), Beat::Checkpoint(1)),
+                (ms(200), Beat::Crash),
+                (ms(300), Beat::Progress(3)),
+                (ms(400), Beat::Progress(4)),
+                (ms(400), Beat::Checkpoint(2)),
+                (ms(400), Beat::Oversized),
+                (ms(400), Beat::End),
+            ]
+        );
+        assert_eq!(timeline(ms(90), 0, 3, false, false).len(), 4, "three checkpoints and the end");
+        assert_eq!(timeline(ms(90), 0, 0, true, false), [(ms(90), Beat::Crash), (ms(90), Beat::End)]);
+    }
+
+    #[test]
+    fn the_oversized_checkpoint_is_one_byte_over_the_limit() {
+        let checkpoint = oversized_checkpoint();
+        assert_eq!(checkpoint.to_string().len(), MAX_CHECKPOINT_BYTES + 1);
+        assert!(
+            json!({ "checkpoint": checkpoint }).to_string().len() < 2 * MAX_CHECKPOINT_BYTES,
+            "a line relayed whole"
+        );
+    }
+
+    #[test]
+    fn the_start_line_records_what_a_run_continues() {
+        let parse = |env: &[(&str, &str)]| {
+            let args = ["probe-1".to_owned(), "run".to_owned()];
+            let variable = |name: &str| env.iter().find(|(n, _)| *n == name).map(|(_, v)| (*v).to_owned());
+            Value::Object(continued(&Invocation::parse(&args, |_| Some(OPTIONS), variable).expect("parses")))
+        };
+        assert_eq!(parse(&[]), json!({"checkpoint": null, "restart_of": null}));
+        assert_eq!(
+            parse(&[("SCRINALIA_CHECKPOINT", "{\"step\": 2}")]),
+            json!({"checkpoint": {"step": 2}, "restart_of": null})
+        );
+        assert_eq!(parse(&[("SCRINALIA_RESTART_OF", "r1")]), json!({"checkpoint": null, "restart_of": "r1"}));
+        assert_eq!(
+            parse(&[("SCRINALIA_CHECKPOINT", "{\"step\"")]),
+            json!({"checkpoint": null, "checkpoint_text": "{\"step\"", "restart_of": null})
         );
     }
 

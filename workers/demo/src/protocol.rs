@@ -1,7 +1,7 @@
 //! Standard output is the worker protocol: one JSON object per line (the answer of `describe`, `count-pending`
-//! or `check`; for `run` the `config` line first, then `progress` and `result`). This writer is the only place
-//! that writes to it, flushing every line so the daemon sees progress as it happens. Tests give it a buffer
-//! instead of standard output.
+//! or `check`; for `run` the `config` line first, then `progress`, `checkpoint` and `result`). This writer is
+//! the only place that writes to it, flushing every line so the daemon sees progress and checkpoints as they
+//! happen. Tests give it a buffer instead of standard output.
 
 use std::io::{Stdout, Write};
 
@@ -9,6 +9,10 @@ use anyhow::Context;
 use serde_json::{Value, json};
 
 use crate::config::EngineConfig;
+
+/// The largest checkpoint the daemon accepts: the JSON text of its value, in bytes (a larger one is refused and
+/// the last one accepted stays).
+pub const MAX_CHECKPOINT_BYTES: usize = 64 * 1024;
 
 /// Writes protocol lines (and the odd free-text line) to `W`, standard output unless a test says otherwise.
 #[derive(Debug)]
@@ -53,6 +57,11 @@ impl<W: Write> Protocol<W> {
             progress["message"] = json!(message);
         }
         self.object(&json!({ "progress": progress }))
+    }
+
+    /// `{"checkpoint": value}`: where a resumed run would continue (the daemon keeps the latest).
+    pub fn checkpoint(&mut self, value: &Value) -> anyhow::Result<()> {
+        self.object(&json!({ "checkpoint": value }))
     }
 
     /// `{"result": {...}}`.

@@ -1,10 +1,13 @@
 //! A worker's stamps: which documents it processed and what it found, one file per worker
 //! (`<data>/stamps/<worker>.json`) so different workers running at once never write the same file. Every save
-//! writes a temporary file and renames it over the old one, so a reader (or a SIGKILL) never sees half a file.
+//! writes a temporary file, syncs it to disk and renames it over the old one (syncing the folder too), so a reader
+//! (or a SIGKILL, or a power cut) never sees half a file, and a save that returned is durable: a run's results
+//! journal (`worklist.rs`), written after the save, never claims a stamp the disk lost.
 
 use std::{
     collections::BTreeMap,
-    fs,
+    fs::{self, File},
+    io::Write,
     path::{Path, PathBuf},
 };
 
@@ -65,14 +68,22 @@ impl StampBook {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same folder and a rename.
+/// Writes `bytes` to `path` through a temporary file in the same folder and a rename, durably: the file is
+/// synced before the rename and the folder after it.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let folder = path.parent().context("a file path has a folder")?;
     fs::create_dir_all(folder).with_context(|| format!("create the folder {}", folder.display()))?;
     let name = path.file_name().context("a file path has a name")?.to_string_lossy();
     let temporary = folder.join(format!(".{name}.{}.tmp", std::process::id()));
-    fs::write(&temporary, bytes).with_context(|| format!("write {}", temporary.display()))?;
-    fs::rename(&temporary, path).with_context(|| format!("replace {}", path.display()))
+    let mut file = File::create(&temporary).with_context(|| format!("create {}", temporary.display()))?;
+    file.write_all(bytes).and_then(|()| file.sync_all()).with_context(|| format!("write {}", temporary.display()))?;
+    fs::rename(&temporary, path).with_context(|| format!("replace {}", path.display()))?;
+    sync_folder(folder)
+}
+
+/// Syncs `folder` itself, so the names created or replaced in it survive a power cut.
+pub fn sync_folder(folder: &Path) -> anyhow::Result<()> {
+    File::open(folder).and_then(|f| f.sync_all()).with_context(|| format!("sync the folder {}", folder.display()))
 }
 
 /// Creates `path` with `bytes` unless it exists; returns whether this call created it. The file appears whole
