@@ -244,8 +244,14 @@ async fn one_trace_runs_from_the_api_request_through_the_daemon_into_the_worker(
     let mut api = start_api(&setup, port, &otel);
     wait_ready(&api, &base).await;
     for process in [&api, &daemon] {
-        let threads = exporter_threads(process.pid().as_raw());
-        assert_eq!(threads.len(), 2, "{}: a span and a metrics exporter thread: {threads:?}", process.name);
+        // The daemon is not waited for before the API, so its exporters may still be starting on a busy machine.
+        let pid = process.pid().as_raw();
+        let seen = eventually(Duration::from_secs(10), "both exporter threads", || async {
+            let threads = exporter_threads(pid);
+            (threads.len() >= 2).then_some(threads)
+        })
+        .await;
+        assert_eq!(seen.len(), 2, "{}: a span and a metrics exporter thread: {seen:?}", process.name);
     }
 
     // 1. No traceparent: the API's request span starts the trace, and the run stores its context.
