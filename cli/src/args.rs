@@ -101,6 +101,16 @@ pub enum Command {
         /// The run's id.
         id: Uuid,
     },
+    /// Resume an interrupted or failed run from its last checkpoint (a new run, with its configuration).
+    Resume {
+        /// The run's id.
+        id: Uuid,
+    },
+    /// Restart an interrupted or failed run from nothing (a new run, with its configuration).
+    Restart {
+        /// The run's id.
+        id: Uuid,
+    },
     /// Print a run's output.
     Logs {
         /// The run's id.

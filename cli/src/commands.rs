@@ -37,6 +37,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Run { command: RunCommand::Show { id } } => show(&client, out, id).await,
         Command::Trigger(args) => trigger(&client, out, args).await,
         Command::Cancel { id } => cancel(&client, out, id).await,
+        Command::Resume { id } => continue_run(&client, out, id, "resume").await,
+        Command::Restart { id } => continue_run(&client, out, id, "restart").await,
         Command::Logs { id, follow: true } => follow::run_to_end(&client, out, id).await,
         Command::Logs { id, follow: false } => logs(&client, out, id).await,
         Command::Schedules { command } => schedules::run(&client, out, command).await,
@@ -179,6 +181,24 @@ async fn cancel(client: &Client, out: Out, id: Uuid) -> anyhow::Result<()> {
         ),
     };
     out.text(&text)
+}
+
+/// `resume` or `restart` run `id`: a new run that continues it.
+async fn continue_run(client: &Client, out: Out, id: Uuid, how: &str) -> anyhow::Result<()> {
+    let body =
+        client.post::<()>(&["runs", &id.to_string(), how], None).await.with_context(|| format!("{how} run {id}"))?;
+    if out.json {
+        return out.body(&body);
+    }
+    let run: Run = body.parse()?;
+    let from = match how {
+        "resume" => "from its last checkpoint",
+        _ => "from nothing",
+    };
+    out.text(&format!(
+        "Run {} of worker {} is queued: it continues run {id} {from} (see: scrinalia run show {}).",
+        run.id, run.worker, run.id
+    ))
 }
 
 async fn logs(client: &Client, out: Out, id: Uuid) -> anyhow::Result<()> {

@@ -12,8 +12,9 @@ use std::io;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
-/// The longest worker line relayed whole; the rest of a longer line is dropped.
-pub const MAX_WORKER_LINE: usize = 64 * 1024;
+/// The longest worker line relayed whole; the rest of a longer line is dropped. Room for the largest
+/// checkpoint (64 KiB of JSON) with its wrapping, so that one just over the limit is refused with a sentence.
+pub const MAX_WORKER_LINE: usize = 128 * 1024;
 
 /// Why the supervisor stopped the worker (first cause wins, except that fencing overrides everything).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

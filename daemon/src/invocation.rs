@@ -6,7 +6,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use scrinalia_shared::{ResolvedConfig, WorkerSpec};
+use scrinalia_shared::{FollowKind, ResolvedConfig, Run, WorkerSpec};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -48,6 +48,21 @@ impl Invocation {
         invocation.env.push(("SCRINALIA_RUN_ID".to_owned(), run.to_string()));
         invocation.env.push(("TRACEPARENT".to_owned(), traceparent.to_owned()));
         invocation
+    }
+
+    /// Tells the worker of `run` what it continues: a resume gets its predecessor's last checkpoint in
+    /// `SCRINALIA_CHECKPOINT` (the JSON text), a restart the predecessor's id in `SCRINALIA_RESTART_OF`.
+    pub fn continuing(mut self, run: &Run) -> Self {
+        match (run.follows_as, run.follows, &run.checkpoint) {
+            (Some(FollowKind::Resume), _, Some(checkpoint)) => {
+                self.env.push(("SCRINALIA_CHECKPOINT".to_owned(), checkpoint.to_string()));
+            }
+            (Some(FollowKind::Restart), Some(earlier), _) => {
+                self.env.push(("SCRINALIA_RESTART_OF".to_owned(), earlier.to_string()));
+            }
+            _ => {}
+        }
+        self
     }
 
     /// `<command> <verb> <flags>` for a chore (`count-pending`, `check`); `describe` gets no flags at all, so the

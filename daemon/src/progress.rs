@@ -1,4 +1,4 @@
-//! The worker's stdout protocol (`{"config": …}`, `{"progress": …}` and `{"result": …}` lines) and the throttle that keeps a
+//! The worker's stdout protocol (`{"config": …}`, `{"progress": …}`, `{"checkpoint": …}` and `{"result": …}` lines) and the throttle that keeps a
 //! chatty worker from writing the database more than twice a second; the last report is always written.
 
 use std::time::Duration;
@@ -24,24 +24,29 @@ pub enum StdoutLine {
     Result(Value),
     /// `{"config": {...}}`: the configuration the worker reports it really uses.
     Config(Value),
+    /// `{"checkpoint": …}`: where a resumed run would continue; any JSON value.
+    Checkpoint(Value),
     /// Anything else: free text for the logs.
     Text,
 }
 
 impl StdoutLine {
-    /// Classifies a line; only a JSON object whose one key is `config`, `progress` or `result` is protocol.
+    /// Classifies a line; only a JSON object whose one key is `config`, `progress`, `checkpoint` or `result` is
+    /// protocol.
     pub fn parse(line: &str) -> Self {
         if !line.trim_start().starts_with('{') {
             return Self::Text;
         }
-        let Ok(Value::Object(mut object)) = serde_json::from_str::<Value>(line) else { return Self::Text };
+        let Ok(Value::Object(object)) = serde_json::from_str::<Value>(line) else { return Self::Text };
         if object.len() != 1 {
             return Self::Text;
         }
-        match (object.remove("progress"), object.remove("result"), object.remove("config")) {
-            (Some(progress), None, None) => Self::Progress(progress),
-            (None, Some(result), None) => Self::Result(result),
-            (None, None, Some(config)) if config.is_object() => Self::Config(config),
+        let Some((key, value)) = object.into_iter().next() else { return Self::Text };
+        match key.as_str() {
+            "progress" => Self::Progress(value),
+            "result" => Self::Result(value),
+            "config" if value.is_object() => Self::Config(value),
+            "checkpoint" => Self::Checkpoint(value),
             _ => Self::Text,
         }
     }
@@ -102,6 +107,8 @@ mod tests {
         assert_eq!(StdoutLine::parse(r#"{"result": {"processed": 2}}"#), StdoutLine::Result(json!({"processed": 2})));
         assert_eq!(StdoutLine::parse(r#"{"config": {"model": "m"}}"#), StdoutLine::Config(json!({"model": "m"})));
         assert_eq!(StdoutLine::parse(r#"{"config": "m"}"#), StdoutLine::Text, "a config that is no object is text");
+        assert_eq!(StdoutLine::parse(r#"{"checkpoint": {"done": 40}}"#), StdoutLine::Checkpoint(json!({"done": 40})));
+        assert_eq!(StdoutLine::parse(r#"{"checkpoint": 3}"#), StdoutLine::Checkpoint(json!(3)));
         for text in ["hello", "{not json", r#"{"progress": 1, "x": 2}"#, r#"{"other": 1}"#, "[1]"] {
             assert_eq!(StdoutLine::parse(text), StdoutLine::Text, "{text}");
         }

@@ -7,7 +7,7 @@ use nix::{
     sys::signal::{Signal, killpg},
     unistd::Pid,
 };
-use scrinalia_shared::{DbError, EndReason, Run, RunState, runs::Finish, telemetry};
+use scrinalia_shared::{DbError, EndReason, MAX_CHECKPOINT_BYTES, Run, RunState, runs::Finish, telemetry};
 use serde_json::Value;
 use tokio::{
     io::{AsyncWriteExt, BufReader},
@@ -65,7 +65,8 @@ async fn execute_in_span(
     let traceparent = telemetry::traceparent_of(&tracing::Span::current())
         .unwrap_or_else(|| invocation::traceparent(run.trace_context.as_deref()));
     let invocation =
-        Invocation::run(spec, &ctx.exe_dir, &ctx.settings.daemon.worker_env, run.id, &run.config, &traceparent);
+        Invocation::run(spec, &ctx.exe_dir, &ctx.settings.daemon.worker_env, run.id, &run.config, &traceparent)
+            .continuing(&run);
     let Spawned { child, mut frames, controls, writer } = match spawn_supervisor(&ctx, &run, &invocation, deadline_ns) {
         Ok(spawned) => spawned,
         Err(e) => {
@@ -259,6 +260,7 @@ impl Session {
         match StdoutLine::parse(&line) {
             StdoutLine::Progress(value) => self.progress.offer(value),
             StdoutLine::Result(value) => self.result = Some(value),
+            StdoutLine::Checkpoint(value) => self.checkpoint(&value).await,
             StdoutLine::Config(value) => {
                 self.text("stdout", &line).await;
                 self.report_config(&value).await;
@@ -277,6 +279,29 @@ impl Session {
             }
             Ok(Err(e)) => tracing::warn!(error = %e, "could not store the worker's reported configuration"),
             Err(_) => tracing::warn!("storing the worker's reported configuration timed out"),
+        }
+    }
+
+    /// Stores the worker's checkpoint at once (fenced: a run that is no longer ours is killed), unless it is over
+    /// [`MAX_CHECKPOINT_BYTES`]: then the run log says so and the last checkpoint stays.
+    async fn checkpoint(&mut self, value: &Value) {
+        let size = value.to_string().len();
+        if size > MAX_CHECKPOINT_BYTES {
+            let refusal = format!(
+                "scrinalia: a checkpoint of {size} bytes was refused: a checkpoint may take at most {MAX_CHECKPOINT_BYTES} bytes of JSON; the last one accepted stays"
+            );
+            tracing::warn!(size, "a checkpoint over the size limit was refused");
+            self.text("stderr", &refusal).await;
+            return;
+        }
+        let stored = self.ctx.db.store_checkpoint(self.run, self.ctx.daemon_id, value);
+        match tokio::time::timeout(Duration::from_secs(5), stored).await {
+            Ok(Ok(())) => tracing::info!(size, "checkpoint stored"),
+            Ok(Err(DbError::LeaseLost { .. })) => {
+                self.lose("the run was no longer this daemon's when its worker reported a checkpoint").await
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not store the worker's checkpoint"),
+            Err(_) => tracing::warn!("storing the worker's checkpoint timed out"),
         }
     }
 

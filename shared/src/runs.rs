@@ -8,8 +8,10 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
+mod follow;
 mod resolver;
 
+pub use follow::FollowError;
 pub(crate) use resolver::Resolver;
 
 use crate::{
@@ -245,6 +247,16 @@ impl Database {
     /// write: refused with [`DbError::LeaseLost`] when the run is no longer this daemon's).
     pub async fn report_config(&self, run: Uuid, daemon: Uuid, config: &serde_json::Value) -> Result<(), DbError> {
         if db::runs::report_config(self, run, daemon, config).await? {
+            Ok(())
+        } else {
+            Err(DbError::LeaseLost { run_id: run, daemon_id: daemon })
+        }
+    }
+
+    /// Stores the latest checkpoint a run's worker reported (fenced: refused with [`DbError::LeaseLost`] when the
+    /// run is no longer running under `daemon`). The caller checks its size ([`crate::MAX_CHECKPOINT_BYTES`]).
+    pub async fn store_checkpoint(&self, run: Uuid, daemon: Uuid, checkpoint: &Value) -> Result<(), DbError> {
+        if db::runs::store_checkpoint(self, run, daemon, checkpoint).await? {
             Ok(())
         } else {
             Err(DbError::LeaseLost { run_id: run, daemon_id: daemon })

@@ -25,6 +25,8 @@ pub fn probe(bin: &Path, name: &str, timeout_seconds: u64) -> WorkerSpec {
         option("progress_steps", OptionType::Integer, None),
         option("output_lines", OptionType::Integer, None),
         option("note", OptionType::String, None),
+        option("checkpoints", OptionType::Integer, None),
+        option("oversized_checkpoint", OptionType::Boolean, None),
     ];
     spec
 }

@@ -23,7 +23,7 @@ pub use daemon::{Daemon, DaemonState};
 pub use overrides::{AuditEntry, Override, OverrideAction};
 pub use pipeline::{PipelineRun, PipelineRunView, PipelineState, PipelineView};
 pub use queue::QueueCount;
-pub use run::{EndReason, ProgressEntry, Run, RunPage, RunState};
+pub use run::{EndReason, FollowKind, MAX_CHECKPOINT_BYTES, ProgressEntry, Run, RunPage, RunState};
 pub use schedule::{
     FireOutcome, MissedPolicy, OverlapPolicy, RetryOn, RetryPolicy, Schedule, ScheduleAction, ScheduleAuditEntry,
     ScheduleFire, ScheduleInput, SchedulePreview, ScheduleView, TargetKind,

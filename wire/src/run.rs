@@ -135,6 +135,37 @@ impl EndReason {
     }
 }
 
+/// How a run continues an earlier one that ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum FollowKind {
+    /// It starts from the earlier run's last checkpoint, with the earlier run's configuration.
+    Resume,
+    /// It starts from nothing, with the earlier run's configuration.
+    Restart,
+    /// It runs again with the earlier run's explicit arguments, resolved with today's overrides and defaults.
+    Rerun,
+}
+
+impl Named for FollowKind {
+    const ALL: &'static [Self] = &[Self::Resume, Self::Restart, Self::Rerun];
+    const NOUN: &'static str = "a way to continue a run";
+    const PLURAL: &'static str = "the ways";
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Resume => "resume",
+            Self::Restart => "restart",
+            Self::Rerun => "rerun",
+        }
+    }
+}
+named!(FollowKind);
+
+/// The largest checkpoint a worker may report: the JSON text of its value, in bytes.
+pub const MAX_CHECKPOINT_BYTES: usize = 64 * 1024;
+
 /// One run: a request while queued, the ledger entry afterwards.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "sqlx", derive(sqlx::FromRow))]
@@ -218,6 +249,19 @@ pub struct Run {
     /// Its step's index in that pipeline (0-based).
     #[serde(default)]
     pub pipeline_step: Option<i32>,
+    /// The latest checkpoint its worker reported; a resumed run starts with its predecessor's.
+    #[serde(default)]
+    #[cfg_attr(feature = "sqlx", sqlx(json(nullable)))]
+    pub checkpoint: Option<Value>,
+    /// When that checkpoint was reported (database clock).
+    #[serde(default)]
+    pub checkpoint_at: Option<DateTime<Utc>>,
+    /// The earlier run this one continues (a resume, a restart or a rerun of it).
+    #[serde(default)]
+    pub follows: Option<Uuid>,
+    /// How it continues it.
+    #[serde(default)]
+    pub follows_as: Option<FollowKind>,
 }
 
 /// One page of the ledger.

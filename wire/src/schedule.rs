@@ -337,6 +337,10 @@ pub struct RetryPolicy {
     /// The outcomes that are retried.
     #[serde(default = "default_on")]
     pub on: Vec<RetryOn>,
+    /// An interrupted run with a checkpoint is retried as a resume: the retry starts from that checkpoint
+    /// instead of from nothing (a failed run always starts again from nothing).
+    #[serde(default)]
+    pub resume: bool,
 }
 
 fn default_initial() -> f64 {
@@ -411,6 +415,7 @@ mod tests {
             max_delay_seconds: 5.0,
             jitter: 0.0,
             on: vec![RetryOn::Failed],
+            resume: false,
         };
         let delays: Vec<f64> = (1..=4).map(|a| policy.delay(a, 0.5)).collect();
         assert_eq!(delays, [1.0, 2.0, 4.0, 5.0]);

@@ -1,6 +1,7 @@
 //! The endpoints, one module per resource; each module exposes `router()`.
 
 pub mod chores;
+pub mod continuations;
 pub mod daemons;
 pub mod events;
 pub mod health;

@@ -2,7 +2,7 @@
 //! schedule, pipeline) and what its worker reported it used beside what was resolved for it.
 
 use chrono::{DateTime, Utc};
-use scrinalia_wire::{ResolvedConfig, Run, RunState};
+use scrinalia_wire::{FollowKind, ResolvedConfig, Run, RunState};
 use serde_json::Value;
 
 use super::{duration, key_lines, progress, source_word, state_style, summarise, value_text, when};
@@ -124,8 +124,26 @@ pub fn lineage(detail: &RunDetail, now: DateTime<Utc>) -> Vec<(&'static str, Str
         lines.push(("attempt", format!("{} of {of}{retry_of}", run.attempt)));
     }
     let position = detail.chain.iter().position(|r| r.id == run.id);
+    if let (Some(earlier), Some(how)) = (run.follows, run.follows_as) {
+        let from = match how {
+            FollowKind::Resume => "from its last checkpoint",
+            FollowKind::Restart => "from nothing",
+            FollowKind::Rerun => "with today's configuration",
+        };
+        lines.push(("continues", format!("run {earlier} ({how}, {from})")));
+    }
     if let Some(next) = position.and_then(|i| detail.chain.get(i + 1)) {
-        lines.push(("retried by", format!("{} (attempt {}, {})", next.id, next.attempt, next.state)));
+        let by = match next.follows_as {
+            Some(FollowKind::Resume) => "resumed by",
+            Some(FollowKind::Restart) => "restarted by",
+            Some(FollowKind::Rerun) => "rerun as",
+            None => "retried by",
+        };
+        lines.push((by, format!("{} (attempt {}, {})", next.id, next.attempt, next.state)));
+    }
+    if let (Some(checkpoint), Some(at)) = (&run.checkpoint, run.checkpoint_at) {
+        let size = checkpoint.to_string().len();
+        lines.push(("checkpoint", format!("{} ({size} bytes of JSON; see --json)", when(at))));
     }
     if let Some(t) = run.not_before.filter(|t| run.state == RunState::Queued && *t > now) {
         let ms = (t - now).num_milliseconds();
@@ -146,7 +164,8 @@ pub fn lineage(detail: &RunDetail, now: DateTime<Utc>) -> Vec<(&'static str, Str
             .iter()
             .map(|r| {
                 let this = if r.id == run.id { " (this run)" } else { "" };
-                format!("{} {} {}{this}", r.attempt, r.state, r.id)
+                let how = r.follows_as.map(|h| format!(" ({h})")).unwrap_or_default();
+                format!("{} {} {}{how}{this}", r.attempt, r.state, r.id)
             })
             .collect::<Vec<_>>()
             .join("\n");

@@ -16,7 +16,8 @@ use super::{
 use crate::{RetryOn, Run, RunState, runs::Finish};
 
 /// The retry that follows `ended`, if its policy asks for one: a new run with the same arguments and
-/// configuration, the next attempt, not claimed before its backoff ends. A run whose cancellation was asked for
+/// configuration, the next attempt, not claimed before its backoff ends; a resume of it (from its checkpoint)
+/// when it was interrupted with one and the policy resumes. A run whose cancellation was asked for
 /// is never retried, whatever it ended in.
 pub(crate) fn retry_of(ended: &Run) -> Option<NewRun<'_>> {
     let outcome = match ended.state {
@@ -29,6 +30,10 @@ pub(crate) fn retry_of(ended: &Run) -> Option<NewRun<'_>> {
         return None;
     }
     let delay = policy.delay(ended.attempt, rand::random::<f64>());
+    // An interrupted run continues from its last checkpoint when the policy says so; a failed one starts over.
+    let resume = (outcome == RetryOn::Interrupted && policy.resume)
+        .then(|| ended.checkpoint.as_ref().zip(ended.checkpoint_at))
+        .flatten();
     Some(NewRun {
         id: Uuid::now_v7(),
         worker: &ended.worker,
@@ -41,6 +46,8 @@ pub(crate) fn retry_of(ended: &Run) -> Option<NewRun<'_>> {
             retry: Some((ended.id, ended.attempt + 1)),
             delay_seconds: Some(delay),
             step: ended.pipeline_run_id.zip(ended.pipeline_step),
+            follows: resume.map(|_| (ended.id, crate::FollowKind::Resume)),
+            checkpoint: resume,
         },
     })
 }

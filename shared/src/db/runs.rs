@@ -20,7 +20,7 @@ macro_rules! run_columns {
         "id, worker, state, requested_by, requested_at, arguments, config, reported_config, claimed_by, claimed_at, \
          lease_expires_at, started_at, finished_at, duration_ms, exit_code, end_reason, error, progress, result, \
          cancel_requested_at, cancel_requested_by, trace_context, log_key, attempt, retry_of, not_before, schedule_id, \
-         fire_at, pipeline_run_id, pipeline_step"
+         fire_at, pipeline_run_id, pipeline_step, checkpoint, checkpoint_at, follows, follows_as"
     };
 }
 
@@ -32,13 +32,13 @@ pub(crate) struct NewRun<'a> {
     pub arguments: &'a ExplicitArgs,
     pub config: &'a ResolvedConfig,
     pub trace_context: Option<&'a str>,
-    /// What else links it: a schedule's fire, a retry, a pipeline step.
-    pub links: Links,
+    /// What else links it: a schedule's fire, a retry, a pipeline step, the run it continues.
+    pub links: Links<'a>,
 }
 
 /// How a run is linked to what made it.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Links {
+pub(crate) struct Links<'a> {
     /// The schedule and its fire time.
     pub fire: Option<(Uuid, chrono::DateTime<chrono::Utc>)>,
     /// The run it retries, and its attempt number.
@@ -47,6 +47,10 @@ pub(crate) struct Links {
     pub delay_seconds: Option<f64>,
     /// The pipeline run and the step's index.
     pub step: Option<(Uuid, i32)>,
+    /// The earlier run it continues, and how.
+    pub follows: Option<(Uuid, crate::FollowKind)>,
+    /// The checkpoint it starts from (a resume's predecessor's), with the time it was reported.
+    pub checkpoint: Option<(&'a Value, chrono::DateTime<chrono::Utc>)>,
 }
 
 /// Inserts a request, `on conflict do nothing`: `None` when a unique index refuses it (the one in flight per
@@ -54,10 +58,11 @@ pub(crate) struct Links {
 /// does not abort the transaction it runs in.
 pub(crate) const INSERT: Sql = sql!(
     "insert into worker_runs (id, worker, requested_by, arguments, config, trace_context, schedule_id, fire_at, \
-         retry_of, attempt, not_before, pipeline_run_id, pipeline_step) \
+         retry_of, attempt, not_before, pipeline_run_id, pipeline_step, follows, follows_as, checkpoint, \
+         checkpoint_at) \
      values ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, 1), ",
     now_plus(11),
-    ", $12, $13) on conflict do nothing returning ",
+    ", $12, $13, $14, $15, $16, $17) on conflict do nothing returning ",
     run_columns!()
 );
 
@@ -79,6 +84,10 @@ macro_rules! bind_new_run {
             .bind(new.links.delay_seconds)
             .bind(new.links.step.map(|s| s.0))
             .bind(new.links.step.map(|s| s.1))
+            .bind(new.links.follows.map(|f| f.0))
+            .bind(new.links.follows.map(|f| f.1))
+            .bind(new.links.checkpoint.map(|c| sqlx::types::Json(c.0)))
+            .bind(new.links.checkpoint.map(|c| $crate::db::dialect::DbTime(c.1)))
     }};
 }
 pub(crate) use {bind_new_run, run_columns};
@@ -170,6 +179,31 @@ pub(crate) async fn report_config(db: &Database, run: Uuid, daemon: Uuid, config
         .bind(run)
         .bind(daemon)
         .bind(Json(config))
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))?;
+    Ok(updated == 1)
+}
+
+/// The run that resumed or restarted run `id`, and how, if one did.
+pub(crate) async fn continued_by(db: &Database, id: Uuid) -> Result<Option<(Uuid, crate::FollowKind)>> {
+    const BY: Sql =
+        sql!("select id, follows_as from worker_runs where follows = $1 and follows_as in ('resume', 'restart')");
+    Ok(on_pool!(db, BY, |pool, sql| sqlx::query_as(sql).bind(id).fetch_optional(pool).await)?)
+}
+
+/// Stores the latest checkpoint of a run held by `daemon`, with the database clock's time; `false` when the
+/// lease is lost (a recovered run's checkpoint is never overwritten by its old owner).
+pub(crate) async fn store_checkpoint(db: &Database, run: Uuid, daemon: Uuid, checkpoint: &Value) -> Result<bool> {
+    const STORE: Sql = sql!(
+        "update worker_runs set checkpoint = $3, checkpoint_at = ",
+        now,
+        " where id = $1 and claimed_by = $2 and state = 'running'"
+    );
+    let updated = on_pool!(db, STORE, |pool, sql| sqlx::query(sql)
+        .bind(run)
+        .bind(daemon)
+        .bind(Json(checkpoint))
         .execute(pool)
         .await
         .map(|r| r.rows_affected()))?;
@@ -369,16 +403,17 @@ pub(crate) async fn any_queued(conn: &mut sqlx::SqliteConnection) -> Result<bool
     Ok(sqlx::query_scalar(ANY.sqlite).fetch_one(conn).await?)
 }
 
-/// The retry chain a run belongs to, first attempt first: the runs it retries and the runs that retry it.
+/// The chain a run belongs to, oldest first: the runs it retries or continues (resume, restart, rerun), and the
+/// runs that retry or continue it.
 pub(crate) async fn chain(db: &Database, id: Uuid) -> Result<Vec<Run>> {
     const CHAIN: Sql = sql!(
-        "with recursive up (id, retry_of) as (select id, retry_of from worker_runs where id = $1 \
-             union all select r.id, r.retry_of from worker_runs r join up on r.id = up.retry_of), \
-         down (id) as (select id from up where retry_of is null \
-             union all select r.id from worker_runs r join down on r.retry_of = down.id) \
+        "with recursive up (id, parent) as (select id, coalesce(retry_of, follows) from worker_runs where id = $1 \
+             union all select r.id, coalesce(r.retry_of, r.follows) from worker_runs r join up on r.id = up.parent), \
+         down (id) as (select id from up where parent is null \
+             union all select r.id from worker_runs r join down on coalesce(r.retry_of, r.follows) = down.id) \
          select ",
         run_columns!(),
-        " from worker_runs where id in (select id from down) order by attempt, requested_at"
+        " from worker_runs where id in (select id from down) order by requested_at, id"
     );
     Ok(on_pool!(db, CHAIN, |pool, sql| sqlx::query_as(sql).bind(id).fetch_all(pool).await)?)
 }

@@ -37,6 +37,7 @@ pub fn policy() -> RetryPolicy {
         max_delay_seconds: 2.0,
         jitter: 0.2,
         on: vec![RetryOn::Failed, RetryOn::Interrupted],
+        resume: false,
     }
 }
 

@@ -41,6 +41,7 @@ fn setup(t: &TestDb) -> Setup {
             max_delay_seconds: 0.0,
             jitter: 0.0,
             on: vec![RetryOn::Interrupted],
+            resume: false,
         });
     });
     Setup::with(t, config)

@@ -27,6 +27,7 @@ fn policy(max_attempts: u32, initial: f64) -> RetryPolicy {
         max_delay_seconds: 120.0,
         jitter: 0.0,
         on: vec![RetryOn::Failed],
+        resume: false,
     }
 }
 

@@ -161,7 +161,17 @@ fn probes_describe_their_engine_and_declarations_and_have_nothing_pending() {
         declared["options"].as_array().expect("options").iter().filter_map(|o| o["name"].as_str()).collect();
     assert_eq!(
         names,
-        ["duration_ms", "exit_code", "crash", "ignore_sigterm", "progress_steps", "output_lines", "note"]
+        [
+            "duration_ms",
+            "exit_code",
+            "crash",
+            "ignore_sigterm",
+            "progress_steps",
+            "output_lines",
+            "note",
+            "checkpoints",
+            "oversized_checkpoint"
+        ]
     );
     assert_eq!(declared["options"][0]["default"], 200);
     assert_eq!(declared["options"][1]["maximum"], 255);

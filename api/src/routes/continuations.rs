@@ -1,0 +1,82 @@
+//! Continuing a run that ended: resume it from its last checkpoint or restart it from nothing, both with its
+//! configuration, as a new run linked to it. Operators and above; the database lets a run be continued once.
+
+use axum::{
+    Json, Router,
+    extract::{Path, State},
+    http::{StatusCode, header},
+    routing::post,
+};
+use scrinalia_shared::{FollowKind, Run, runs::FollowError};
+
+use super::runs::parse_run_id;
+use crate::{
+    auth::{Caller, Operator},
+    error::{ApiError, ApiResult, ErrorBody},
+    state::AppState,
+};
+
+/// The routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/api/runs/{id}/resume", post(resume_run)).route("/api/runs/{id}/restart", post(restart_run))
+}
+
+#[utoipa::path(post, path = "/api/runs/{id}/resume", tag = "runs",
+    params(("id" = Uuid, Path, description = "The interrupted or failed run's id (a UUID)")),
+    responses(
+        (status = 201, body = Run, description = "The new run, queued; its worker gets the checkpoint in `SCRINALIA_CHECKPOINT`", headers(("Location" = String))),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody, description = "`unknown_run`, or its worker is no longer in the catalogue"),
+        (status = 409, body = ErrorBody, description = "`not_continuable` (not interrupted or failed), `no_checkpoint`, `already_continued` (naming the run that did), `run_in_flight`")),
+    security(("bearer" = [])))]
+pub(crate) async fn resume_run(
+    Operator(caller): Operator,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Created> {
+    continue_run(&state, &caller, &id, FollowKind::Resume).await
+}
+
+#[utoipa::path(post, path = "/api/runs/{id}/restart", tag = "runs",
+    params(("id" = Uuid, Path, description = "The interrupted or failed run's id (a UUID)")),
+    responses(
+        (status = 201, body = Run, description = "The new run, queued; its worker gets the earlier run's id in `SCRINALIA_RESTART_OF`", headers(("Location" = String))),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody, description = "`unknown_run`, or its worker is no longer in the catalogue"),
+        (status = 409, body = ErrorBody, description = "`not_continuable` (not interrupted or failed), `already_continued` (naming the run that did), `run_in_flight`")),
+    security(("bearer" = [])))]
+pub(crate) async fn restart_run(
+    Operator(caller): Operator,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Created> {
+    continue_run(&state, &caller, &id, FollowKind::Restart).await
+}
+
+async fn continue_run(state: &AppState, caller: &Caller, id: &str, how: FollowKind) -> ApiResult<Created> {
+    let id = parse_run_id(id)?;
+    let run = state.db().continue_run(state.catalogue(), id, how, &caller.name).await?;
+    tracing::info!(run_id = %run.id, follows = %id, how = %how, worker = %run.worker, actor = %caller.name, "run continued");
+    Ok((StatusCode::CREATED, [(header::LOCATION, format!("/api/runs/{}", run.id))], Json(run)))
+}
+
+/// A created run, with its location.
+type Created = (StatusCode, [(header::HeaderName, String); 1], Json<Run>);
+
+impl From<FollowError> for ApiError {
+    fn from(e: FollowError) -> Self {
+        let message = e.to_string();
+        match e {
+            FollowError::NotFound(id) => Self::unknown_run(id),
+            FollowError::WrongState { run_id, state, .. } => {
+                Self::conflict("not_continuable", message).with("run_id", run_id).with("state", state)
+            }
+            FollowError::NoCheckpoint(run_id) => Self::conflict("no_checkpoint", message).with("run_id", run_id),
+            FollowError::AlreadyContinued { run_id, by, how } => Self::conflict("already_continued", message)
+                .with("run_id", run_id)
+                .with("continued_by", by)
+                .with("how", how),
+            FollowError::Request(e) => e.into(),
+        }
+    }
+}

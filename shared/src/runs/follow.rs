@@ -1,0 +1,144 @@
+//! Continuing a run that ended, as a new run linked to it: *resume* (from its last checkpoint, with its
+//! configuration), *restart* (from nothing, with its configuration) and *rerun* (its explicit arguments resolved
+//! with today's overrides and defaults). A run is resumed or restarted at most once (the database refuses a
+//! second), so two people, or a person and the retry policy, cannot both continue it.
+
+use uuid::Uuid;
+
+use super::RequestError;
+use crate::{
+    Catalogue, Database, DbError, FollowKind, Run, RunState,
+    db::{self, retrying},
+};
+
+/// Why a run could not be continued; each displays as a sentence for people.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    /// No such run.
+    #[error("There is no run {0}.")]
+    NotFound(Uuid),
+    /// The run is not in a state this way of continuing takes.
+    #[error("Run {run_id} is {state}; {}", allowed(*how))]
+    WrongState {
+        /// The run.
+        run_id: Uuid,
+        /// Its state.
+        state: RunState,
+        /// How it was to be continued.
+        how: FollowKind,
+    },
+    /// The run has no checkpoint to resume from.
+    #[error("Run {0} has no checkpoint to resume from (its worker never reported one); restart it instead.")]
+    NoCheckpoint(Uuid),
+    /// The run was resumed or restarted already.
+    #[error("Run {run_id} was already {} by run {by}; continue that one instead.", done(*how))]
+    AlreadyContinued {
+        /// The run.
+        run_id: Uuid,
+        /// The run that continues it.
+        by: Uuid,
+        /// How.
+        how: FollowKind,
+    },
+    /// The new run could not be requested (its worker is gone from the catalogue, has a run in flight, or its
+    /// arguments no longer resolve).
+    #[error(transparent)]
+    Request(#[from] RequestError),
+}
+
+impl From<DbError> for FollowError {
+    fn from(e: DbError) -> Self {
+        Self::Request(RequestError::Database(e))
+    }
+}
+
+fn done(how: FollowKind) -> &'static str {
+    match how {
+        FollowKind::Resume => "resumed",
+        FollowKind::Restart => "restarted",
+        FollowKind::Rerun => "rerun",
+    }
+}
+
+fn allowed(how: FollowKind) -> &'static str {
+    match how {
+        FollowKind::Resume | FollowKind::Restart => "only an interrupted or failed run can be resumed or restarted.",
+        FollowKind::Rerun => "only a run that ended can be rerun.",
+    }
+}
+
+impl Database {
+    /// Requests a run that continues run `id` as `how`, for `requested_by`. A resume starts from the run's last
+    /// checkpoint (handed to its worker) and a restart from nothing, both with the run's configuration; a rerun
+    /// resolves the run's explicit arguments again. The new run is queued like any other: refused while its
+    /// worker has a run in flight ([`RequestError::InFlight`]).
+    pub async fn continue_run(
+        &self,
+        catalogue: &Catalogue,
+        id: Uuid,
+        how: FollowKind,
+        requested_by: &str,
+    ) -> Result<Run, FollowError> {
+        let original = self.get_run(id).await?.ok_or(FollowError::NotFound(id))?;
+        let takes = match how {
+            FollowKind::Resume | FollowKind::Restart => {
+                matches!(original.state, RunState::Interrupted | RunState::Failed)
+            }
+            FollowKind::Rerun => original.state.is_terminal(),
+        };
+        if !takes {
+            return Err(FollowError::WrongState { run_id: id, state: original.state, how });
+        }
+        let checkpoint = match how {
+            FollowKind::Resume => {
+                Some(original.checkpoint.as_ref().zip(original.checkpoint_at).ok_or(FollowError::NoCheckpoint(id))?)
+            }
+            FollowKind::Restart | FollowKind::Rerun => None,
+        };
+        let spec = catalogue
+            .worker(&original.worker)
+            .ok_or_else(|| RequestError::UnknownWorker { worker: original.worker.clone() })?;
+        let config = match how {
+            FollowKind::Rerun => self.resolve_run(catalogue, spec, &original.arguments).await?,
+            FollowKind::Resume | FollowKind::Restart => original.config.clone(),
+        };
+        let new = db::runs::NewRun {
+            id: Uuid::now_v7(),
+            worker: &spec.name,
+            requested_by,
+            arguments: &original.arguments,
+            config: &config,
+            trace_context: None,
+            links: db::runs::Links { follows: Some((id, how)), checkpoint, ..db::runs::Links::default() },
+        };
+        for _ in 0..3 {
+            if let Some(run) = retrying!(self, db::runs::insert(self, &new).await)? {
+                tracing::info!(run_id = %run.id, follows = %id, how = %how, worker = %run.worker, "run continued");
+                return Ok(run);
+            }
+            if how != FollowKind::Rerun
+                && let Some((by, how)) = retrying!(self, db::runs::continued_by(self, id).await)?
+            {
+                if by == new.id {
+                    // The first attempt committed before its connection was cut: the request is ours.
+                    return self.get_run(by).await?.ok_or(FollowError::NotFound(by));
+                }
+                return Err(FollowError::AlreadyContinued { run_id: id, by, how });
+            }
+            if let Some(blocking) = retrying!(self, db::runs::in_flight_of(self, new.worker).await)? {
+                if blocking.id == new.id {
+                    return Ok(blocking);
+                }
+                return Err(RequestError::InFlight {
+                    worker: blocking.worker,
+                    run_id: blocking.id,
+                    state: blocking.state,
+                    daemon_id: blocking.daemon_id,
+                }
+                .into());
+            }
+        }
+        let churn = sqlx::Error::Protocol("the in-flight run kept changing during the insert".into());
+        Err(DbError::Sqlx(churn).into())
+    }
+}
