@@ -4,6 +4,7 @@
 //! suite is ignored here and run by `scripts/chaos`.
 
 mod api_admin;
+mod api_continuations;
 mod api_health;
 mod api_processes;
 mod api_runs;
