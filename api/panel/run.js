@@ -61,10 +61,25 @@ export function mount(root, [id], ctx) {
     if (r.cancel_requested_at) {
       rows.push(["Cancel requested", [timeEl(r.cancel_requested_at), " by ", r.cancel_requested_by]]);
     }
+    if (r.checkpoint_at) {
+      rows.push(["Checkpoint", [timeEl(r.checkpoint_at), ` · ${JSON.stringify(r.checkpoint).length} bytes`]]);
+    }
+    if (r.follows) {
+      rows.push(["Continues", [h("a", { href: `#/runs/${r.follows}` }, shortId(r.follows)), ` (${r.follows_as})`]]);
+    }
     const controls = [];
     if (!TERMINAL.has(r.state) && ctx.can("operator") && !r.cancel_requested_at) {
       controls.push(h("button", { type: "button", class: "cancel", disabled: busy, onclick: cancel },
         "Cancel this run"));
+    }
+    // A run that ended badly is continued as a new run: from its last checkpoint, or from nothing.
+    if ((r.state === "interrupted" || r.state === "failed") && ctx.can("operator")) {
+      if (r.checkpoint_at) {
+        controls.push(h("button", { type: "button", class: "resume", disabled: busy, onclick: () => carryOn("resume") },
+          "Resume from its checkpoint"));
+      }
+      controls.push(h("button", { type: "button", class: "restart", disabled: busy, onclick: () => carryOn("restart") },
+        "Restart from nothing"));
     }
     replace(summary, facts(rows), controls);
 
@@ -97,7 +112,7 @@ export function mount(root, [id], ctx) {
     const chain = r.chain ?? [];
     const max = r.config.retry?.value?.max_attempts;
     const retried = chain.length > 1 || r.attempt > 1 || max > 1;
-    if (!retried && !r.schedule_id && !r.pipeline_run_id) {
+    if (!retried && !r.schedule_id && !r.pipeline_run_id && !r.follows) {
       lineage.hidden = true;
       return;
     }
@@ -107,7 +122,7 @@ export function mount(root, [id], ctx) {
     const attempt = (a) => h("li", { dataset: { run: a.id, state: a.state, attempt: a.attempt } },
       a.id === r.id ? h("strong", null, `Attempt ${a.attempt} (this run)`)
         : h("a", { href: `#/runs/${a.id}` }, `Attempt ${a.attempt}`),
-      " ", stateBadge(a.state), " ", shortId(a.id), waits(a));
+      a.follows_as ? ` (${a.follows_as})` : "", " ", stateBadge(a.state), " ", shortId(a.id), waits(a));
     const rows = [];
     if (retried) rows.push(["Attempt", [`${r.attempt} of ${Math.max(max ?? 1, chain.length, r.attempt)}`,
       r.retry_of ? [" · retries ", h("a", { href: `#/runs/${r.retry_of}` }, shortId(r.retry_of))] : null]]);
@@ -220,6 +235,22 @@ export function mount(root, [id], ctx) {
     } catch (e) {
       if (!(e instanceof ApiError)) throw e;
       replace(notice, h("p", { class: "error" }, e.message));
+    }
+  }
+
+  async function carryOn(how) {
+    busy = true;
+    render();
+    alert.hidden = true;
+    try {
+      const next = await api(`/api/runs/${id}/${how}`, { method: "POST" });
+      location.hash = `#/runs/${next.id}`;
+    } catch (e) {
+      if (!(e instanceof ApiError)) throw e;
+      alert.textContent = e.message;
+      alert.hidden = false;
+      busy = false;
+      load();
     }
   }
 
