@@ -147,14 +147,16 @@ async fn claim_path(
             Kind::Sqlite => db.another_pool(2).await?,
         });
     }
+    let placement = scrinalia_daemon::placement_of(settings);
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for claims in connections.clone() {
         let daemon_settings = daemon_settings.clone();
+        let placement = placement.clone();
         tasks.spawn(async move {
             let (id, mut claimed, mut statements) = (Uuid::now_v7(), 0usize, 0usize);
             loop {
-                let got = claim_batch(&claims, id, &daemon_settings, 0).await?;
+                let got = claim_batch(&claims, id, &daemon_settings, &placement, 0).await?;
                 statements += 1;
                 if got.is_empty() {
                     return anyhow::Ok((claimed, statements));

@@ -27,7 +27,9 @@ pub mod verb;
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
-use scrinalia_shared::{Database, Pings, Settings, changes::Topic, logstore::LogStore, telemetry::Telemetry};
+use scrinalia_shared::{
+    Database, Pings, Settings, changes::Topic, logstore::LogStore, runs::Placement, telemetry::Telemetry,
+};
 use tokio::{sync::Notify, task::JoinSet};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -55,6 +57,20 @@ pub struct Context {
     pub exe_dir: PathBuf,
     /// What its runs did, for `/metrics` and OTLP.
     pub metrics: metrics::DaemonMetrics,
+    /// Which runs it may take: its labels (with its host name) against the workers' required labels, and the
+    /// workers that hold shared resources.
+    pub placement: Placement,
+}
+
+/// This host's name, as the daemon registers it and advertises it as a label.
+pub fn host_name() -> String {
+    nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// The placement of a daemon with `settings` on this host.
+pub fn placement_of(settings: &Settings) -> Placement {
+    let labels = settings.daemon.labels.iter().cloned().chain([host_name()]);
+    Placement::of(&settings.catalogue, labels)
 }
 
 /// Runs the daemon until `shutdown` asks it to stop or it is drained through the database. `telemetry` says
@@ -70,7 +86,9 @@ pub async fn run(settings: Settings, telemetry: &Telemetry, shutdown: Shutdown) 
     let supervisor = settings.daemon.supervisor_program.clone().unwrap_or(own_exe);
     let daemon_id = Uuid::now_v7();
     let metrics = metrics::DaemonMetrics::new(telemetry.meter("scrinalia-daemon"), daemon_id, settings.daemon.capacity);
-    let ctx = Arc::new(Context { db, claims, settings, daemon_id, logs, supervisor, exe_dir, metrics });
+    let placement = placement_of(&settings);
+    tracing::info!(labels = ?placement.labels(), "the labels this daemon advertises");
+    let ctx = Arc::new(Context { db, claims, settings, daemon_id, logs, supervisor, exe_dir, metrics, placement });
     let span = tracing::info_span!(scrinalia_shared::telemetry::PROCESS_SPAN, daemon_id = %ctx.daemon_id);
     // The main loop runs as a task on a runtime worker, not on the thread blocked in `block_on`: a notification
     // or a claim's answer then wakes it on the worker that read it instead of waking a second, idle thread

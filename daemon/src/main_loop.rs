@@ -4,7 +4,9 @@
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use scrinalia_shared::{Backend, Change, Database, DbError, Run, changes::ChangeFeed, config::DaemonSettings};
+use scrinalia_shared::{
+    Backend, Change, Database, DbError, Run, changes::ChangeFeed, config::DaemonSettings, runs::Placement,
+};
 use tokio::{
     sync::{Notify, mpsc},
     task::{self, JoinSet},
@@ -84,17 +86,20 @@ pub fn free_slots(capacity: u32, in_flight: usize) -> u32 {
     capacity.saturating_sub(u32::try_from(in_flight).unwrap_or(u32::MAX))
 }
 
-/// One claim as the daemon makes it: as many of the oldest queued requests this daemon takes as it has free slots,
-/// in one statement on its claim connection (`Context::claims`), under its lease. Public so that the benchmark
-/// drives the daemon's own claim code.
+/// One claim as the daemon makes it: as many of the oldest queued requests this daemon takes and may place as it
+/// has free slots, on its claim connection (`Context::claims`), under its lease: one statement for workers that
+/// hold no shared resource, one short transaction per worker that does. Public so that the benchmark drives the
+/// daemon's own claim code.
 pub async fn claim_batch(
     claims: &Database,
     daemon_id: Uuid,
     settings: &DaemonSettings,
+    placement: &Placement,
     in_flight: usize,
 ) -> Result<Vec<Run>, DbError> {
     let workers = (!settings.workers.is_empty()).then_some(settings.workers.as_slice());
-    claims.claim_runs(daemon_id, settings.lease(), free_slots(settings.capacity, in_flight), workers).await
+    let free = free_slots(settings.capacity, in_flight);
+    claims.claim_placed(daemon_id, settings.lease(), free, workers, placement).await
 }
 
 impl MainLoop {
@@ -260,7 +265,7 @@ impl MainLoop {
             return;
         }
         let sent = clock::monotonic_ns();
-        match claim_batch(&self.ctx.claims, self.ctx.daemon_id, daemon, self.runs.len()).await {
+        match claim_batch(&self.ctx.claims, self.ctx.daemon_id, daemon, &self.ctx.placement, self.runs.len()).await {
             Ok(claimed) => {
                 self.claim_failures = 0;
                 self.maybe_queued = claimed.len() >= free as usize;

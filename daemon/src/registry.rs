@@ -11,8 +11,7 @@ use crate::Context;
 
 /// Inserts this daemon's row.
 pub async fn register(ctx: &Context) -> Result<Daemon, DbError> {
-    let host =
-        nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "unknown".to_owned());
+    let host = crate::host_name();
     let daemon = NewDaemon {
         id: ctx.daemon_id,
         host,

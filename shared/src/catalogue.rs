@@ -78,6 +78,26 @@ pub struct WorkerSpec {
     /// When a run that failed or was interrupted is tried again (none: never).
     #[serde(default)]
     pub retry: Option<RetryPolicy>,
+    /// The shared resources (`[[resources]]`) a run of it holds while it runs, one slot of each.
+    #[serde(default)]
+    pub resources: Vec<String>,
+    /// The labels a daemon must advertise (`daemon.labels`, or its host name) to take its runs.
+    #[serde(default)]
+    pub labels: Vec<String>,
+}
+
+/// A resource that runs of several workers share, such as one model server: at most `capacity` runs hold it
+/// at once, across all daemons.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceSpec {
+    /// Unique name (lowercase letters, digits, `-`, `_`).
+    pub name: String,
+    /// How many runs may hold it at once (an audited override may change it).
+    pub capacity: u32,
+    /// A sentence for people.
+    #[serde(default)]
+    pub description: Option<String>,
 }
 
 fn default_timeout() -> u64 {
@@ -118,6 +138,8 @@ pub struct Catalogue {
     pub engines: BTreeMap<String, Engine>,
     /// Pipelines in catalogue order.
     pub pipelines: Vec<PipelineSpec>,
+    /// Shared resources in catalogue order.
+    pub resources: Vec<ResourceSpec>,
 }
 
 /// A problem found in the catalogue; `key` names the configuration key.
@@ -141,9 +163,27 @@ impl Catalogue {
         engines: BTreeMap<String, Engine>,
         pipelines: Vec<PipelineSpec>,
     ) -> Result<Self, Vec<CatalogueProblem>> {
-        let catalogue = Self { workers, engines, pipelines };
-        let problems = catalogue.problems();
-        if problems.is_empty() { Ok(catalogue) } else { Err(problems) }
+        Self { workers, engines, pipelines, resources: Vec::new() }.checked()
+    }
+
+    /// As [`Catalogue::with_pipelines`], with shared resources (every worker's resources must be declared).
+    pub fn with_resources(
+        workers: Vec<WorkerSpec>,
+        engines: BTreeMap<String, Engine>,
+        pipelines: Vec<PipelineSpec>,
+        resources: Vec<ResourceSpec>,
+    ) -> Result<Self, Vec<CatalogueProblem>> {
+        Self { workers, engines, pipelines, resources }.checked()
+    }
+
+    fn checked(self) -> Result<Self, Vec<CatalogueProblem>> {
+        let problems = self.problems();
+        if problems.is_empty() { Ok(self) } else { Err(problems) }
+    }
+
+    /// The resource called `name`.
+    pub fn resource(&self, name: &str) -> Option<&ResourceSpec> {
+        self.resources.iter().find(|r| r.name == name)
     }
 
     /// The pipeline called `name`.
@@ -173,6 +213,22 @@ impl Catalogue {
             }
             if engine.kind == "ollama" && engine.url.is_none() {
                 push(format!("engines.{name}.url"), "an ollama engine needs the url of its server".to_owned());
+            }
+        }
+        let mut resource_names = BTreeSet::new();
+        for (i, resource) in self.resources.iter().enumerate() {
+            let at = format!("resources[{i}]");
+            if !is_identifier(&resource.name) {
+                push(
+                    format!("{at}.name"),
+                    format!("the resource name {:?} must be lowercase letters, digits, '-' or '_'", resource.name),
+                );
+            }
+            if !resource_names.insert(resource.name.as_str()) {
+                push(format!("{at}.name"), format!("the resource name {:?} is declared twice", resource.name));
+            }
+            if resource.capacity == 0 {
+                push(format!("{at}.capacity"), "a resource's capacity must be at least 1".to_owned());
             }
         }
         let mut seen = BTreeSet::new();
@@ -213,6 +269,17 @@ impl Catalogue {
                     format!("worker {:?} names the preset {p:?} but no engine", worker.name),
                 ),
                 (None, None) => {}
+            }
+            for (j, resource) in worker.resources.iter().enumerate() {
+                if self.resource(resource).is_none() {
+                    push(
+                        format!("{at}.resources[{j}]"),
+                        format!("worker {:?} holds the undeclared resource {resource:?}", worker.name),
+                    );
+                }
+            }
+            if worker.resources.iter().collect::<BTreeSet<_>>().len() != worker.resources.len() {
+                push(format!("{at}.resources"), format!("worker {:?} names a resource twice", worker.name));
             }
             let mut option_names = BTreeSet::new();
             for (j, option) in worker.options.iter().enumerate() {

@@ -23,7 +23,7 @@ pub mod runs;
 pub mod schedules;
 pub mod telemetry;
 
-pub use catalogue::{Catalogue, Engine, OptionSpec, OptionType, WorkerSpec};
+pub use catalogue::{Catalogue, Engine, OptionSpec, OptionType, ResourceSpec, WorkerSpec};
 pub use config::{ConfigError, Settings};
 pub use db::{Backend, Database, DbError, Pings};
 pub use effective::EffectiveWorker;

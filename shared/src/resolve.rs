@@ -330,6 +330,8 @@ mod tests {
             timeout_seconds: 600,
             env: Default::default(),
             retry: None,
+            resources: Vec::new(),
+            labels: Vec::new(),
         };
         Catalogue::new(
             vec![worker("tag-suggest", None), worker("quality-validator", Some("It comes from the LLM_CHECK rule."))],

@@ -9,9 +9,11 @@ use serde_json::Value;
 use uuid::Uuid;
 
 mod follow;
+mod placement;
 mod resolver;
 
 pub use follow::FollowError;
+pub use placement::Placement;
 pub(crate) use resolver::Resolver;
 
 use crate::{
@@ -231,7 +233,7 @@ impl Database {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let mut runs = db::runs::claim(self, daemon, lease, limit, workers).await?;
+        let mut runs = db::runs::claim(self, daemon, lease, limit, workers, None).await?;
         runs.sort_by_key(|r| (r.requested_at, r.id));
         Ok(runs)
     }

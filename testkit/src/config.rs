@@ -115,6 +115,8 @@ pub fn worker(name: &str, command: &[&str]) -> WorkerSpec {
         timeout_seconds: 6 * 3600,
         env: Default::default(),
         retry: None,
+        resources: Vec::new(),
+        labels: Vec::new(),
     }
 }
 

@@ -160,6 +160,9 @@ pub struct DaemonSettings {
     pub capacity: u32,
     /// Which workers this daemon takes; empty means all.
     pub workers: Vec<String>,
+    /// What this daemon advertises (`gpu`, …; its host name is always one): it takes runs only of workers whose
+    /// `labels` it has.
+    pub labels: Vec<String>,
     /// Length of a run's lease; renewed about every third of it.
     pub lease_seconds: u64,
     /// On shutdown, how long in-flight runs may take to finish before they are stopped.
@@ -195,6 +198,7 @@ impl Default for DaemonSettings {
         Self {
             capacity: 3,
             workers: Vec::new(),
+            labels: Vec::new(),
             lease_seconds: 30,
             drain_seconds: 60,
             poll_seconds: 10,
@@ -316,6 +320,9 @@ pub struct SettingsFile {
     /// `[[pipelines]]`, in catalogue order.
     #[serde(default)]
     pub pipelines: Vec<crate::catalogue::PipelineSpec>,
+    /// `[[resources]]`, shared by the workers that name them.
+    #[serde(default)]
+    pub resources: Vec<crate::catalogue::ResourceSpec>,
 }
 
 /// The whole, validated configuration of a process.
@@ -384,7 +391,7 @@ impl Settings {
     /// Validates a configuration read from `origin` (a sentence for messages, e.g. "file /etc/…").
     pub fn validate(origin: String, raw: SettingsFile) -> Result<Self, ConfigError> {
         let mut problems: Vec<(String, String)> = Vec::new();
-        let catalogue = match Catalogue::with_pipelines(raw.workers, raw.engines, raw.pipelines) {
+        let catalogue = match Catalogue::with_resources(raw.workers, raw.engines, raw.pipelines, raw.resources) {
             Ok(c) => c,
             Err(found) => {
                 problems.extend(found.into_iter().map(|p| (p.key, p.message)));

@@ -73,6 +73,44 @@ fn catalogue_mistakes_are_each_named_by_key() {
 }
 
 #[test]
+fn resource_mistakes_are_each_named_by_key() {
+    let toml = "
+        [[resources]]
+        name = \"model-server\"
+        capacity = 0
+        [[resources]]
+        name = \"model-server\"
+        capacity = 1
+        [[workers]]
+        name = \"tagger\"
+        command = [\"tag\"]
+        resources = [\"model-server\", \"gpu-box\"]
+        labels = [\"gpu\"]
+        ";
+    let err = load(toml, &[]).expect_err("three mistakes").to_string();
+    for expected in [
+        "`resources[0].capacity`: a resource's capacity must be at least 1",
+        "`resources[1].name`: the resource name \"model-server\" is declared twice",
+        "`workers[0].resources[1]`: worker \"tagger\" holds the undeclared resource \"gpu-box\"",
+    ] {
+        assert!(err.contains(expected), "missing {expected:?} in {err}");
+    }
+    let fine = "
+        [[resources]]
+        name = \"model-server\"
+        capacity = 2
+        [[workers]]
+        name = \"tagger\"
+        command = [\"tag\"]
+        resources = [\"model-server\"]
+        labels = [\"gpu\"]
+        ";
+    let settings = load(fine, &[]).expect("valid");
+    assert_eq!(settings.catalogue.resource("model-server").map(|r| r.capacity), Some(2));
+    assert_eq!(settings.catalogue.worker("tagger").map(|w| w.labels.clone()), Some(vec!["gpu".to_owned()]));
+}
+
+#[test]
 fn settings_that_do_not_fit_together_are_refused() {
     let err = load("[database]\nurl = \"mysql://x\"\n[daemon]\nlease_seconds = 1\nworkers = [\"nope\"]\n", &[])
         .expect_err("invalid")

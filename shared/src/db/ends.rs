@@ -52,10 +52,13 @@ pub(crate) fn retry_of(ended: &Run) -> Option<NewRun<'_>> {
     })
 }
 
-/// In the transaction `$tx` (of `$db`), requests what follows the run `$ended` that just ended there.
+/// In the transaction `$tx` (of `$db`), releases the resources of the run `$ended` that just ended there and
+/// requests what follows it.
 macro_rules! follow_in_tx {
     ($tx:ident, $db:expr, $ended:expr) => {{
         let ended: &Run = $ended;
+        // Its resource slots are free for the next claim the moment this end commits.
+        sqlx::query($db.text($crate::db::resources::RELEASE)).bind(ended.id).execute(&mut *$tx).await?;
         if let Some(retry) = retry_of(ended) {
             let inserted: Option<Run> =
                 bind_new_run!(sqlx::query_as($db.text(INSERT)), &retry).fetch_optional(&mut *$tx).await?;

@@ -110,14 +110,15 @@ pub(crate) async fn in_flight_of(db: &Database, worker: &str) -> Result<Option<R
     Ok(on_pool!(db, IN_FLIGHT_OF, |pool, sql| sqlx::query_as(sql).bind(worker).fetch_optional(pool).await)?)
 }
 
-/// Claims up to `limit` of the oldest queued requests (of `workers` only, when given) for `daemon`, with a lease
-/// of `lease` from now. One autocommitted statement: no transaction is held for the run.
+/// Claims up to `limit` of the oldest queued requests (of `workers` only, when given; never of `exclude`) for
+/// `daemon`, with a lease of `lease` from now. One autocommitted statement: no transaction is held for the run.
 pub(crate) async fn claim(
     db: &Database,
     daemon: Uuid,
     lease: Duration,
     limit: u32,
     workers: Option<&[String]>,
+    exclude: Option<&[String]>,
 ) -> Result<Vec<Run>> {
     // PostgreSQL locks the candidates with `skip locked`, so concurrent claimers take different rows instead of
     // waiting for each other; `= any(array(…))` evaluates the locking subquery exactly once.
@@ -125,7 +126,8 @@ pub(crate) async fn claim(
         "update worker_runs set state = 'running', claimed_by = $1, claimed_at = now(), \
              lease_expires_at = now() + make_interval(secs => $2) \
          where id = any(array(select id from worker_runs where state = 'queued' \
-             and ($4::text[] is null or worker = any($4)) and (not_before is null or not_before <= now()) \
+             and ($4::text[] is null or worker = any($4)) and ($5::text[] is null or worker <> all($5)) \
+             and (not_before is null or not_before <= now()) \
              order by requested_at, id for update skip locked limit $3)) \
          returning ",
         run_columns!()
@@ -140,6 +142,7 @@ pub(crate) async fn claim(
         " \
          where id in (select id from worker_runs where state = 'queued' \
              and ($4 is null or worker in (select value from json_each($4))) \
+             and ($5 is null or worker not in (select value from json_each($5))) \
              and (not_before is null or not_before <= ",
         now,
         ") \
@@ -155,6 +158,7 @@ pub(crate) async fn claim(
                 .bind(lease)
                 .bind(limit)
                 .bind(workers)
+                .bind(exclude)
                 .fetch_all(pool)
                 .await
         }
@@ -164,6 +168,7 @@ pub(crate) async fn claim(
                 .bind(lease)
                 .bind(limit)
                 .bind(workers.map(Json))
+                .bind(exclude.map(Json))
                 .fetch_all(pool)
                 .await
         }

@@ -32,6 +32,8 @@ fn catalogue() -> (Catalogue, WorkerSpec) {
         timeout_seconds: 600,
         env: Default::default(),
         retry: None,
+        resources: Vec::new(),
+        labels: Vec::new(),
     };
     let catalogue = Catalogue::new(vec![worker.clone()], [("ollama".into(), engine)].into()).expect("valid");
     (catalogue, worker)

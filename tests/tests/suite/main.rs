@@ -20,6 +20,7 @@ mod daemon_costs;
 mod daemon_fencing;
 mod daemon_lifecycle;
 mod daemon_pipelines;
+mod daemon_resources;
 mod daemon_resume_archive;
 mod daemon_retries;
 mod daemon_runs;

@@ -1,0 +1,100 @@
+//! Which queued runs a daemon may take: those of workers whose required labels it advertises, and, for a worker
+//! that holds shared resources, only when every one of them has room across all daemons. Computed once from the
+//! catalogue and the daemon's labels; the claim itself is decided by the database.
+
+use std::{collections::BTreeSet, time::Duration};
+
+use uuid::Uuid;
+
+use crate::{
+    Catalogue, Database, DbError, Run,
+    db::{self, resources::Held},
+};
+
+/// What one daemon may claim.
+#[derive(Debug, Clone, Default)]
+pub struct Placement {
+    labels: BTreeSet<String>,
+    /// Workers claimed in the plain, batched claim: none of these.
+    exclude: Vec<String>,
+    /// Workers that hold resources, each with its resources' (name, capacity), claimed one by one.
+    holding: Vec<(String, Vec<(String, u32)>)>,
+}
+
+impl Placement {
+    /// The placement of a daemon with `labels` (its host name is one of them) over `catalogue`.
+    pub fn of(catalogue: &Catalogue, labels: impl IntoIterator<Item = String>) -> Self {
+        let labels: BTreeSet<String> = labels.into_iter().collect();
+        let mut placement = Self { labels, ..Self::default() };
+        for worker in &catalogue.workers {
+            if !worker.labels.iter().all(|l| placement.labels.contains(l)) {
+                placement.exclude.push(worker.name.clone());
+            } else if !worker.resources.is_empty() {
+                placement.exclude.push(worker.name.clone());
+                let resources = worker
+                    .resources
+                    .iter()
+                    .filter_map(|r| catalogue.resource(r).map(|spec| (spec.name.clone(), spec.capacity)))
+                    .collect();
+                placement.holding.push((worker.name.clone(), resources));
+            }
+        }
+        placement
+    }
+
+    /// The labels this daemon advertises.
+    pub fn labels(&self) -> &BTreeSet<String> {
+        &self.labels
+    }
+
+    /// Whether this daemon may run `worker` (it has every label the worker requires).
+    pub fn places(&self, catalogue: &Catalogue, worker: &str) -> bool {
+        catalogue.worker(worker).is_none_or(|w| w.labels.iter().all(|l| self.labels.contains(l)))
+    }
+}
+
+impl Database {
+    /// Claims up to `limit` of the oldest queued requests this daemon may place (of `workers` only, when given),
+    /// with a lease of `lease`: first, in one statement, those of workers that hold no resource; then, one by
+    /// one, those of workers that hold resources with room in each. Runs of workers the daemon's catalogue does
+    /// not know are claimed as before (and fail, naming the daemon).
+    pub async fn claim_placed(
+        &self,
+        daemon: Uuid,
+        lease: Duration,
+        limit: u32,
+        workers: Option<&[String]>,
+        placement: &Placement,
+    ) -> Result<Vec<Run>, DbError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let exclude = (!placement.exclude.is_empty()).then_some(placement.exclude.as_slice());
+        let mut runs = db::runs::claim(self, daemon, lease, limit, workers, exclude).await?;
+        for (worker, resources) in &placement.holding {
+            if runs.len() >= limit as usize {
+                break;
+            }
+            if workers.is_some_and(|only| !only.contains(worker)) {
+                continue;
+            }
+            match db::resources::claim_holding(self, daemon, lease, worker, resources).await? {
+                Held::Claimed(run) => {
+                    tracing::info!(run_id = %run.id, worker = %run.worker, "claimed, holding its resources");
+                    runs.push(*run);
+                }
+                Held::NothingQueued => {}
+                Held::Full { resource, holders } => {
+                    tracing::debug!(worker = %worker, resource = %resource, holders = ?holders, "a resource is full");
+                }
+            }
+        }
+        runs.sort_by_key(|r| (r.requested_at, r.id));
+        Ok(runs)
+    }
+
+    /// Every resource held now: (resource, run), oldest hold first.
+    pub async fn resource_holders(&self) -> Result<Vec<(String, Uuid)>, DbError> {
+        db::resources::holders(self).await
+    }
+}
