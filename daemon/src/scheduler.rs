@@ -11,8 +11,18 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Context;
 
-/// The longest sleep when nothing is due: a safety net (changes wake the daemon).
+/// The longest sleep when nothing is due: a safety net (changes wake the daemon). On SQLite the daemon's slow
+/// poll (`daemon.poll_seconds`) instead: its change feed ignores the file changes made while one of the daemon's
+/// own writes is under way, so a schedule another process writes at that moment is seen by the next look.
 const LONGEST_WAIT: Duration = Duration::from_secs(60);
+
+/// The longest sleep of this daemon's scheduler (see [`LONGEST_WAIT`]).
+fn longest_wait(ctx: &Context) -> Duration {
+    match ctx.db.backend() {
+        scrinalia_shared::Backend::Sqlite => Duration::from_secs(ctx.settings.daemon.poll_seconds).min(LONGEST_WAIT),
+        scrinalia_shared::Backend::Postgres => LONGEST_WAIT,
+    }
+}
 /// A look for something that comes due comes this much after it, so that it is due on the database clock too.
 const DUE_MARGIN: Duration = Duration::from_millis(2);
 /// Wake-ups closer together than this are taken together (SQLite wakes on every write).
@@ -87,7 +97,8 @@ async fn look(ctx: &Context, wakes: &Wakes) -> Result<Duration, scrinalia_shared
         }
         if fire != Some(Duration::ZERO) {
             let next = [fire, not_before.filter(|d| !d.is_zero())].into_iter().flatten().min();
-            return Ok(next.map_or(LONGEST_WAIT, |d| (d + DUE_MARGIN).min(LONGEST_WAIT)));
+            let longest = longest_wait(ctx);
+            return Ok(next.map_or(longest, |d| (d + DUE_MARGIN).min(longest)));
         }
         let pass = ctx.db.fire_due_schedules(catalogue, ctx.daemon_id, missed_after).await?;
         ctx.metrics.fired(&pass);

@@ -21,7 +21,7 @@ pub(super) async fn a_retry_policy_set_by_override_is_audited_and_shown_with_its
     let set = put(&api, "/api/workers/tagger/override", ADMIN, change).await.expect(StatusCode::OK, None);
     assert_eq!(set["override"]["values"]["retry"]["max_attempts"], 3, "{set}");
     let policy = json!({"max_attempts": 3, "initial_delay_seconds": 1.0, "factor": 2.0, "max_delay_seconds": 3600.0,
-        "jitter": 0.0, "on": ["failed", "interrupted"]});
+        "jitter": 0.0, "on": ["failed", "interrupted"], "resume": false});
     assert_eq!(set["effective"]["retry"], json!({"value": policy, "source": "override"}));
 
     let worker = api.get("/api/workers/tagger", VIEWER).await.expect(StatusCode::OK, None);
