@@ -61,6 +61,9 @@ export function mount(root, [id], ctx) {
     if (r.cancel_requested_at) {
       rows.push(["Cancel requested", [timeEl(r.cancel_requested_at), " by ", r.cancel_requested_by]]);
     }
+    if (r.waiting) {
+      rows.push(["Waiting", h("span", { class: "waiting", dataset: { code: r.waiting.code } }, r.waiting.message)]);
+    }
     if (r.checkpoint_at) {
       rows.push(["Checkpoint", [timeEl(r.checkpoint_at), ` · ${JSON.stringify(r.checkpoint).length} bytes`]]);
     }

@@ -101,6 +101,11 @@ pub enum Command {
         /// The run's id.
         id: Uuid,
     },
+    /// Say why a queued run has not started.
+    Why {
+        /// The run's id.
+        id: Uuid,
+    },
     /// Resume an interrupted or failed run from its last checkpoint (a new run, with its configuration).
     Resume {
         /// The run's id.

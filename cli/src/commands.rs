@@ -37,6 +37,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Run { command: RunCommand::Show { id } } => show(&client, out, id).await,
         Command::Trigger(args) => trigger(&client, out, args).await,
         Command::Cancel { id } => cancel(&client, out, id).await,
+        Command::Why { id } => why(&client, out, id).await,
         Command::Resume { id } => continue_run(&client, out, id, "resume").await,
         Command::Restart { id } => continue_run(&client, out, id, "restart").await,
         Command::Logs { id, follow: true } => follow::run_to_end(&client, out, id).await,
@@ -181,6 +182,21 @@ async fn cancel(client: &Client, out: Out, id: Uuid) -> anyhow::Result<()> {
         ),
     };
     out.text(&text)
+}
+
+/// Why run `id` waits: the code and sentence the API computed, or its state when it is not queued.
+async fn why(client: &Client, out: Out, id: Uuid) -> anyhow::Result<()> {
+    let body = client.get(&["runs", &id.to_string()], &[]).await.with_context(|| format!("reading run {id}"))?;
+    let detail: RunDetail = body.parse()?;
+    if out.json {
+        return out.json_line(&serde_json::to_value(&detail.waiting)?);
+    }
+    match &detail.waiting {
+        Some(waiting) => {
+            out.text(&format!("{} ({})", waiting.message, serde_json::to_value(waiting.code)?.as_str().unwrap_or("?")))
+        }
+        None => out.text(&format!("Run {id} is not waiting: it is {}.", detail.run.state)),
+    }
 }
 
 /// `resume` or `restart` run `id`: a new run that continues it.

@@ -31,6 +31,9 @@ pub struct RunDetail {
     /// from an API that does not send it).
     #[serde(default)]
     pub chain: Vec<Run>,
+    /// Why it has not started, while it is queued.
+    #[serde(default)]
+    pub waiting: Option<scrinalia_wire::Waiting>,
 }
 
 /// `POST /api/runs/{id}/cancel`.

@@ -19,6 +19,7 @@ pub async fn register(ctx: &Context) -> Result<Daemon, DbError> {
         version: scrinalia_shared::VERSION.to_owned(),
         capacity: i32::try_from(ctx.settings.daemon.capacity).unwrap_or(i32::MAX),
         workers: ctx.settings.daemon.workers.clone(),
+        labels: ctx.placement.labels().iter().cloned().collect(),
     };
     ctx.db.register_daemon(&daemon).await
 }

@@ -26,6 +26,8 @@ pub struct NewDaemon {
     pub capacity: i32,
     /// Workers it takes; empty means all.
     pub workers: Vec<String>,
+    /// What it advertises, its host name included.
+    pub labels: Vec<String>,
 }
 
 /// Why a drain was refused.

@@ -11,6 +11,7 @@ use uuid::Uuid;
 mod follow;
 mod placement;
 mod resolver;
+mod waiting;
 
 pub use follow::FollowError;
 pub use placement::Placement;

@@ -53,6 +53,10 @@ pub struct Daemon {
     /// Which workers it takes; empty means all.
     #[cfg_attr(feature = "sqlx", sqlx(json))]
     pub workers: Vec<String>,
+    /// What it advertises (its host name included): it takes only workers whose labels it has.
+    #[serde(default)]
+    #[cfg_attr(feature = "sqlx", sqlx(json))]
+    pub labels: Vec<String>,
     /// When it started.
     pub started_at: DateTime<Utc>,
     /// Its last heartbeat.

@@ -14,6 +14,7 @@ pub mod pipeline;
 pub mod queue;
 pub mod run;
 pub mod schedule;
+pub mod waiting;
 pub mod worker;
 
 pub use auth::Role;
@@ -28,6 +29,7 @@ pub use schedule::{
     FireOutcome, MissedPolicy, OverlapPolicy, RetryOn, RetryPolicy, Schedule, ScheduleAction, ScheduleAuditEntry,
     ScheduleFire, ScheduleInput, SchedulePreview, ScheduleView, TargetKind,
 };
+pub use waiting::{WaitCode, Waiting};
 pub use worker::{
     Chore, ChoreKind, Declared, Description, EngineSource, OptionSpec, OptionType, Readiness, WorkerDescription,
 };

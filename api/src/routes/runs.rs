@@ -10,7 +10,7 @@ use axum::{
 };
 use chrono::{DateTime, Utc};
 use scrinalia_shared::{
-    ExplicitArgs, ProgressEntry, Run, RunPage, RunState,
+    ExplicitArgs, ProgressEntry, Run, RunPage, RunState, Waiting,
     runs::{CancelOutcome, Cursor, RunFilter, RunRequest},
 };
 use serde::{Deserialize, Serialize};
@@ -146,8 +146,12 @@ pub struct RunDetail {
     pub run: Run,
     /// Every progress report, oldest first.
     pub progress_history: Vec<ProgressEntry>,
-    /// The retry chain the run belongs to, first attempt first (just the run when it was never retried).
+    /// The chain the run belongs to, oldest first: its retries, resumes, restarts and reruns (just the run
+    /// when there are none).
     pub chain: Vec<Run>,
+    /// Why it has not started, while it is queued.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<Waiting>,
 }
 
 #[utoipa::path(get, path = "/api/runs/{id}", tag = "runs", params(("id" = Uuid, Path, description = "The run's id (a UUID)")),
@@ -163,7 +167,8 @@ pub(crate) async fn get_run(
     let (run, progress_history, chain) =
         tokio::try_join!(state.db().get_run(id), state.db().run_progress(id), state.db().run_chain(id))?;
     let run = run.ok_or_else(|| ApiError::unknown_run(id))?;
-    Ok(Json(RunDetail { run, progress_history, chain }))
+    let waiting = state.db().why_waiting(state.catalogue(), &run, state.gone_after()).await?;
+    Ok(Json(RunDetail { run, progress_history, chain, waiting }))
 }
 
 /// What a cancellation did.

@@ -69,6 +69,9 @@ pub fn run_detail(detail: &RunDetail, colour: bool) -> String {
         ("state", state_style(run.state).paint(run.state.as_str(), colour)),
         ("requested", format!("{} by {}", when(run.requested_at), run.requested_by)),
     ];
+    if let Some(waiting) = &detail.waiting {
+        lines.push(("waiting", waiting.message.clone()));
+    }
     let mut push = |key: &'static str, value: Option<String>| {
         if let Some(v) = value {
             lines.push((key, v));

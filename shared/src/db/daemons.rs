@@ -18,7 +18,7 @@ use crate::{Daemon, DaemonState, daemons::NewDaemon};
 macro_rules! daemon_columns {
     ($d:ident; $($state:tt)+) => {
         concat!(
-            "id, host, pid, version, capacity, workers, started_at, heartbeat_at, drain_requested_at, \
+            "id, host, pid, version, capacity, workers, labels, started_at, heartbeat_at, drain_requested_at, \
              drain_requested_by, stopped_at, ",
             $crate::db::dialect::fragment!($d; seconds_since(heartbeat_at)),
             " as heartbeat_age_seconds, (select count(*) from worker_runs r where r.state = 'running' \
@@ -50,7 +50,8 @@ macro_rules! effective_state {
 /// Inserts a daemon's row; again with the same id (a retry after a cut connection) it is the same row.
 pub(crate) async fn register(db: &Database, d: &NewDaemon) -> Result<Daemon> {
     const REGISTER: Sql = sql!(
-        "insert into daemons (id, host, pid, version, capacity, workers) values ($1, $2, $3, $4, $5, $6) \
+        "insert into daemons (id, host, pid, version, capacity, workers, labels) \
+         values ($1, $2, $3, $4, $5, $6, $7) \
          on conflict (id) do update set host = excluded.host returning ",
         stored_state!()
     );
@@ -61,6 +62,7 @@ pub(crate) async fn register(db: &Database, d: &NewDaemon) -> Result<Daemon> {
         .bind(&d.version)
         .bind(d.capacity)
         .bind(Json(&d.workers))
+        .bind(Json(&d.labels))
         .fetch_one(pool)
         .await)?)
 }

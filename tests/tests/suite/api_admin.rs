@@ -138,6 +138,7 @@ fn new_daemon(host: &str) -> NewDaemon {
         version: "9.9.9".into(),
         capacity: 2,
         workers: vec![],
+        labels: vec![],
     }
 }
 

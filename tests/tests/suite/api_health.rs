@@ -70,8 +70,15 @@ fn error_of(body: &Value, name: &str) -> String {
 }
 
 async fn register_daemon(t: &TestDb) -> Uuid {
-    let new =
-        NewDaemon { id: Uuid::now_v7(), host: "h".into(), pid: 1, version: "v".into(), capacity: 1, workers: vec![] };
+    let new = NewDaemon {
+        id: Uuid::now_v7(),
+        host: "h".into(),
+        pid: 1,
+        version: "v".into(),
+        capacity: 1,
+        workers: vec![],
+        labels: vec![],
+    };
     t.db.register_daemon(&new).await.expect("register").id
 }
 

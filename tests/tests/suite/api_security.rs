@@ -70,7 +70,15 @@ async fn every_endpoint_needs_a_token_and_the_right_role(t: &TestDb) {
     let api = TestApi::new(t).await;
     let run = api.trigger("transfer", None).await["id"].as_str().expect("an id").to_owned();
     let daemon = Uuid::now_v7();
-    let new = NewDaemon { id: daemon, host: "h".into(), pid: 1, version: "v".into(), capacity: 1, workers: vec![] };
+    let new = NewDaemon {
+        id: daemon,
+        host: "h".into(),
+        pid: 1,
+        version: "v".into(),
+        capacity: 1,
+        workers: vec![],
+        labels: vec![],
+    };
     t.db.register_daemon(&new).await.expect("register");
     let override_body = Some(json!({"preset": "big", "reason": "role test"}));
     let endpoints: Vec<(Method, String, Option<Value>, Role)> = vec![

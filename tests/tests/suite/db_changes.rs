@@ -47,7 +47,15 @@ async fn listening(db: &Database, topic: Topic) -> ChangeFeed {
 }
 
 fn daemon(id: Uuid) -> NewDaemon {
-    NewDaemon { id, host: "host".into(), pid: 1, version: "0".into(), capacity: 1, workers: Vec::new() }
+    NewDaemon {
+        id,
+        host: "host".into(),
+        pid: 1,
+        version: "0".into(),
+        capacity: 1,
+        workers: Vec::new(),
+        labels: Vec::new(),
+    }
 }
 
 async fn the_events_feed_reports_runs_queues_workers_daemons_and_overrides(t: &TestDb) {

@@ -175,6 +175,7 @@ async fn daemons_register_heartbeat_drain_and_go(t: &TestDb) {
         version: "0.1.0".into(),
         capacity: 3,
         workers: vec!["embed".into()],
+        labels: vec!["gpu".into(), "host-a".into()],
     };
     let registered = t.db.register_daemon(&new).await.expect("register");
     assert_eq!(

@@ -10,6 +10,7 @@ mod api_processes;
 mod api_runs;
 mod api_schedules;
 mod api_security;
+mod api_waiting;
 mod bad_input;
 mod chaos;
 mod cli;

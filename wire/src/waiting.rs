@@ -1,0 +1,46 @@
+//! Why a queued run has not started: one reason, computed when the run is read from the same rows a claim looks
+//! at, with a code for programs and a sentence for people.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// What holds a queued run back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum WaitCode {
+    /// Not before a time: a retry's backoff.
+    NotBefore,
+    /// No daemon is alive.
+    NoDaemon,
+    /// Every live daemon is draining.
+    AllDraining,
+    /// No live daemon can take this worker (its labels, or the workers it takes).
+    NoCapableDaemon,
+    /// Every daemon that could take it runs as many runs as it may.
+    CapableDaemonsFull,
+    /// A resource the worker holds is at capacity.
+    ResourceFull,
+    /// Nothing holds it back: a daemon should claim it within moments.
+    Claimable,
+}
+
+/// Why a queued run waits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Waiting {
+    /// What holds it back.
+    pub code: WaitCode,
+    /// The same, as a sentence.
+    pub message: String,
+    /// Until when, for `not_before`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<DateTime<Utc>>,
+    /// The daemons the reason is about.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub daemons: Vec<Uuid>,
+    /// The runs the reason is about (those holding the capacity or the resource).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<Uuid>,
+}
