@@ -271,6 +271,33 @@ async fn a_run_in_flight_makes_a_second_trigger_exit_6_with_the_api_sentence() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_run_is_restarted_once_and_why_says_it_is_not_waiting() {
+    let system = System::start(Kind::Sqlite).await;
+    let failed = system.cli(&["trigger", "probe-1", "--option", "exit_code=3", "--json"]).await;
+    let id = failed.expect(0).json()["id"].as_str().expect("the run's id").to_owned();
+    system.cli(&["logs", &id, "--follow"]).await.expect(8);
+
+    let why = system.cli(&["why", &id]).await;
+    assert!(why.expect(0).stdout.contains(&format!("Run {id} is not waiting: it is failed.")), "{why:#?}");
+    assert_eq!(system.cli(&["why", &id, "--json"]).await.expect(0).json(), Value::Null);
+    let resume = system.cli(&["resume", &id]).await;
+    resume.expect(6);
+    assert!(resume.stderr.contains("has no checkpoint to resume from"), "{resume:#?}");
+
+    let restarted = system.cli(&["restart", &id, "--json"]).await;
+    let restarted = restarted.expect(0).json();
+    assert_eq!((restarted["follows"].as_str(), restarted["follows_as"].as_str()), (Some(id.as_str()), Some("restart")));
+    let again = system.cli(&["restart", &id]).await;
+    again.expect(6);
+    assert!(again.stderr.contains("already restarted by run"), "{again:#?}");
+    let new = restarted["id"].as_str().expect("the new run's id");
+    system.cli(&["logs", new, "--follow"]).await.expect(8);
+    let shown = system.cli(&["run", "show", new]).await;
+    assert!(shown.expect(0).stdout.contains(&format!("run {id} (restart, from nothing)")), "{shown:#?}");
+    system.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_outputs_parse_as_json_and_tables_carry_no_colour_when_piped() {
     let system = System::start(Kind::Sqlite).await;
     let run = system.cli(&["trigger", "probe-1", "-o", "duration_ms=100", "--follow", "--json"]).await;
