@@ -91,6 +91,19 @@ pub(crate) async fn claim_holding(
     })
 }
 
+/// Which of `workers` have a queued run that is due now, in one statement, so that a claim opens a transaction
+/// only for the workers with something to claim.
+pub(crate) async fn queued_among(db: &Database, workers: &[String]) -> Result<Vec<String>> {
+    const QUEUED: Sql = sql!(
+        "select distinct worker from worker_runs where state = 'queued' and worker in (select value from ",
+        json_list(1, w),
+        ") and (not_before is null or not_before <= ",
+        now,
+        ")"
+    );
+    Ok(on_pool!(db, QUEUED, |pool, sql| sqlx::query_scalar(sql).bind(sqlx::types::Json(workers)).fetch_all(pool).await)?)
+}
+
 /// Every resource held now: (resource, run), oldest hold first.
 pub(crate) async fn holders(db: &Database) -> Result<Vec<(String, Uuid)>> {
     const ALL: Sql = sql!("select resource, run_id from run_resources order by resource, held_since, run_id");

@@ -55,8 +55,9 @@ impl Placement {
 
 impl Database {
     /// Claims up to `limit` of the oldest queued requests this daemon may place (of `workers` only, when given),
-    /// with a lease of `lease`: first, in one statement, those of workers that hold no resource; then, one by
-    /// one, those of workers that hold resources with room in each. Runs of workers the daemon's catalogue does
+    /// with a lease of `lease`: first, in one statement, those of workers that hold no resource; then, when
+    /// slots are left, one read of which workers that hold resources have a run due, and one short transaction
+    /// for each of those (in catalogue order) while a resource has room. Runs of workers the daemon's catalogue does
     /// not know are claimed as before (and fail, naming the daemon).
     pub async fn claim_placed(
         &self,
@@ -71,12 +72,21 @@ impl Database {
         }
         let exclude = (!placement.exclude.is_empty()).then_some(placement.exclude.as_slice());
         let mut runs = db::runs::claim(self, daemon, lease, limit, workers, exclude).await?;
-        for (worker, resources) in &placement.holding {
+        let holding: Vec<String> = placement
+            .holding
+            .iter()
+            .map(|(worker, _)| worker.clone())
+            .filter(|w| workers.is_none_or(|only| only.contains(w)))
+            .collect();
+        if runs.len() >= limit as usize || holding.is_empty() {
+            runs.sort_by_key(|r| (r.requested_at, r.id));
+            return Ok(runs);
+        }
+        // One read says which of them have something to claim; only those cost a transaction.
+        let queued = db::resources::queued_among(self, &holding).await?;
+        for (worker, resources) in placement.holding.iter().filter(|(w, _)| queued.contains(w)) {
             if runs.len() >= limit as usize {
                 break;
-            }
-            if workers.is_some_and(|only| !only.contains(worker)) {
-                continue;
             }
             match db::resources::claim_holding(self, daemon, lease, worker, resources).await? {
                 Held::Claimed(run) => {
