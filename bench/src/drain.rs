@@ -111,10 +111,10 @@ fn config(opts: &Opts) -> ConfigSpec {
 }
 
 /// Empties the ledger.
-async fn reset(db: &FreshDb) -> anyhow::Result<()> {
+pub(crate) async fn reset(db: &FreshDb) -> anyhow::Result<()> {
     match db.kind {
         Kind::Postgres => {
-            db.execute("truncate worker_runs, run_progress").await?;
+            db.execute("truncate worker_runs, run_progress, run_resources").await?;
         }
         Kind::Sqlite => {
             db.execute("delete from run_progress").await?;

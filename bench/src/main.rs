@@ -12,6 +12,7 @@ mod latency;
 mod machine;
 mod recovery;
 mod report;
+mod resources;
 mod schedules;
 
 use std::path::PathBuf;
@@ -67,6 +68,8 @@ enum Command {
     Counts(counts::Opts),
     /// Schedules: fire lateness with 3 daemons, and an idle daemon's queries with 1,000 schedules against none.
     Schedules(schedules::Opts),
+    /// What a shared resource adds to a claim (A/B: no resource, holding one).
+    Resources(resources::Opts),
     /// Everything above, with the default options.
     All,
 }
@@ -84,6 +87,8 @@ fn main() -> anyhow::Result<()> {
         Command::Schedules(_) => {
             Env::needing(bin_dir, cli.common.pg, cli.common.keep, &["scrinalia-daemon", "scrinalia-demo-worker"])?
         }
+        // No process starts: the probes' program is only named in the catalogue.
+        Command::Resources(_) => Env::needing(bin_dir, cli.common.pg, cli.common.keep, &["scrinalia-demo-worker"])?,
         _ => Env::new(bin_dir, cli.common.pg, cli.common.keep)?,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -98,6 +103,7 @@ fn main() -> anyhow::Result<()> {
             Command::Idle(o) => figures.extend(idle::run(&env, &o).await?),
             Command::Counts(o) => figures.extend(counts::run(&env, &o).await?),
             Command::Schedules(o) => figures.extend(schedules::run(&env, &o).await?),
+            Command::Resources(o) => figures.extend(resources::run(&env, &o).await?),
             Command::All => {
                 let started = std::time::Instant::now();
                 figures.extend(latency::run(&env, &latency::Opts::default()).await?);
@@ -107,6 +113,7 @@ fn main() -> anyhow::Result<()> {
                 figures.extend(idle::run(&env, &idle::Opts::default()).await?);
                 figures.extend(counts::run(&env, &counts::Opts::default()).await?);
                 figures.extend(schedules::run(&env, &schedules::Opts::default()).await?);
+                figures.extend(resources::run(&env, &resources::Opts::default()).await?);
                 eprintln!("all benches took {:.0} s", started.elapsed().as_secs_f64());
             }
         }
