@@ -101,7 +101,10 @@ pub(crate) async fn queued_among(db: &Database, workers: &[String]) -> Result<Ve
         now,
         ")"
     );
-    Ok(on_pool!(db, QUEUED, |pool, sql| sqlx::query_scalar(sql).bind(sqlx::types::Json(workers)).fetch_all(pool).await)?)
+    Ok(on_pool!(db, QUEUED, |pool, sql| sqlx::query_scalar(sql)
+        .bind(sqlx::types::Json(workers))
+        .fetch_all(pool)
+        .await)?)
 }
 
 /// Every resource held now: (resource, run), oldest hold first.
