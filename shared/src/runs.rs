@@ -45,6 +45,15 @@ pub struct RecoveryDue {
     pub daemons_gone: bool,
 }
 
+/// Why the insert of a request was refused by a unique index.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// Another run of the worker is in flight.
+    InFlight(RequestError),
+    /// A run continues the same earlier run already: that run, and how.
+    Continued(Uuid, crate::FollowKind),
+}
+
 /// Why a run request was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum RequestError {
@@ -182,26 +191,48 @@ impl Database {
             trace_context: request.trace_context.as_deref(),
             links: db::runs::Links::default(),
         };
-        for _ in 0..3 {
-            if let Some(run) = retrying!(self, db::runs::insert(self, &new).await)? {
-                return Ok(run);
+        match self.insert_request(&new).await? {
+            Ok(run) => Ok(run),
+            Err(Refused::InFlight(e)) => Err(e),
+            Err(Refused::Continued(..)) => {
+                Err(DbError::Sqlx(sqlx::Error::Protocol("a plain request continues no run".into())).into())
             }
-            // The blocking run may have finished in between; then the insert is simply tried again.
+        }
+    }
+
+    /// Inserts the request `new`. A refusal by a unique index is explained: a run that continues the same earlier
+    /// run already (for a resume or a restart), or another run of the worker in flight. When the blocker ended in
+    /// between, the insert is tried again; when the first attempt committed before its connection was cut, the
+    /// run found is ours.
+    pub(crate) async fn insert_request(&self, new: &db::runs::NewRun<'_>) -> Result<Result<Run, Refused>, DbError> {
+        let continues = new.links.follows.filter(|(_, how)| *how != crate::FollowKind::Rerun).map(|(id, _)| id);
+        for _ in 0..3 {
+            if let Some(run) = retrying!(self, db::runs::insert(self, new).await)? {
+                return Ok(Ok(run));
+            }
+            if let Some(earlier) = continues
+                && let Some((by, how)) = retrying!(self, db::runs::continued_by(self, earlier).await)?
+            {
+                if by != new.id {
+                    return Ok(Err(Refused::Continued(by, how)));
+                }
+                if let Some(run) = self.get_run(by).await? {
+                    return Ok(Ok(run));
+                }
+            }
             if let Some(blocking) = retrying!(self, db::runs::in_flight_of(self, new.worker).await)? {
                 if blocking.id == new.id {
-                    // The first attempt committed before its connection was cut: the request is ours.
-                    return Ok(blocking);
+                    return Ok(Ok(blocking));
                 }
-                return Err(RequestError::InFlight {
+                return Ok(Err(Refused::InFlight(RequestError::InFlight {
                     worker: blocking.worker,
                     run_id: blocking.id,
                     state: blocking.state,
                     daemon_id: blocking.daemon_id,
-                });
+                })));
             }
         }
-        let churn = sqlx::Error::Protocol("the in-flight run kept changing during the insert".into());
-        Err(DbError::Sqlx(churn).into())
+        Err(DbError::Sqlx(sqlx::Error::Protocol("the in-flight run kept changing during the insert".into())))
     }
 
     /// The configuration a run of `spec` with `arguments` resolves to now: explicit argument > persisted override >

@@ -5,11 +5,8 @@
 
 use uuid::Uuid;
 
-use super::RequestError;
-use crate::{
-    Catalogue, Database, DbError, FollowKind, Run, RunState,
-    db::{self, retrying},
-};
+use super::{Refused, RequestError};
+use crate::{Catalogue, Database, DbError, FollowKind, Run, RunState, db};
 
 /// Why a run could not be continued; each displays as a sentence for people.
 #[derive(Debug, thiserror::Error)]
@@ -111,34 +108,10 @@ impl Database {
             trace_context: None,
             links: db::runs::Links { follows: Some((id, how)), checkpoint, ..db::runs::Links::default() },
         };
-        for _ in 0..3 {
-            if let Some(run) = retrying!(self, db::runs::insert(self, &new).await)? {
-                tracing::info!(run_id = %run.id, follows = %id, how = %how, worker = %run.worker, "run continued");
-                return Ok(run);
-            }
-            if how != FollowKind::Rerun
-                && let Some((by, how)) = retrying!(self, db::runs::continued_by(self, id).await)?
-            {
-                if by == new.id {
-                    // The first attempt committed before its connection was cut: the request is ours.
-                    return self.get_run(by).await?.ok_or(FollowError::NotFound(by));
-                }
-                return Err(FollowError::AlreadyContinued { run_id: id, by, how });
-            }
-            if let Some(blocking) = retrying!(self, db::runs::in_flight_of(self, new.worker).await)? {
-                if blocking.id == new.id {
-                    return Ok(blocking);
-                }
-                return Err(RequestError::InFlight {
-                    worker: blocking.worker,
-                    run_id: blocking.id,
-                    state: blocking.state,
-                    daemon_id: blocking.daemon_id,
-                }
-                .into());
-            }
+        match self.insert_request(&new).await? {
+            Ok(run) => Ok(run),
+            Err(Refused::Continued(by, how)) => Err(FollowError::AlreadyContinued { run_id: id, by, how }),
+            Err(Refused::InFlight(e)) => Err(e.into()),
         }
-        let churn = sqlx::Error::Protocol("the in-flight run kept changing during the insert".into());
-        Err(DbError::Sqlx(churn).into())
     }
 }
