@@ -84,6 +84,11 @@ export function mount(root, [id], ctx) {
       controls.push(h("button", { type: "button", class: "restart", disabled: busy, onclick: () => carryOn("restart") },
         "Restart from nothing"));
     }
+    // Any ended run can be run again as it was asked for, resolved with today's overrides and defaults.
+    if (TERMINAL.has(r.state) && ctx.can("operator")) {
+      controls.push(h("button", { type: "button", class: "rerun", disabled: busy, onclick: () => carryOn("rerun") },
+        "Rerun with today's configuration"));
+    }
     replace(summary, facts(rows), controls);
 
     const f = progressFacts(r, ctx.serverNow());
@@ -212,7 +217,28 @@ export function mount(root, [id], ctx) {
           h("tbody", null, cfgRows.map(cfgRow))))
         : h("p", { class: "muted" }, "Nothing to resolve."),
       notes,
-      cfg.engine_configurable ? null : h("p", { class: "muted" }, elsewhere));
+      cfg.engine_configurable ? null : h("p", { class: "muted" }, elsewhere),
+      renderChanges(r));
+  }
+
+  // A rerun's diff against the run it reruns: each changed field, both values and where each came from (an
+  // override with who changed it, when and why).
+  function renderChanges(r) {
+    if (!r.changed_since) return null;
+    const title = h("h3", null, "Changed since run ", h("a", { href: `#/runs/${r.follows}` }, shortId(r.follows)));
+    if (!r.changed_since.length) {
+      return [title, h("p", { class: "muted", id: "run-changes" }, "Nothing: it resolved as the run it reruns.")];
+    }
+    const side = (value, origin) => h("td", null, h("code", null, value == null ? "none" : valueText(value)), " ",
+      origin ? sourceBadge(origin.source) : null,
+      origin?.changed_by ? [" by ", h("span", { class: "actor" }, origin.changed_by)] : null,
+      origin?.changed_at ? [" ", timeEl(origin.changed_at)] : null,
+      origin?.reason ? h("span", { class: "muted" }, ` — ${origin.reason}`) : null);
+    const row = (c) => h("tr", { dataset: { field: c.field } }, h("th", { scope: "row" }, c.field),
+      side(c.before, c.before_source), side(c.after, c.after_source));
+    return [title, h("table", { class: "config-table", id: "run-changes" },
+      h("thead", null, h("tr", null, ["Field", "Before", "After"].map((c) => h("th", { scope: "col" }, c)))),
+      h("tbody", null, r.changed_since.map(row)))];
   }
 
   function cell(v) {

@@ -40,7 +40,7 @@ pub(crate) async fn document() -> Json<utoipa::openapi::OpenApi> {
         workers::list_workers, workers::get_worker,
         chores::describe_worker, chores::count_worker, chores::check_worker,
         runs::trigger_run, runs::list_runs, runs::get_run, runs::cancel_run, logs::run_log,
-        continuations::resume_run, continuations::restart_run,
+        continuations::resume_run, continuations::restart_run, continuations::rerun_run,
         overrides::set_override, overrides::clear_override, overrides::audit_trail,
         schedules::list_schedules, schedules::create_schedule, schedules::preview_schedule, schedules::get_schedule,
         schedules::replace_schedule, schedules::delete_schedule, schedules::pause_schedule,

@@ -116,6 +116,12 @@ pub enum Command {
         /// The run's id.
         id: Uuid,
     },
+    /// Rerun a finished run: its explicit arguments resolved with today's overrides and defaults (a new run;
+    /// `run show` of it lists what changed since).
+    Rerun {
+        /// The run's id.
+        id: Uuid,
+    },
     /// Print a run's output.
     Logs {
         /// The run's id.

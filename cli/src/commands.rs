@@ -40,6 +40,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Why { id } => why(&client, out, id).await,
         Command::Resume { id } => continue_run(&client, out, id, "resume").await,
         Command::Restart { id } => continue_run(&client, out, id, "restart").await,
+        Command::Rerun { id } => continue_run(&client, out, id, "rerun").await,
         Command::Logs { id, follow: true } => follow::run_to_end(&client, out, id).await,
         Command::Logs { id, follow: false } => logs(&client, out, id).await,
         Command::Schedules { command } => schedules::run(&client, out, command).await,
@@ -199,7 +200,7 @@ async fn why(client: &Client, out: Out, id: Uuid) -> anyhow::Result<()> {
     }
 }
 
-/// `resume` or `restart` run `id`: a new run that continues it.
+/// `resume`, `restart` or `rerun` run `id`: a new run that continues it.
 async fn continue_run(client: &Client, out: Out, id: Uuid, how: &str) -> anyhow::Result<()> {
     let body =
         client.post::<()>(&["runs", &id.to_string(), how], None).await.with_context(|| format!("{how} run {id}"))?;
@@ -209,6 +210,7 @@ async fn continue_run(client: &Client, out: Out, id: Uuid, how: &str) -> anyhow:
     let run: Run = body.parse()?;
     let from = match how {
         "resume" => "from its last checkpoint",
+        "rerun" => "with today's configuration",
         _ => "from nothing",
     };
     out.text(&format!(

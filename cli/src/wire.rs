@@ -34,6 +34,9 @@ pub struct RunDetail {
     /// Why it has not started, while it is queued.
     #[serde(default)]
     pub waiting: Option<scrinalia_wire::Waiting>,
+    /// For a rerun: the configuration that differs from the run it reruns.
+    #[serde(default)]
+    pub changed_since: Option<Vec<scrinalia_wire::ConfigChange>>,
 }
 
 /// `POST /api/runs/{id}/cancel`.

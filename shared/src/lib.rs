@@ -38,7 +38,7 @@ pub use scrinalia_wire::{
     RetryPolicy, Schedule, ScheduleAction, ScheduleAuditEntry, ScheduleFire, ScheduleInput, SchedulePreview,
     ScheduleView, TargetKind,
 };
-pub use scrinalia_wire::{FollowKind, MAX_CHECKPOINT_BYTES, WaitCode, Waiting};
+pub use scrinalia_wire::{ConfigChange, FollowKind, MAX_CHECKPOINT_BYTES, Origin, WaitCode, Waiting};
 
 /// The version every binary reports (daemon registry, health, OpenAPI).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -8,11 +8,13 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
+mod diff;
 mod follow;
 mod placement;
 mod resolver;
 mod waiting;
 
+pub use diff::config_changes;
 pub use follow::FollowError;
 pub use placement::Placement;
 pub(crate) use resolver::Resolver;

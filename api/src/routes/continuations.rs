@@ -1,5 +1,6 @@
-//! Continuing a run that ended: resume it from its last checkpoint or restart it from nothing, both with its
-//! configuration, as a new run linked to it. Operators and above; the database lets a run be continued once.
+//! Continuing a run that ended, as a new run linked to it: resume it from its last checkpoint or restart it from
+//! nothing, both with its configuration (the database lets a run be resumed or restarted once), or rerun it with
+//! its explicit arguments resolved today. Operators and above.
 
 use axum::{
     Json, Router,
@@ -18,7 +19,10 @@ use crate::{
 
 /// The routes of this module.
 pub fn router() -> Router<AppState> {
-    Router::new().route("/api/runs/{id}/resume", post(resume_run)).route("/api/runs/{id}/restart", post(restart_run))
+    Router::new()
+        .route("/api/runs/{id}/resume", post(resume_run))
+        .route("/api/runs/{id}/restart", post(restart_run))
+        .route("/api/runs/{id}/rerun", post(rerun_run))
 }
 
 #[utoipa::path(post, path = "/api/runs/{id}/resume", tag = "runs",
@@ -51,6 +55,23 @@ pub(crate) async fn restart_run(
     Path(id): Path<String>,
 ) -> ApiResult<Created> {
     continue_run(&state, &caller, &id, FollowKind::Restart).await
+}
+
+#[utoipa::path(post, path = "/api/runs/{id}/rerun", tag = "runs",
+    params(("id" = Uuid, Path, description = "The finished run's id (a UUID)")),
+    responses(
+        (status = 201, body = Run, description = "The new run, queued: the earlier run's explicit arguments resolved with today's overrides and defaults; `GET /api/runs/{id}` of it shows `changed_since`", headers(("Location" = String))),
+        (status = 400, body = ErrorBody, description = "`invalid_arguments`: its arguments no longer resolve against today's catalogue"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody, description = "`unknown_run`, or its worker is no longer in the catalogue"),
+        (status = 409, body = ErrorBody, description = "`not_continuable` (the run has not ended), `run_in_flight`, `invalid_override`")),
+    security(("bearer" = [])))]
+pub(crate) async fn rerun_run(
+    Operator(caller): Operator,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Created> {
+    continue_run(&state, &caller, &id, FollowKind::Rerun).await
 }
 
 async fn continue_run(state: &AppState, caller: &Caller, id: &str, how: FollowKind) -> ApiResult<Created> {

@@ -10,7 +10,7 @@ use axum::{
 };
 use chrono::{DateTime, Utc};
 use scrinalia_shared::{
-    ExplicitArgs, ProgressEntry, Run, RunPage, RunState, Waiting,
+    ConfigChange, ExplicitArgs, ProgressEntry, Run, RunPage, RunState, Waiting,
     runs::{CancelOutcome, Cursor, RunFilter, RunRequest},
 };
 use serde::{Deserialize, Serialize};
@@ -152,6 +152,10 @@ pub struct RunDetail {
     /// Why it has not started, while it is queued.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting: Option<Waiting>,
+    /// For a rerun: the configuration that differs from the run it reruns, each side with its source (an
+    /// override's with who changed it, when and why).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changed_since: Option<Vec<ConfigChange>>,
 }
 
 #[utoipa::path(get, path = "/api/runs/{id}", tag = "runs", params(("id" = Uuid, Path, description = "The run's id (a UUID)")),
@@ -167,8 +171,11 @@ pub(crate) async fn get_run(
     let (run, progress_history, chain) =
         tokio::try_join!(state.db().get_run(id), state.db().run_progress(id), state.db().run_chain(id))?;
     let run = run.ok_or_else(|| ApiError::unknown_run(id))?;
-    let waiting = state.db().why_waiting(state.catalogue(), &run, state.gone_after()).await?;
-    Ok(Json(RunDetail { run, progress_history, chain, waiting }))
+    let (waiting, changed_since) = tokio::try_join!(
+        state.db().why_waiting(state.catalogue(), &run, state.gone_after()),
+        state.db().rerun_changes(&run)
+    )?;
+    Ok(Json(RunDetail { run, progress_history, chain, waiting, changed_since }))
 }
 
 /// What a cancellation did.

@@ -2,7 +2,7 @@
 //! schedule, pipeline) and what its worker reported it used beside what was resolved for it.
 
 use chrono::{DateTime, Utc};
-use scrinalia_wire::{FollowKind, ResolvedConfig, Run, RunState};
+use scrinalia_wire::{ConfigChange, FollowKind, Origin, ResolvedConfig, Run, RunState};
 use serde_json::Value;
 
 use super::{duration, key_lines, progress, source_word, state_style, summarise, value_text, when};
@@ -80,6 +80,7 @@ pub fn run_detail(detail: &RunDetail, colour: bool) -> String {
     for (key, value) in lineage(detail, Utc::now()) {
         push(key, Some(value));
     }
+    push("changed", detail.changed_since.as_deref().map(changes_text));
     push("daemon", run.daemon_id.map(|d| d.to_string()));
     push("claimed", run.claimed_at.map(when));
     push("started", run.started_at.map(when));
@@ -175,6 +176,34 @@ pub fn lineage(detail: &RunDetail, now: DateTime<Utc>) -> Vec<(&'static str, Str
         lines.push(("chain", chain));
     }
     lines
+}
+
+/// A rerun's diff, a line per field: `field: before (source) → after (source)`, an override's source with who
+/// changed it, when and why.
+pub fn changes_text(changes: &[ConfigChange]) -> String {
+    if changes.is_empty() {
+        return "nothing since the run it reruns".to_owned();
+    }
+    let side = |value: &Option<Value>, origin: &Option<Origin>| {
+        let value = value.as_ref().map(value_text).unwrap_or_else(|| "none".to_owned());
+        let Some(origin) = origin else { return value };
+        let mut from = source_word(origin.source);
+        if let Some(by) = &origin.changed_by {
+            from.push_str(&format!(" by {by}"));
+        }
+        if let Some(at) = origin.changed_at {
+            from.push_str(&format!(" {}", when(at)));
+        }
+        if let Some(reason) = &origin.reason {
+            from.push_str(&format!(": {reason:?}"));
+        }
+        format!("{value} ({from})")
+    };
+    changes
+        .iter()
+        .map(|c| format!("{}: {} → {}", c.field, side(&c.before, &c.before_source), side(&c.after, &c.after_source)))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// What the worker reported it used at the start of a run, with each engine field that differs from the

@@ -14,6 +14,7 @@ mod api_waiting;
 mod bad_input;
 mod chaos;
 mod cli;
+mod cli_rerun;
 mod cli_schedules;
 mod daemon_checkpoints;
 mod daemon_chores;
