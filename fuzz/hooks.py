@@ -43,6 +43,7 @@ TEXT = st.one_of(
 )
 
 WORKERS = ["probe-1", "probe-2", "probe-3"]
+RESOURCES = ["model-server"]
 ENGINES = ["local", "spacy"]
 PRESETS = ["fast", "big", "small"]
 # Bounded where a huge value would only make a probe print for its whole timeout (output_lines, progress_steps).
@@ -84,7 +85,9 @@ def _name_or_text(names):
 def flatmap_path_parameters(context, path_parameters):
     if not isinstance(path_parameters, dict) or "name" not in path_parameters:
         return st.just(path_parameters)
-    real = st.sampled_from(WORKERS).map(lambda name: {**path_parameters, "name": name})
+    operation = context.operation
+    names = RESOURCES if operation is not None and operation.path.startswith("/api/resources/") else WORKERS
+    real = st.sampled_from(names).map(lambda name: {**path_parameters, "name": name})
     return st.one_of(st.just(path_parameters), real, real)
 
 
@@ -101,6 +104,10 @@ def flatmap_body(context, body):
     if (operation.method.upper(), operation.path) == ("PUT", "/api/workers/{name}/override"):
         # A reason of any text, often hostile (a null one is refused before anything else).
         steered = st.fixed_dictionaries({"reason": TEXT}, optional=fields)
+    elif (operation.method.upper(), operation.path) == ("PUT", "/api/resources/{name}"):
+        # A capacity at and past its edges (0, the maximum, beyond u32), null (back to the catalogue's), or absent.
+        capacity = st.one_of(st.none(), st.integers(-2, 12000), st.sampled_from([10000, 10001, 2**31, 2**32]))
+        steered = st.fixed_dictionaries({"reason": TEXT}, optional={"capacity": capacity})
     elif (operation.method.upper(), operation.path) == ("POST", "/api/workers/{name}/runs"):
         steered = st.fixed_dictionaries({}, optional=fields)
     else:

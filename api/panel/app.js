@@ -7,6 +7,7 @@ import { startHealth } from "./health.js";
 import * as overrides from "./overrides.js";
 import * as pipelineRun from "./pipeline-run.js";
 import * as pipelines from "./pipelines.js";
+import * as resources from "./resources.js";
 import * as run from "./run.js";
 import * as runs from "./runs.js";
 import * as workers from "./workers.js";
@@ -20,6 +21,7 @@ const ROUTES = [
   { pattern: /^#\/overrides(?:\/([A-Za-z0-9_-]+))?\/?$/, view: overrides, nav: "overrides" },
   { pattern: /^#\/pipelines\/?$/, view: pipelines, nav: "pipelines" },
   { pattern: /^#\/pipelines\/runs\/([0-9A-Fa-f-]{36})\/?$/, view: pipelineRun, nav: "pipelines" },
+  { pattern: /^#\/resources\/?$/, view: resources, nav: "resources" },
 ];
 
 const listeners = { daemons: new Set() };

@@ -10,8 +10,8 @@ use utoipa::{
 
 use crate::{
     routes::{
-        chores, continuations, daemons, events, health, logs, me, meta, metrics, overrides, pipelines, runs, schedules,
-        workers,
+        chores, continuations, daemons, events, health, logs, me, meta, metrics, overrides, pipelines, resources, runs,
+        schedules, workers,
     },
     state::AppState,
 };
@@ -34,7 +34,7 @@ pub(crate) async fn document() -> Json<utoipa::openapi::OpenApi> {
         description = "Trigger and follow the archive's AI workers. Every error is a JSON object \
             `{\"code\": \"...\", \"message\": \"a sentence\"}`. Bearer tokens carry a role: viewer (read), \
             operator (trigger, cancel, ask for a describe, count or check; write schedules; start and cancel \
-            pipeline runs), admin (overrides, drain)."
+            pipeline runs), admin (overrides, resource capacities, drain)."
     ),
     paths(
         workers::list_workers, workers::get_worker,
@@ -42,6 +42,7 @@ pub(crate) async fn document() -> Json<utoipa::openapi::OpenApi> {
         runs::trigger_run, runs::list_runs, runs::get_run, runs::cancel_run, logs::run_log,
         continuations::resume_run, continuations::restart_run, continuations::rerun_run,
         overrides::set_override, overrides::clear_override, overrides::audit_trail,
+        resources::list_resources, resources::set_capacity, resources::resource_audit,
         schedules::list_schedules, schedules::create_schedule, schedules::preview_schedule, schedules::get_schedule,
         schedules::replace_schedule, schedules::delete_schedule, schedules::pause_schedule,
         schedules::resume_schedule, schedules::schedule_fires, schedules::schedule_audit,
@@ -57,6 +58,7 @@ pub(crate) async fn document() -> Json<utoipa::openapi::OpenApi> {
         (name = "workers", description = "The catalogue with effective configuration, what each worker's code declares, readiness, queue and runs; asking for a describe, count or check"),
         (name = "runs", description = "Trigger, list, read, cancel and tail runs"),
         (name = "overrides", description = "Persisted per-worker overrides and their audit trail"),
+        (name = "resources", description = "Shared resources: capacity (the catalogue's or an audited override), holders, audit trail"),
         (name = "schedules", description = "Cron schedules of workers and pipelines, their fires and their audit trail"),
         (name = "pipelines", description = "The catalogue's pipelines: start, follow and cancel their runs"),
         (name = "daemons", description = "The scheduler daemons"),

@@ -57,6 +57,7 @@ static ASSETS: &[Asset] = &[
     asset!("schedules.js", JS),
     asset!("pipelines.js", JS),
     asset!("pipeline-run.js", JS),
+    asset!("resources.js", JS),
 ];
 
 /// A strong validator per file, computed once (FNV-1a over the bytes: the files are fixed for the binary's life).

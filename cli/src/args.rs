@@ -142,6 +142,12 @@ pub enum Command {
         #[command(subcommand)]
         command: Option<PipelineCommand>,
     },
+    /// List the shared resources (capacity, where it comes from, holders), or change a capacity with a reason.
+    Resources {
+        /// What to do with a resource; without one, list them.
+        #[command(subcommand)]
+        command: Option<crate::resources::ResourceCommand>,
+    },
     /// List the daemons: state, runs in flight, heartbeat.
     Daemons,
     /// Ask a daemon to drain: it finishes its runs, claims nothing new, then stops.

@@ -45,6 +45,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Logs { id, follow: false } => logs(&client, out, id).await,
         Command::Schedules { command } => schedules::run(&client, out, command).await,
         Command::Pipelines { command } => pipelines::run(&client, out, command).await,
+        Command::Resources { command } => crate::resources::run(&client, out, command).await,
         Command::Daemons => daemons(&client, out).await,
         Command::Drain { id } => drain(&client, out, id).await,
         Command::Health => health(&client, out).await,

@@ -13,6 +13,7 @@ pub mod follow;
 pub mod json;
 pub mod output;
 pub mod pipelines;
+pub mod resources;
 pub mod schedules;
 pub mod table;
 pub mod token;

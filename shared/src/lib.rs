@@ -19,6 +19,7 @@ pub mod overrides;
 pub mod pipelines;
 pub mod queue;
 pub mod resolve;
+pub mod resources;
 pub mod runs;
 pub mod schedules;
 pub mod telemetry;

@@ -13,6 +13,7 @@ pub mod diff;
 pub mod overrides;
 pub mod pipeline;
 pub mod queue;
+pub mod resource;
 pub mod run;
 pub mod schedule;
 pub mod waiting;

@@ -11,6 +11,7 @@ pub mod meta;
 pub mod metrics;
 pub mod overrides;
 pub mod pipelines;
+pub mod resources;
 pub mod runs;
 pub mod schedules;
 pub mod workers;

@@ -25,6 +25,7 @@ pub(crate) mod feed;
 pub(crate) mod overrides;
 pub(crate) mod pipelines;
 pub(crate) mod queue_counts;
+pub(crate) mod resource_overrides;
 pub(crate) mod resources;
 pub(crate) mod runs;
 pub(crate) mod schedules;

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::{
     Database, Dialect, Result,
     dialect::{Sql, sql},
-    on_pool,
+    on_pool, resource_overrides,
     runs::run_columns,
 };
 use crate::Run;
@@ -27,11 +27,13 @@ pub(crate) enum Held {
     Full { resource: String, holders: Vec<Uuid> },
 }
 
-/// Claims the oldest queued, due run of `worker` for `daemon` if every one of `resources` (name, capacity) has a
-/// free slot, taking one of each, in one transaction. The run is locked first (PostgreSQL: `skip locked`, so a
-/// daemon never waits for another's claim of it); then each resource, in name order, under a transaction-scoped
-/// advisory lock, so that the count of its holders and the insert of the new one cannot interleave with another
-/// daemon's (SQLite serialises writers anyway). Ends release the slots in the transaction that ends the run.
+/// Claims the oldest queued, due run of `worker` for `daemon` if every one of `resources` (name, catalogue
+/// capacity) has a free slot, taking one of each, in one transaction. The run is locked first (PostgreSQL: `skip
+/// locked`, so a daemon never waits for another's claim of it); then each resource, in name order, under a
+/// transaction-scoped advisory lock, so that the count of its holders and the insert of the new one cannot
+/// interleave with another daemon's (SQLite serialises writers anyway). A resource's capacity is its stored
+/// override when it has one, read under that lock, else the catalogue's. Ends release the slots in the
+/// transaction that ends the run.
 pub(crate) async fn claim_holding(
     db: &Database,
     daemon: Uuid,
@@ -65,10 +67,17 @@ pub(crate) async fn claim_holding(
             tx.rollback().await?;
             return Ok(Held::NothingQueued);
         };
-        for (resource, capacity) in &sorted {
-            Dialect::lock(&mut tx, &format!("resource.{resource}")).await?;
+        for (resource, catalogue_capacity) in &sorted {
+            Dialect::lock(&mut tx, &resource_overrides::lock_key(resource)).await?;
+            // Read under the lock a change of capacity also takes, so the count below is against the capacity
+            // in force now; the catalogue's applies when no override is stored.
+            let overridden: Option<i32> = sqlx::query_scalar(db.text(resource_overrides::CAPACITY))
+                .bind(resource)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let capacity = overridden.and_then(|c| usize::try_from(c).ok()).unwrap_or(*catalogue_capacity as usize);
             let holders: Vec<Uuid> = sqlx::query_scalar(db.text(HOLDERS)).bind(resource).fetch_all(&mut *tx).await?;
-            if holders.len() >= *capacity as usize {
+            if holders.len() >= capacity {
                 tx.rollback().await?;
                 return Ok(Held::Full { resource: resource.clone(), holders });
             }

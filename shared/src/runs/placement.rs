@@ -17,7 +17,8 @@ pub struct Placement {
     labels: BTreeSet<String>,
     /// Workers claimed in the plain, batched claim: none of these.
     exclude: Vec<String>,
-    /// Workers that hold resources, each with its resources' (name, capacity), claimed one by one.
+    /// Workers that hold resources, each with its resources' (name, catalogue capacity), claimed one by one; a
+    /// capacity override stored in the database wins over the catalogue's at each claim.
     holding: Vec<(String, Vec<(String, u32)>)>,
 }
 

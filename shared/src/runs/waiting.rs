@@ -133,6 +133,7 @@ impl Database {
         if run.state != RunState::Queued {
             return Ok(None);
         }
+        let catalogue = &*self.with_effective_capacities(catalogue).await?;
         let (now, daemons, in_flight, holders) = tokio::try_join!(
             self.now(),
             self.list_daemons(gone_after),

@@ -1,0 +1,110 @@
+//! Shared resources: each catalogue resource with the capacity claims count against now, where it comes from and
+//! the runs holding it; changing that capacity as an audited override (or back to the catalogue's); and the
+//! audit trail of every change. A change applies from the next claim on; runs already holding are not stopped.
+
+use axum::{
+    Json, Router,
+    extract::{Path, State},
+    routing::{get, put},
+};
+use scrinalia_shared::resources::{
+    MAX_CAPACITY, ResourceAudit, ResourceChange, ResourceError, ResourceView, ResourcesView,
+};
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use crate::{
+    auth::{Admin, Viewer},
+    error::{ApiError, ApiResult, ErrorBody, quote},
+    extract::{JsonBody, QueryArgs},
+    state::AppState,
+};
+
+/// The routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/resources", get(list_resources))
+        .route("/api/resources/{name}", put(set_capacity))
+        .route("/api/resources/{name}/audit", get(resource_audit))
+}
+
+impl From<ResourceError> for ApiError {
+    fn from(e: ResourceError) -> Self {
+        match e {
+            ResourceError::UnknownResource { resource } => Self::not_found(
+                "unknown_resource",
+                format!("There is no resource {}; GET /api/resources lists the resources.", quote(&resource)),
+            ),
+            ResourceError::Database(e) => e.into(),
+            refused => {
+                let code = match refused {
+                    ResourceError::ReasonRequired => "reason_required",
+                    ResourceError::ReasonHasNul => "reason_invalid",
+                    ResourceError::ReasonTooLong => "reason_too_long",
+                    _ => "invalid_capacity",
+                };
+                let error = Self::bad_request(code, refused.to_string());
+                if code == "invalid_capacity" { error.with("max_capacity", MAX_CAPACITY) } else { error }
+            }
+        }
+    }
+}
+
+#[utoipa::path(get, path = "/api/resources", tag = "resources",
+    responses((status = 200, body = ResourcesView), (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(crate) async fn list_resources(_: Viewer, State(state): State<AppState>) -> ApiResult<Json<ResourcesView>> {
+    Ok(Json(ResourcesView { resources: state.db().resources(state.catalogue()).await? }))
+}
+
+#[utoipa::path(put, path = "/api/resources/{name}", tag = "resources",
+    params(("name" = String, Path, description = "The resource's name")),
+    request_body = ResourceChange,
+    responses((status = 200, body = ResourceView, description = "The resource with its capacity now"),
+        (status = 400, body = ErrorBody, description = "Missing reason, missing capacity, or a capacity out of range"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(crate) async fn set_capacity(
+    Admin(caller): Admin,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    JsonBody(change): JsonBody<ResourceChange>,
+) -> ApiResult<Json<ResourceView>> {
+    let view = state.db().change_resource(state.catalogue(), &name, &caller.name, &change).await?;
+    tracing::info!(resource = %name, actor = %caller.name, capacity = view.capacity, source = %view.source,
+        holders = view.holders.len(), "resource capacity changed");
+    Ok(Json(view))
+}
+
+/// Options of the audit trail.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AuditQuery {
+    /// How many entries, 1 to 1000 (default 100).
+    limit: Option<String>,
+}
+
+#[utoipa::path(get, path = "/api/resources/{name}/audit", tag = "resources",
+    params(("name" = String, Path, description = "The resource's name"), AuditQuery),
+    responses((status = 200, body = ResourceAudit), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(crate) async fn resource_audit(
+    _: Viewer,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    QueryArgs(query): QueryArgs<AuditQuery>,
+) -> ApiResult<Json<ResourceAudit>> {
+    let limit = match query.limit {
+        None => 100,
+        Some(l) => l.parse::<u32>().ok().filter(|l| (1..=1000).contains(l)).ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_query",
+                format!("`limit` must be a whole number from 1 to 1000, not {}.", quote(&l)),
+            )
+        })?,
+    };
+    let entries = state.db().resource_audit(state.catalogue(), &name, limit).await?;
+    Ok(Json(ResourceAudit { resource: name, entries }))
+}

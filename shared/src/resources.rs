@@ -1,0 +1,205 @@
+//! Shared resources, the domain: a resource's capacity is the catalogue's until an operator overrides it, with a
+//! reason, in an append-only audit trail. The override lives in the database rather than the configuration so
+//! that every daemon's next claim uses it at once, without a restart or a reload, and so that who changed it, when
+//! and why is kept. Claims read it under the resource's lock (`db::resources::claim_holding`); the views and the
+//! "why is this waiting" reasons read it here.
+
+use std::borrow::Cow;
+
+pub use scrinalia_wire::resource::{
+    ResourceAudit, ResourceAuditEntry, ResourceChange, ResourceSource, ResourceView, ResourcesView,
+};
+
+use crate::{
+    Catalogue, Database, DbError, ResourceSpec,
+    db::{self, retrying},
+    overrides::{OverrideError, check_reason},
+};
+
+/// The largest capacity an override may set: far above any resource a run holds (a model server, a GPU, an
+/// API's rate), so a larger number is a typo rather than a limit.
+pub const MAX_CAPACITY: u32 = 10_000;
+
+/// Why a change of a resource's capacity was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ResourceError {
+    /// The catalogue declares no such resource.
+    #[error("There is no resource {resource:?}; GET /api/resources lists the resources.")]
+    UnknownResource {
+        /// The name given.
+        resource: String,
+    },
+    /// The body did not say `capacity` at all.
+    #[error(
+        "Say in `capacity` how many runs may hold the resource at once (a whole number from 1 to {MAX_CAPACITY}), \
+         or null to follow the catalogue's capacity again."
+    )]
+    CapacityRequired,
+    /// Zero, or more than [`MAX_CAPACITY`].
+    #[error("{0}")]
+    InvalidCapacity(String),
+    /// No reason, or only spaces.
+    #[error("A reason is required: say in `reason` why the capacity changes; it is kept in the audit trail.")]
+    ReasonRequired,
+    /// The reason holds a NUL character.
+    #[error("The reason must not contain a NUL character (\\u0000); it is kept as text in the audit trail.")]
+    ReasonHasNul,
+    /// The reason is too long.
+    #[error("The reason must be at most {} characters.", crate::overrides::MAX_REASON)]
+    ReasonTooLong,
+    /// The database failed.
+    #[error(transparent)]
+    Database(#[from] DbError),
+}
+
+/// `capacity` if an override may set it for `resource`.
+fn check_capacity(resource: &str, capacity: u32) -> Result<u32, ResourceError> {
+    if capacity == 0 {
+        return Err(ResourceError::InvalidCapacity(format!(
+            "A capacity of 0 would let no run that holds {resource} start; give at least 1 (to stop new runs, pause \
+             their schedules or drain the daemons instead)."
+        )));
+    }
+    if capacity > MAX_CAPACITY {
+        return Err(ResourceError::InvalidCapacity(format!(
+            "A capacity of {capacity} is more than any resource takes; give at most {MAX_CAPACITY}."
+        )));
+    }
+    Ok(capacity)
+}
+
+/// The reason as stored, with the refusals of a worker override's reason.
+fn checked_reason(reason: Option<&str>) -> Result<String, ResourceError> {
+    check_reason(reason).map_err(|e| match e {
+        OverrideError::ReasonHasNul => ResourceError::ReasonHasNul,
+        OverrideError::ReasonTooLong => ResourceError::ReasonTooLong,
+        _ => ResourceError::ReasonRequired,
+    })
+}
+
+/// The view of `spec` with its stored override (if any) and its holders.
+fn view(
+    spec: &ResourceSpec,
+    stored: Option<&db::resource_overrides::Stored>,
+    holders: &[(String, uuid::Uuid)],
+) -> ResourceView {
+    let holders = holders.iter().filter(|(r, _)| *r == spec.name).map(|(_, id)| *id).collect();
+    let mut view = ResourceView {
+        name: spec.name.clone(),
+        description: spec.description.clone(),
+        catalogue_capacity: spec.capacity,
+        capacity: spec.capacity,
+        source: ResourceSource::Default,
+        updated_by: None,
+        updated_at: None,
+        holders,
+    };
+    // The column's check keeps a stored capacity at 1 or more, so the conversion only guards against a hand edit.
+    if let Some((_, capacity, by, at)) = stored
+        && let Ok(capacity) = u32::try_from(*capacity)
+    {
+        (view.capacity, view.source) = (capacity, ResourceSource::Override);
+        (view.updated_by, view.updated_at) = (Some(by.clone()), Some(*at));
+    }
+    view
+}
+
+impl Database {
+    /// Sets the capacity of the catalogue's resource `name` to `capacity` (`None`: back to the catalogue's) as
+    /// `actor`, for `reason`, under the resource's lock, and appends the change to the audit trail. The next claim
+    /// of the resource counts against it; runs already holding it go on.
+    pub async fn set_resource_capacity(
+        &self,
+        catalogue: &Catalogue,
+        name: &str,
+        capacity: Option<u32>,
+        actor: &str,
+        reason: Option<&str>,
+    ) -> Result<ResourceView, ResourceError> {
+        let spec =
+            catalogue.resource(name).ok_or_else(|| ResourceError::UnknownResource { resource: name.to_owned() })?;
+        let capacity = capacity.map(|c| check_capacity(&spec.name, c)).transpose()?;
+        let reason = checked_reason(reason)?;
+        let stored = db::resource_overrides::change(self, &spec.name, capacity, actor, &reason).await?;
+        let holders = retrying!(self, db::resources::holders(self).await)?;
+        Ok(view(spec, stored.as_ref(), &holders))
+    }
+
+    /// Applies `change`, as an operator sent it, to the resource `name` (see [`Database::set_resource_capacity`]).
+    pub async fn change_resource(
+        &self,
+        catalogue: &Catalogue,
+        name: &str,
+        actor: &str,
+        change: &ResourceChange,
+    ) -> Result<ResourceView, ResourceError> {
+        if catalogue.resource(name).is_none() {
+            return Err(ResourceError::UnknownResource { resource: name.to_owned() });
+        }
+        let capacity = change.capacity.ok_or(ResourceError::CapacityRequired)?;
+        self.set_resource_capacity(catalogue, name, capacity, actor, change.reason.as_deref()).await
+    }
+
+    /// Every catalogue resource, in catalogue order, with its effective capacity, where that comes from and its
+    /// holders.
+    pub async fn resources(&self, catalogue: &Catalogue) -> Result<Vec<ResourceView>, DbError> {
+        let stored = async { retrying!(self, db::resource_overrides::list(self).await) };
+        let holders = async { retrying!(self, db::resources::holders(self).await) };
+        let (stored, holders) = tokio::try_join!(stored, holders)?;
+        Ok(catalogue
+            .resources
+            .iter()
+            .map(|spec| view(spec, stored.iter().find(|s| s.0 == spec.name), &holders))
+            .collect())
+    }
+
+    /// The audit trail of the resource `name`, newest first (at most `limit` entries, 1 to 1000).
+    pub async fn resource_audit(
+        &self,
+        catalogue: &Catalogue,
+        name: &str,
+        limit: u32,
+    ) -> Result<Vec<ResourceAuditEntry>, ResourceError> {
+        let spec =
+            catalogue.resource(name).ok_or_else(|| ResourceError::UnknownResource { resource: name.to_owned() })?;
+        let limit = limit.clamp(1, 1000);
+        Ok(retrying!(self, db::resource_overrides::audit_trail(self, &spec.name, limit).await)?)
+    }
+
+    /// `catalogue` with each resource's capacity replaced by its override, for readers that reason about claims
+    /// from the catalogue (why a run waits). Borrowed, and nothing is read, when it declares no resource.
+    pub async fn with_effective_capacities<'a>(&self, catalogue: &'a Catalogue) -> Result<Cow<'a, Catalogue>, DbError> {
+        if catalogue.resources.is_empty() {
+            return Ok(Cow::Borrowed(catalogue));
+        }
+        let stored = retrying!(self, db::resource_overrides::list(self).await)?;
+        if stored.is_empty() {
+            return Ok(Cow::Borrowed(catalogue));
+        }
+        let mut effective = catalogue.clone();
+        for spec in &mut effective.resources {
+            if let Some(capacity) = stored.iter().find(|s| s.0 == spec.name).and_then(|s| u32::try_from(s.1).ok()) {
+                spec.capacity = capacity;
+            }
+        }
+        Ok(Cow::Owned(effective))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capacity_is_from_one_to_the_maximum() {
+        assert_eq!(check_capacity("gpu", 1).ok(), Some(1));
+        assert_eq!(check_capacity("gpu", MAX_CAPACITY).ok(), Some(MAX_CAPACITY));
+        let zero = check_capacity("gpu", 0).expect_err("zero").to_string();
+        assert!(zero.starts_with("A capacity of 0 would let no run that holds gpu start"), "{zero}");
+        let huge = check_capacity("gpu", MAX_CAPACITY + 1).expect_err("too many").to_string();
+        assert!(huge.contains("at most 10000"), "{huge}");
+        assert!(matches!(checked_reason(Some("  ")), Err(ResourceError::ReasonRequired)));
+        assert!(matches!(checked_reason(Some("a\0b")), Err(ResourceError::ReasonHasNul)));
+        assert_eq!(checked_reason(Some(" more GPUs ")).ok().as_deref(), Some("more GPUs"));
+    }
+}
