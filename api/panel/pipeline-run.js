@@ -1,6 +1,7 @@
 // One pipeline run: its state, who asked for it (or the schedule that fired it), and each step with its runs
-// (state, attempt, a link to each), the sentence saying why a step waits, and a Cancel button for operators.
-// Read again on a `pipeline` event about it and on a `run` event of one of its steps' workers.
+// (state, attempt, a link to each), why it waits (a code and the API's sentence), and a Cancel button for
+// operators. Read again on a `pipeline` event about it, on a `run` event of one of its steps' workers, and, while
+// it waits, on a change to the daemons.
 
 import { ApiError, api } from "./api.js";
 import { debouncer, facts, h, replace } from "./dom.js";
@@ -44,8 +45,7 @@ export function mount(root, [id], ctx) {
       const attrs = { type: "button", class: "cancel", id: "pipeline-cancel", disabled: busy, onclick: cancel };
       controls.push(h("button", attrs, "Cancel this pipeline run"));
     }
-    replace(summary, facts(rows),
-      view.waiting ? h("p", { class: "warn", id: "pipeline-waiting" }, view.waiting) : null, controls);
+    replace(summary, facts(rows), waitingLine(view.waiting), controls);
 
     const body = [];
     p.steps.forEach((worker, i) => {
@@ -54,7 +54,7 @@ export function mount(root, [id], ctx) {
         const word = p.state !== "running" ? "not run" : i === p.step ? "waiting" : i > p.step ? "pending" : "not run";
         body.push(h("tr", { dataset: { step: i, state: word } }, h("td", null, i + 1), h("td", null, worker),
           h("td", null, "—"), h("td", null, h("span", { class: "badge state" }, word)), h("td", null, "—"),
-          h("td", null, i === p.step && view.waiting ? view.waiting : "")));
+          h("td", null, i === p.step && view.waiting ? view.waiting.message : "")));
       }
       for (const r of runs) {
         const outcome = r.error ? h("span", { class: "error-text" }, r.error.split("\n")[0]) : resultSummary(r.result);
@@ -70,6 +70,17 @@ export function mount(root, [id], ctx) {
         h("thead", null, h("tr", null, ["Step", "Worker", "Run", "State", "Attempt", "Outcome"].map((c) =>
           h("th", { scope: "col" }, c)))),
         h("tbody", null, body))));
+  }
+
+  // Why the pipeline run waits: its current step's queued run's own reason, or why that step is not requested
+  // yet (`pipeline_step`: its worker busy with the run named, linked here).
+  function waitingLine(waiting) {
+    if (!waiting) return null;
+    const runs = waiting.runs ?? [];
+    const links = runs.map((r, i) => [i ? ", " : "", h("a", { href: `#/runs/${r}` }, shortId(r))]);
+    return h("p", { class: `warn waiting waiting-${waiting.code}`, id: "pipeline-waiting",
+      dataset: { code: waiting.code } }, waiting.message,
+    runs.length ? [" ", h("span", { class: "waiting-runs muted" }, "(see ", links, ")")] : null);
   }
 
   async function load() {
@@ -100,6 +111,10 @@ export function mount(root, [id], ctx) {
     }
   }
 
+  // Why a step waits depends on the daemons: a change to them reads the pipeline run again while it waits.
+  const stopDaemons = ctx.onDaemons(() => {
+    if (view?.waiting) debounce("pipeline", load);
+  });
   load();
 
   return {
@@ -111,6 +126,7 @@ export function mount(root, [id], ctx) {
     unmount() {
       closed = true;
       debounce.cancel();
+      stopDaemons();
     },
   };
 }

@@ -1,7 +1,8 @@
 // The workers view: every worker in catalogue order with its effective configuration (each value marked with
 // where it comes from), whether it is ready, where its catalogue entry and its code disagree, when its code was
-// last described, its queue, its run in flight with live progress, its last outcome, its schedules (schedules.js),
-// and the Run, Cancel and chore (describe, count, check) controls. An event refetches only the worker it concerns.
+// last described, its queue, its run in flight with live progress (or, while it is queued, why it waits: the
+// API's sentence), its last outcome, its schedules (schedules.js), and the Run, Cancel and chore (describe, count,
+// check) controls. An event refetches only the worker it concerns.
 
 import { ApiError, api } from "./api.js";
 import { append, debouncer, h, idFor, replace } from "./dom.js";
@@ -384,8 +385,9 @@ export function mount(root, _params, ctx) {
     // A claimed run has no start time until its daemon has started the worker.
     const when = r.state === "running"
       ? ["since ", timeEl(r.started_at ?? r.claimed_at), r.daemon_id ? [" on daemon ", shortId(r.daemon_id)] : null]
-      : ["requested ", timeEl(r.requested_at), " by ", r.requested_by, " — waiting for a daemon"];
+      : ["requested ", timeEl(r.requested_at), " by ", r.requested_by];
     box.append(h("p", null, stateBadge(r.state), " ", when, " ", h("a", { href: `#/runs/${r.id}` }, "Details")));
+    if (r.state === "queued") box.append(waitingLine(w.waiting));
     if (r.state === "running") {
       const f = progressFacts(r, ctx.serverNow());
       box.append(h("div", { class: "progress" }, progressBar(f, label),
@@ -402,6 +404,17 @@ export function mount(root, _params, ctx) {
     return box;
   }
 
+  // Why the queued run waits, as the API said when the card was read (the same reason as on the run's page),
+  // with a link to each run it names (those holding the capacity or the resource, or the run a step waits for).
+  function waitingLine(waiting) {
+    if (!waiting) return h("p", { class: "waiting muted" }, "Waiting for a daemon to claim it.");
+    const runs = waiting.runs ?? [];
+    const links = runs.map((id, i) => [i ? ", " : "", h("a", { href: `#/runs/${id}` }, shortId(id))]);
+    return h("p", { class: `waiting warn waiting-${waiting.code}`, dataset: { code: waiting.code } },
+      h("span", { class: "waiting-message" }, waiting.message),
+      runs.length ? [" ", h("span", { class: "waiting-runs muted" }, "(see ", links, ")")] : null);
+  }
+
   function lastRun(r) {
     if (!r) return h("p", { class: "last muted" }, "Never run.");
     const error = r.error?.length > 160 ? `${r.error.slice(0, 160)}…` : r.error;
@@ -414,8 +427,12 @@ export function mount(root, _params, ctx) {
       " ", h("a", { href: `#/runs/${r.id}` }, "Details"));
   }
 
+  // Why a queued run waits depends on the daemons: those cards are read again, the others only redrawn.
   const stopDaemons = ctx.onDaemons(() => {
-    for (const name of workers.keys()) update(name);
+    for (const [name, entry] of workers) {
+      if (entry.data.in_flight?.state === "queued") debounce(name, () => loadOne(name));
+      else update(name);
+    }
   });
   loadAll();
 

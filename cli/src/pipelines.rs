@@ -98,7 +98,11 @@ async fn start(client: &Client, out: Out, name: &str, options: Vec<(String, Valu
     let p = &view.pipeline_run;
     let first = match p.current_run {
         Some(run) => format!("its {} is run {run}", step_text(p)),
-        None => format!("its {} waits: {}", step_text(p), view.waiting.as_deref().unwrap_or("its worker is busy")),
+        None => format!(
+            "its {} waits: {}",
+            step_text(p),
+            view.waiting.as_ref().map_or("its worker is busy", |w| w.message.trim_end_matches('.'))
+        ),
     };
     out.text(&format!(
         "Started pipeline run {} of {}; {first}.\nFollow it with: scrinalia pipelines show {}",
@@ -172,7 +176,7 @@ pub fn pipeline_run_detail(view: &PipelineRunView, colour: bool) -> String {
         lines.push(("schedule", format!("{s}, the fire of {}", when(t))));
     }
     if let Some(w) = &view.waiting {
-        lines.push(("waiting", w.clone()));
+        lines.push(("waiting", crate::view::waiting_text(w)));
     }
     if let Some(t) = p.cancel_requested_at {
         lines.push(("cancel", format!("requested {} by {}", when(t), p.cancel_requested_by.as_deref().unwrap_or("?"))));
@@ -240,12 +244,14 @@ mod tests {
             "steps": ["probe-1", "probe-2"], "step": 1, "current_run": null, "arguments": {},
             "requested_by": "otto", "requested_at": "2026-01-31T10:00:00Z", "finished_at": null, "error": null,
             "schedule_id": null, "fire_at": null, "cancel_requested_at": null, "cancel_requested_by": null,
-            "runs": [], "waiting": "probe-2 has a run in flight; the step starts when it ends.",
+            "runs": [], "waiting": {"code": "pipeline_step", "runs": ["0193a000-0000-7000-8000-000000000001"],
+                "message": "Step 2 (probe-2) waits for worker probe-2's run 0193a000 (running) to end."},
         }))
         .expect("a pipeline run view");
         let text = pipeline_run_detail(&view, false);
         assert!(text.contains("at           step 2/2 (probe-2)"), "{text}");
-        assert!(text.contains("waiting      probe-2 has a run in flight"), "{text}");
+        assert!(text.contains("waiting      Step 2 (probe-2) waits for worker probe-2's run 0193a000"), "{text}");
+        assert!(text.contains("to end. (pipeline_step)"), "the code after the sentence: {text}");
         let rows: Vec<&str> = text.lines().filter(|l| l.starts_with('1') || l.starts_with('2')).collect();
         assert!(rows[0].contains("probe-1") && rows[0].contains("not run"), "{rows:?}");
         assert!(rows[1].contains("probe-2") && rows[1].contains("waiting"), "{rows:?}");

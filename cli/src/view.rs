@@ -8,7 +8,7 @@ mod service;
 mod worker;
 
 use chrono::{DateTime, Local, Utc};
-use scrinalia_wire::RunState;
+use scrinalia_wire::{RunState, Waiting};
 use serde_json::Value;
 
 pub use self::{
@@ -98,6 +98,12 @@ fn value_text(value: &Value) -> String {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     }
+}
+
+/// Why something waits, for people: the sentence, then its code for a script to match (`… (no_daemon)`).
+pub fn waiting_text(waiting: &Waiting) -> String {
+    let code = serde_json::to_value(waiting.code).ok().and_then(|c| c.as_str().map(str::to_owned));
+    format!("{} ({})", waiting.message, code.as_deref().unwrap_or("?"))
 }
 
 /// Lines of `key  value`, continuation lines of a value indented under it.

@@ -95,6 +95,9 @@ pub struct WorkerView {
     /// The run queued or running.
     #[serde(default)]
     pub in_flight: Option<Run>,
+    /// Why that run has not started, while it is queued.
+    #[serde(default)]
+    pub waiting: Option<scrinalia_wire::Waiting>,
     /// The last finished run.
     #[serde(default)]
     pub last_finished: Option<Run>,

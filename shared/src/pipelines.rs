@@ -155,28 +155,11 @@ impl Database {
         }
     }
 
+    /// The pipeline run with its steps' runs. Its `waiting` needs the catalogue and the live daemons, so it is
+    /// left to whoever shows it: [`Database::pipeline_waiting`].
     async fn pipeline_view(&self, pipeline_run: PipelineRun) -> Result<PipelineRunView, DbError> {
         let runs = retrying!(self, db::pipelines::step_runs(self, pipeline_run.id).await)?;
-        let waiting = match (pipeline_run.state, pipeline_run.current_run) {
-            (crate::PipelineState::Running, None) => {
-                let worker = usize::try_from(pipeline_run.step).ok().and_then(|i| pipeline_run.steps.get(i));
-                let blocking = match worker {
-                    Some(w) => retrying!(self, db::runs::in_flight_of(self, w).await)?,
-                    None => None,
-                };
-                Some(match (worker, blocking) {
-                    (Some(w), Some(b)) => format!(
-                        "step {} ({w}) waits for worker {w}'s run {} ({}) to end; it starts then",
-                        pipeline_run.step + 1,
-                        b.id,
-                        b.state
-                    ),
-                    _ => format!("step {} is about to be requested", pipeline_run.step + 1),
-                })
-            }
-            _ => None,
-        };
-        Ok(PipelineRunView { pipeline_run, runs, waiting })
+        Ok(PipelineRunView { pipeline_run, runs, waiting: None })
     }
 
     /// One pipeline run with its steps' runs.

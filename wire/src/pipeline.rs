@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::{Named, Run, named};
+use crate::{Named, Run, WaitCode, Waiting, named};
 
 /// Where a pipeline run is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -95,8 +95,27 @@ pub struct PipelineRunView {
     pub pipeline_run: PipelineRun,
     /// The runs of its steps.
     pub runs: Vec<Run>,
-    /// While a step waits for its worker: why, as a sentence.
-    pub waiting: Option<String>,
+    /// While the pipeline run waits: why its current step has not been requested (`pipeline_step`), or why that
+    /// step's queued run has not started (that run's own reason). Computed when it is read.
+    #[serde(default, deserialize_with = "waiting_or_sentence")]
+    pub waiting: Option<Waiting>,
+}
+
+/// Reads `waiting` as it is sent now, or as a sentence alone as earlier APIs sent it (then it is a
+/// `pipeline_step`, the only reason they gave).
+fn waiting_or_sentence<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Waiting>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        Reason(Waiting),
+        Sentence(String),
+    }
+    Ok(Option::<Either>::deserialize(deserializer)?.map(|w| match w {
+        Either::Reason(w) => w,
+        Either::Sentence(message) => {
+            Waiting { code: WaitCode::PipelineStep, message, until: None, daemons: Vec::new(), runs: Vec::new() }
+        }
+    }))
 }
 
 /// A pipeline of the catalogue, with its last run.
@@ -111,4 +130,30 @@ pub struct PipelineView {
     pub steps: Vec<String>,
     /// Its run in flight or its last run.
     pub last_run: Option<PipelineRun>,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_view_reads_its_reason_or_the_sentence_alone_of_earlier_apis() {
+        let view = |waiting: Value| -> PipelineRunView {
+            serde_json::from_value(json!({
+                "id": "0193a000-0000-7000-8000-000000000009", "pipeline": "nightly", "state": "running",
+                "steps": ["probe-1"], "step": 0, "current_run": null, "arguments": {}, "requested_by": "otto",
+                "requested_at": "2026-01-31T10:00:00Z", "finished_at": null, "error": null, "schedule_id": null,
+                "fire_at": null, "cancel_requested_at": null, "cancel_requested_by": null, "runs": [],
+                "waiting": waiting,
+            }))
+            .expect("a pipeline run view")
+        };
+        let now = view(json!({"code": "no_daemon", "message": "No daemon is running."})).waiting.expect("a reason");
+        assert_eq!((now.code, now.message.as_str()), (WaitCode::NoDaemon, "No daemon is running."));
+        let before = view(json!("step 1 waits")).waiting.expect("a reason");
+        assert_eq!((before.code, before.message.as_str()), (WaitCode::PipelineStep, "step 1 waits"));
+        assert!(view(Value::Null).waiting.is_none());
+    }
 }

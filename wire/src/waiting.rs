@@ -1,5 +1,5 @@
-//! Why a queued run has not started: one reason, computed when the run is read from the same rows a claim looks
-//! at, with a code for programs and a sentence for people.
+//! Why a queued run has not started, or why a pipeline's step has not been requested: one reason, computed when
+//! it is read from the same rows a claim looks at, with a code for programs and a sentence for people.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -22,11 +22,14 @@ pub enum WaitCode {
     CapableDaemonsFull,
     /// A resource the worker holds is at capacity.
     ResourceFull,
+    /// A pipeline's step is not requested yet: its worker has a run in flight (named in `runs`), or the daemons'
+    /// next settling pass requests it.
+    PipelineStep,
     /// Nothing holds it back: a daemon should claim it within moments.
     Claimable,
 }
 
-/// Why a queued run waits.
+/// Why a queued run (or a pipeline's step) waits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Waiting {

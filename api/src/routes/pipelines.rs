@@ -36,6 +36,12 @@ fn parse_pipeline_run_id(id: &str) -> ApiResult<Uuid> {
     Uuid::parse_str(id).map_err(|_| ApiError::invalid_id("pipeline run", id))
 }
 
+/// `view` with why it waits, computed now.
+async fn explained(state: &AppState, mut view: PipelineRunView) -> ApiResult<PipelineRunView> {
+    view.waiting = state.db().pipeline_waiting(state.catalogue(), &view, state.gone_after()).await?;
+    Ok(view)
+}
+
 /// What a pipeline run is started with.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -74,6 +80,7 @@ pub(crate) async fn start_pipeline(
 ) -> ApiResult<impl IntoResponse> {
     let arguments = body.arguments.unwrap_or(Value::Null);
     let view = state.db().start_pipeline(state.catalogue(), &name, &caller.name, &arguments).await?;
+    let view = explained(&state, view).await?;
     let run = &view.pipeline_run;
     tracing::info!(pipeline = %run.pipeline, pipeline_run = %run.id, actor = %caller.name, action = "start",
         run_id = ?run.current_run, "pipeline run started");
@@ -132,7 +139,7 @@ pub(crate) async fn get_pipeline_run(
 ) -> ApiResult<Json<PipelineRunView>> {
     let id = parse_pipeline_run_id(&id)?;
     let view = state.db().pipeline_run(id).await?.ok_or_else(|| ApiError::unknown_pipeline_run(id))?;
-    Ok(Json(view))
+    Ok(Json(explained(&state, view).await?))
 }
 
 #[utoipa::path(post, path = "/api/pipeline-runs/{id}/cancel", tag = "pipelines",
@@ -152,6 +159,7 @@ pub(crate) async fn cancel_pipeline_run(
     let id = parse_pipeline_run_id(&id)?;
     let view =
         state.db().cancel_pipeline_run(id, &caller.name).await?.ok_or_else(|| ApiError::unknown_pipeline_run(id))?;
+    let view = explained(&state, view).await?;
     let run = &view.pipeline_run;
     tracing::info!(pipeline = %run.pipeline, pipeline_run = %id, actor = %caller.name, action = "cancel",
         state = %run.state, "pipeline run cancellation");

@@ -12,8 +12,8 @@ use axum::{
 };
 use chrono::{DateTime, Utc};
 use scrinalia_shared::{
-    EffectiveWorker, Engine, OptionSpec, Override, QueueCount, Readiness, ResolvedConfig, Run, WorkerDescription,
-    WorkerSpec, overrides::OverrideState,
+    EffectiveWorker, Engine, OptionSpec, Override, QueueCount, Readiness, ResolvedConfig, Run, Waiting,
+    WorkerDescription, WorkerSpec, overrides::OverrideState,
 };
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -81,6 +81,9 @@ pub struct WorkerView {
     pub queue: Option<QueueCount>,
     /// The run queued or running, if any.
     pub in_flight: Option<Run>,
+    /// Why that run has not started, while it is queued (the same reason as on the run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<Waiting>,
     /// The last finished run, if any.
     pub last_finished: Option<Run>,
 }
@@ -114,7 +117,8 @@ pub fn find_worker<'a>(state: &'a AppState, name: &str) -> ApiResult<&'a WorkerS
 }
 
 /// The views of `specs` and the engines they can use (the catalogue's, with the presets their code declares),
-/// from seven queries run at once, whatever their number.
+/// from seven queries run at once, whatever their number, and three more (the daemons, the resources' holders,
+/// the clock) when a run is queued, to say why it waits.
 pub async fn worker_views(
     state: &AppState,
     specs: &[&WorkerSpec],
@@ -130,6 +134,7 @@ pub async fn worker_views(
         db.descriptions(),
         db.readiness(),
     )?;
+    let mut waiting = db.why_each_waits(state.catalogue(), &in_flight, &names, state.gone_after()).await?;
     let mut overrides: HashMap<String, Override> = overrides.into_iter().map(|o| (o.worker.clone(), o)).collect();
     let mut counts: HashMap<String, QueueCount> = counts.into_iter().map(|c| (c.worker.clone(), c)).collect();
     let mut in_flight: HashMap<String, Run> = in_flight.into_iter().map(|r| (r.worker.clone(), r)).collect();
@@ -170,6 +175,7 @@ pub async fn worker_views(
                 described,
                 readiness: readiness.remove(&spec.name),
                 queue: counts.remove(&spec.name),
+                waiting: in_flight.get(&spec.name).and_then(|r| waiting.remove(&r.id)),
                 in_flight: in_flight.remove(&spec.name),
                 last_finished: finished.remove(&spec.name),
             }

@@ -212,6 +212,9 @@ pub fn worker_detail(w: &WorkerView, colour: bool) -> String {
     if let Some(r) = &w.in_flight {
         lines.push(("in flight", format!("{} {}", state_style(r.state).paint(r.state.as_str(), colour), r.id)));
     }
+    if let Some(waiting) = &w.waiting {
+        lines.push(("waiting", super::waiting_text(waiting)));
+    }
     let last = match &w.last_finished {
         Some(r) => format!(
             "{} {} {}",

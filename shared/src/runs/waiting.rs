@@ -1,37 +1,35 @@
-//! "Why is this waiting?": the one reason a queued run has not started, computed when it is read, from the same
-//! facts a claim looks at: its not-before time, the live daemons (their state, the workers they take, their
-//! labels, their capacity and their runs) and the holders of the resources its worker holds.
+//! "Why is this waiting?": the one reason a queued run has not started, or a pipeline's step has not been
+//! requested, computed when it is read, from the same facts a claim looks at: its not-before time, the live
+//! daemons (their state, the workers they take, their labels, their capacity and their runs), the holders of the
+//! resources its worker holds and, for a pipeline, the runs in flight of its step's worker. The facts are read
+//! once ([`WaitFacts`]) and each reason is a pure function of them, so a list of runs costs one read.
+//!
+//! Sentences name runs and daemons by their whole ids: UUIDv7 ids made within a minute of each other share their
+//! first eight digits, so a shortened id could name several.
 
-use std::time::Duration;
+use std::{collections::HashMap, time::Duration};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use uuid::Uuid;
 
-use crate::{Catalogue, Daemon, DaemonState, Database, DbError, Run, RunState, WaitCode, Waiting};
+use crate::{
+    Catalogue, Daemon, DaemonState, Database, DbError, PipelineRunView, PipelineState, Run, RunState, WaitCode, Waiting,
+};
 
 fn waiting(code: WaitCode, message: String) -> Waiting {
     Waiting { code, message, until: None, daemons: Vec::new(), runs: Vec::new() }
 }
 
-fn short(id: Uuid) -> String {
-    id.to_string()[..8].to_owned()
-}
-
 /// Why a daemon cannot take runs of `worker`, if it cannot.
 fn cannot_take(daemon: &Daemon, worker: &str, labels: &[String]) -> Option<String> {
     if !daemon.workers.is_empty() && !daemon.workers.iter().any(|w| w == worker) {
-        return Some(format!(
-            "daemon {} on {} takes only {}",
-            short(daemon.id),
-            daemon.host,
-            daemon.workers.join(", ")
-        ));
+        return Some(format!("daemon {} on {} takes only {}", daemon.id, daemon.host, daemon.workers.join(", ")));
     }
     let missing: Vec<&str> = labels.iter().filter(|l| !daemon.labels.contains(l)).map(String::as_str).collect();
     (!missing.is_empty()).then(|| {
         format!(
             "daemon {} on {} lacks the label{} {}",
-            short(daemon.id),
+            daemon.id,
             daemon.host,
             if missing.len() == 1 { "" } else { "s" },
             missing.join(", ")
@@ -39,8 +37,8 @@ fn cannot_take(daemon: &Daemon, worker: &str, labels: &[String]) -> Option<Strin
     })
 }
 
-/// The reason, from the facts (`now` on the database clock; `daemons` alive or not; `in_flight`, the running
-/// runs; `holders`, (resource, run) pairs).
+/// The reason, from the facts (`now` on the database clock; `daemons` alive or not; `in_flight`, the runs queued
+/// or running; `holders`, (resource, run) pairs).
 fn explain(
     catalogue: &Catalogue,
     run: &Run,
@@ -64,7 +62,7 @@ fn explain(
     }
     let active: Vec<&Daemon> = alive.iter().copied().filter(|d| d.state == DaemonState::Active).collect();
     if active.is_empty() {
-        let ids = alive.iter().map(|d| short(d.id)).collect::<Vec<_>>().join(", ");
+        let ids = alive.iter().map(|d| d.id.to_string()).collect::<Vec<_>>().join(", ");
         return Waiting {
             daemons: alive.iter().map(|d| d.id).collect(),
             ..waiting(WaitCode::AllDraining, format!("Every live daemon is draining ({ids}); none takes new runs."))
@@ -85,9 +83,13 @@ fn explain(
     }
     let full = |d: &&Daemon| d.runs_in_flight >= i64::from(d.capacity);
     if capable.iter().all(full) {
-        let theirs: Vec<&Run> =
-            in_flight.iter().filter(|r| r.daemon_id.is_some_and(|id| capable.iter().any(|d| d.id == id))).collect();
-        let names = theirs.iter().map(|r| format!("{} ({})", short(r.id), r.worker)).collect::<Vec<_>>().join(", ");
+        let theirs: Vec<&Run> = in_flight
+            .iter()
+            .filter(|r| {
+                r.state == RunState::Running && r.daemon_id.is_some_and(|id| capable.iter().any(|d| d.id == id))
+            })
+            .collect();
+        let names = theirs.iter().map(|r| format!("{} ({})", r.id, r.worker)).collect::<Vec<_>>().join(", ");
         return Waiting {
             daemons: capable.iter().map(|d| d.id).collect(),
             runs: theirs.iter().map(|r| r.id).collect(),
@@ -105,7 +107,7 @@ fn explain(
                 .iter()
                 .map(|id| {
                     let worker = in_flight.iter().find(|r| r.id == *id).map_or("?", |r| r.worker.as_str());
-                    format!("{} ({worker})", short(*id))
+                    format!("{} ({worker})", *id)
                 })
                 .collect::<Vec<_>>()
                 .join(", ");
@@ -121,7 +123,107 @@ fn explain(
     waiting(WaitCode::Claimable, "Nothing holds it back: a daemon should claim it within moments.".to_owned())
 }
 
+/// What every reason is computed from, read at once.
+struct WaitFacts {
+    /// The database clock.
+    now: DateTime<Utc>,
+    /// Every daemon, alive or not.
+    daemons: Vec<Daemon>,
+    /// Every run queued or running.
+    in_flight: Vec<Run>,
+    /// (resource, run) pairs.
+    holders: Vec<(String, Uuid)>,
+}
+
+impl WaitFacts {
+    /// Why `run` waits, if it is queued; a step's run says which pipeline waits for it.
+    fn run(&self, catalogue: &Catalogue, run: &Run) -> Option<Waiting> {
+        let mut waiting = self.base(catalogue, run)?;
+        if let (Some(pipeline_run), Some(step)) = (run.pipeline_run_id, run.pipeline_step) {
+            waiting.message.push_str(&format!(
+                " It is step {} of pipeline run {}: the pipeline's next steps wait for it.",
+                step + 1,
+                pipeline_run
+            ));
+        }
+        Some(waiting)
+    }
+
+    /// Why `run` waits, if it is queued, as a claim sees it.
+    fn base(&self, catalogue: &Catalogue, run: &Run) -> Option<Waiting> {
+        if run.state != RunState::Queued {
+            return None;
+        }
+        Some(explain(catalogue, run, self.now, &self.daemons, &self.in_flight, &self.holders))
+    }
+
+    /// Why the pipeline run of `view` waits: its current step's queued run's own reason, or why that step has
+    /// not been requested yet (its worker busy with another run, or the daemons' settling pass not come yet).
+    /// `None` when it is over or its current step is running.
+    fn pipeline(&self, catalogue: &Catalogue, view: &PipelineRunView) -> Option<Waiting> {
+        let p = &view.pipeline_run;
+        if p.state != PipelineState::Running {
+            return None;
+        }
+        let worker = usize::try_from(p.step).ok().and_then(|i| p.steps.get(i)).map_or("?", String::as_str);
+        let step = format!("Step {} ({worker})", p.step + 1);
+        if let Some(id) = p.current_run {
+            let current = view.runs.iter().find(|r| r.id == id)?;
+            return match current.state {
+                RunState::Queued => self.base(catalogue, current),
+                RunState::Running => None,
+                state => Some(waiting(
+                    WaitCode::PipelineStep,
+                    format!("{step} ended {state}; {}", self.settling("the pipeline run moves on")),
+                )),
+            };
+        }
+        match self.in_flight.iter().find(|r| r.worker == worker) {
+            Some(busy) => {
+                // The run it waits for may itself wait: that is the reason to act on.
+                let behind = self
+                    .base(catalogue, busy)
+                    .map(|w| format!(" That run is queued: {}", w.message))
+                    .unwrap_or_default();
+                Some(Waiting {
+                    runs: vec![busy.id],
+                    ..waiting(
+                        WaitCode::PipelineStep,
+                        format!(
+                            "{step} waits for worker {worker}'s run {} ({}) to end; it is requested then.{behind}",
+                            busy.id, busy.state
+                        ),
+                    )
+                })
+            }
+            None => Some(waiting(WaitCode::PipelineStep, format!("{step} {}", self.settling("is requested")))),
+        }
+    }
+
+    /// What the daemons' settling pass will do (`what`), and when: soon, or once a daemon runs.
+    fn settling(&self, what: &str) -> String {
+        if self.daemons.iter().any(|d| d.state != DaemonState::Gone) {
+            format!("{what} at a daemon's next settling pass, within moments.")
+        } else {
+            format!("{what} when a daemon runs: no daemon is running.")
+        }
+    }
+}
+
 impl Database {
+    /// The facts of every reason; `in_flight`, the runs in flight, when the caller has just read them.
+    async fn wait_facts(&self, gone_after: Duration, in_flight: Option<Vec<Run>>) -> Result<WaitFacts, DbError> {
+        let in_flight = async {
+            match in_flight {
+                Some(runs) => Ok(runs),
+                None => self.runs_in_flight().await,
+            }
+        };
+        let (now, daemons, in_flight, holders) =
+            tokio::try_join!(self.now(), self.list_daemons(gone_after), in_flight, self.resource_holders())?;
+        Ok(WaitFacts { now, daemons, in_flight, holders })
+    }
+
     /// Why the run `run` waits, if it is queued; `None` otherwise. `gone_after` is the heartbeat age past which a
     /// daemon counts as gone.
     pub async fn why_waiting(
@@ -134,13 +236,43 @@ impl Database {
             return Ok(None);
         }
         let catalogue = &*self.with_effective_capacities(catalogue).await?;
-        let (now, daemons, in_flight, holders) = tokio::try_join!(
-            self.now(),
-            self.list_daemons(gone_after),
-            self.runs_in_flight(),
-            self.resource_holders()
-        )?;
-        let running: Vec<Run> = in_flight.into_iter().filter(|r| r.state == RunState::Running).collect();
-        Ok(Some(explain(catalogue, run, now, &daemons, &running, &holders)))
+        Ok(self.wait_facts(gone_after, None).await?.run(catalogue, run))
+    }
+
+    /// Why the queued run of each of `workers` waits, by run id: `in_flight` is every run in flight, as the caller
+    /// has just read them. One read of the daemons and the resources' holders serves them all, and nothing is
+    /// read when none of them is queued.
+    pub async fn why_each_waits(
+        &self,
+        catalogue: &Catalogue,
+        in_flight: &[Run],
+        workers: &[String],
+        gone_after: Duration,
+    ) -> Result<HashMap<Uuid, Waiting>, DbError> {
+        let queued: Vec<&Run> =
+            in_flight.iter().filter(|r| r.state == RunState::Queued && workers.contains(&r.worker)).collect();
+        if queued.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let catalogue = &*self.with_effective_capacities(catalogue).await?;
+        let facts = self.wait_facts(gone_after, Some(in_flight.to_vec())).await?;
+        Ok(queued.into_iter().filter_map(|r| Some((r.id, facts.run(catalogue, r)?))).collect())
+    }
+
+    /// Why the pipeline run of `view` waits, if it does (see [`PipelineRunView::waiting`]).
+    pub async fn pipeline_waiting(
+        &self,
+        catalogue: &Catalogue,
+        view: &PipelineRunView,
+        gone_after: Duration,
+    ) -> Result<Option<Waiting>, DbError> {
+        if view.pipeline_run.state != PipelineState::Running {
+            return Ok(None);
+        }
+        let catalogue = &*self.with_effective_capacities(catalogue).await?;
+        Ok(self.wait_facts(gone_after, None).await?.pipeline(catalogue, view))
     }
 }
+
+#[cfg(test)]
+mod tests;

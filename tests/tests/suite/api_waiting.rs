@@ -1,13 +1,18 @@
 //! "Why is this waiting?" reproduced with the real API and real daemons, on both backends, and read back from
 //! `GET /api/runs/{id}`: no daemon; every capable daemon at capacity (naming its run); no daemon can take the
 //! worker (naming the label it lacks); a resource at capacity (naming its holder); a retry's backoff (with its
-//! time); every daemon draining.
+//! time); every daemon draining. Then from `GET /api/pipeline-runs/{id}` (a queued step's own reason; a step
+//! whose worker has a run in flight, naming that run) and from the worker cards of `GET /api/workers`.
 
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
-use scrinalia_shared::{ResourceSpec, RetryOn, RetryPolicy, Role};
-use scrinalia_testkit::{Binaries, probes::probe, stack::Stack};
+use scrinalia_shared::{ResourceSpec, RetryOn, RetryPolicy, Role, catalogue::PipelineSpec};
+use scrinalia_testkit::{
+    Binaries,
+    probes::probe,
+    stack::{Auth, Stack},
+};
 use scrinalia_tests::{
     ConfigFile, TestDb,
     api_harness::{OPERATOR, VIEWER},
@@ -17,7 +22,7 @@ use scrinalia_tests::{
 };
 use serde_json::{Value, json};
 
-backend_tests!(each_waiting_reason_is_read_back_through_the_api,);
+backend_tests!(each_waiting_reason_is_read_back_through_the_api, a_pipeline_step_and_a_worker_card_say_why_they_wait);
 
 /// The tests' probes and two more: probe-2 needs a `gpu` daemon, probe-3 and probe-5 share one `model-server`
 /// slot, probe-1 is retried a minute after it fails; daemons of `capacity`.
@@ -132,4 +137,80 @@ async fn each_waiting_reason_is_read_back_through_the_api(t: &TestDb) {
     let waiting = waits_for(&stack, &second, "all_draining").await;
     assert_eq!(waiting["daemons"].as_array().map(Vec::len), Some(2), "{waiting}");
     drop((small, big));
+}
+
+/// The pipeline run's `waiting` once its code is `code`.
+async fn pipeline_waits_for(stack: &Stack, id: &str, code: &str) -> Value {
+    eventually(Duration::from_secs(20), &format!("pipeline run {id} waiting: {code}"), || async {
+        let view = stack.get(&format!("/api/pipeline-runs/{id}"), VIEWER).await.expect(StatusCode::OK, None);
+        (view["waiting"]["code"] == code).then(|| view["waiting"].clone())
+    })
+    .await
+}
+
+/// The worker cards of `GET /api/workers`, by name.
+async fn worker_cards(stack: &Stack) -> std::collections::HashMap<String, Value> {
+    let view = stack.get("/api/workers", VIEWER).await.expect(StatusCode::OK, None);
+    let workers = view["workers"].as_array().expect("workers").iter();
+    workers.map(|w| (w["name"].as_str().expect("a name").to_owned(), w.clone())).collect()
+}
+
+async fn a_pipeline_step_and_a_worker_card_say_why_they_wait(t: &TestDb) {
+    let port = free_port();
+    let config = config(t, port, 2).with(|f| {
+        f.pipelines = vec![PipelineSpec {
+            name: "pair".into(),
+            description: None,
+            steps: vec!["probe-1".into(), "probe-4".into()],
+        }];
+    });
+    let stack =
+        Stack::start(&Binaries::of_this_test(), t.dir.path(), &config, false).await.unwrap_or_else(|e| panic!("{e:#}"));
+
+    // No daemon: a long run of probe-4, and a pipeline run whose first step is queued.
+    let long = trigger(&stack, "probe-4", json!({"duration_ms": 60_000})).await;
+    let arguments = json!({"arguments": {"probe-1": {"options": {"duration_ms": 50}},
+        "probe-4": {"options": {"duration_ms": 50}}}});
+    let started = stack.json(Method::POST, "/api/pipelines/pair/runs", OPERATOR, arguments).await;
+    let started = started.expect(StatusCode::CREATED, None);
+    let pipeline = started["id"].as_str().expect("an id").to_owned();
+    let step = started["current_run"].as_str().expect("step 1 is requested").to_owned();
+    assert_eq!(started["waiting"]["code"], "no_daemon", "the queued step's own reason, at once: {started}");
+    let own = waits_for(&stack, &step, "no_daemon").await;
+    let note = format!("It is step 1 of pipeline run {pipeline}");
+    assert!(own["message"].as_str().is_some_and(|m| m.contains(&note)), "the step's run names its pipeline: {own}");
+
+    // The worker cards say why their queued runs wait, with the same reasons; a card with none says nothing.
+    let cards = worker_cards(&stack).await;
+    assert_eq!(cards["probe-4"]["in_flight"]["id"], long.as_str());
+    assert_eq!(cards["probe-4"]["waiting"]["code"], "no_daemon", "{}", cards["probe-4"]);
+    assert_eq!(cards["probe-1"]["waiting"], own, "the card's reason is the run's");
+    assert!(cards["probe-2"].get("waiting").is_none(), "no queued run, no reason: {}", cards["probe-2"]);
+    let one = stack.get("/api/workers/probe-4", VIEWER).await.expect(StatusCode::OK, None);
+    assert_eq!(one["waiting"]["code"], "no_daemon", "{one}");
+
+    // A daemon takes both; step 1 ends and step 2 cannot be requested: its worker runs the long run.
+    let daemon = start_daemon(t.dir.path(), "daemon", &stack.config, &[]).await;
+    eventually(Duration::from_secs(20), "the long run starts", || async {
+        (state_of(&stack, &long).await == "running").then_some(())
+    })
+    .await;
+    let waiting = pipeline_waits_for(&stack, &pipeline, "pipeline_step").await;
+    assert_eq!(waiting["runs"], json!([long]), "names the run in flight: {waiting}");
+    let message = waiting["message"].as_str().unwrap_or_default();
+    assert!(message.contains("Step 2 (probe-4) waits for worker probe-4's run"), "{waiting}");
+    assert!(message.contains(&format!("run {long} (running) to end")), "{waiting}");
+    let cards = worker_cards(&stack).await;
+    assert!(cards["probe-4"].get("waiting").is_none(), "a running run does not wait: {}", cards["probe-4"]);
+
+    // Once the long run ends, the step is requested and the pipeline run ends, with nothing to wait for.
+    let cancel = stack.send(Method::POST, &format!("/api/runs/{long}/cancel"), Auth::Bearer(OPERATOR), None).await;
+    cancel.expect(StatusCode::ACCEPTED, None);
+    let done = eventually(Duration::from_secs(30), "the pipeline run to succeed", || async {
+        let view = stack.get(&format!("/api/pipeline-runs/{pipeline}"), VIEWER).await.expect(StatusCode::OK, None);
+        (view["state"] == "succeeded").then_some(view)
+    })
+    .await;
+    assert!(done["waiting"].is_null(), "{done}");
+    drop(daemon);
 }

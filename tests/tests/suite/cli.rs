@@ -9,7 +9,7 @@
 use std::{process::Stdio, time::Duration};
 
 use scrinalia_shared::{
-    Role, WorkerSpec,
+    RetryOn, RetryPolicy, Role, WorkerSpec,
     auth::{hash_token, is_token_hash},
 };
 use scrinalia_tests::{
@@ -294,6 +294,42 @@ async fn a_failed_run_is_restarted_once_and_why_says_it_is_not_waiting() {
     system.cli(&["logs", new, "--follow"]).await.expect(8);
     let shown = system.cli(&["run", "show", new]).await;
     assert!(shown.expect(0).stdout.contains(&format!("run {id} (restart, from nothing)")), "{shown:#?}");
+    system.cleanup().await;
+}
+
+/// A queued run says why it waits: the sentence and its code for people, the reason itself with `--json`. The
+/// retry of a failed run waits out a two-minute backoff, whatever else the system does meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn why_prints_the_sentence_and_the_code_of_a_queued_run() {
+    let system = System::start_with(Kind::Postgres, |mut probe| {
+        probe.retry = Some(RetryPolicy {
+            max_attempts: 2,
+            initial_delay_seconds: 120.0,
+            factor: 1.0,
+            max_delay_seconds: 120.0,
+            jitter: 0.0,
+            on: vec![RetryOn::Failed],
+            resume: false,
+        });
+        probe
+    })
+    .await;
+    let failed = system.cli(&["trigger", "probe-1", "--option", "exit_code=3", "--json"]).await;
+    let id = failed.expect(0).json()["id"].as_str().expect("the run's id").to_owned();
+    let shown = system
+        .cli_until(&["run", "show", &id, "--json"], "the retry in the chain", |o| {
+            serde_json::from_str::<Value>(&o.stdout).is_ok_and(|d| d["chain"].as_array().is_some_and(|c| c.len() == 2))
+        })
+        .await;
+    let retry = shown.json()["chain"][1]["id"].as_str().expect("the retry's id").to_owned();
+
+    let why = system.cli(&["why", &retry]).await;
+    let text = why.expect(0).stdout.trim_end();
+    assert!(text.starts_with("It waits until ") && text.contains("the backoff before attempt 2."), "{why:#?}");
+    assert!(text.ends_with("(not_before)"), "the code after the sentence: {why:#?}");
+    let reason = system.cli(&["why", &retry, "--json"]).await.expect(0).json();
+    assert_eq!(reason["code"], "not_before", "{reason}");
+    assert!(reason["until"].is_string() && reason["message"].as_str().is_some_and(|m| text.starts_with(m)), "{reason}");
     system.cleanup().await;
 }
 

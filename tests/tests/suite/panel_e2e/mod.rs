@@ -13,6 +13,7 @@ mod access;
 mod curator;
 mod schedules;
 mod stack;
+mod waiting;
 
 use scrinalia_tests::browser::Browser;
 use serde_json::json;
