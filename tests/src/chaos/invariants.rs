@@ -1,7 +1,8 @@
 //! The invariants of the chaos suite, one function each, named for what must hold, checked at the end on
 //! everything the suite gathered ([`Evidence`]): the ledger, the APIs' answers, the faults, the probes' own
-//! records of what executed when, and what the watcher saw. Each returns the violations it found as sentences and
-//! adds its figures to [`Figures`].
+//! records of what executed when and from which checkpoint, and what the watcher saw (of the worker processes
+//! and of `run_resources`). Each returns the violations it found as sentences naming the run, worker or resource,
+//! and adds its figures to [`Figures`]; those of resources and resumes live in their modules.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -14,6 +15,8 @@ use uuid::Uuid;
 
 use super::{
     Answer, Created, Fault, FaultKind, LEASE, SLACK, Steer, Watched,
+    resources::{self, ResourceFigures},
+    resumes,
     scheduling::{self, Scheduled, is_scheduled},
 };
 use crate::daemon_harness::{ProbeEvent, Setup, at_ns};
@@ -63,6 +66,12 @@ pub struct Figures {
     pub daemons_started: usize,
     /// Fires by schedule and outcome, retries, and pipeline runs by state.
     pub scheduling: BTreeMap<String, usize>,
+    /// Each shared resource's executions and holders.
+    pub resources: BTreeMap<String, ResourceFigures>,
+    /// Samples of `run_resources`.
+    pub resource_samples: u64,
+    /// Resumes and restarts, by who asked and how they were checked.
+    pub continuations: BTreeMap<String, usize>,
 }
 
 impl fmt::Display for Figures {
@@ -89,7 +98,12 @@ impl fmt::Display for Figures {
             self.probe_executions.0, self.probe_executions.1
         )?;
         writeln!(f, "| worker processes watched | {} over {} scans |", self.watched.0, self.watched.1)?;
-        write!(f, "| scheduling | {} |", list(&self.scheduling))
+        writeln!(f, "| scheduling | {} |", list(&self.scheduling))?;
+        for (name, figures) in &self.resources {
+            writeln!(f, "| resource {name} | {figures} |")?;
+        }
+        writeln!(f, "| samples of run_resources | {} |", self.resource_samples)?;
+        write!(f, "| resumes and restarts | {} |", list(&self.continuations))
     }
 }
 
@@ -125,6 +139,14 @@ pub fn check(evidence: Evidence<'_>) -> Verdict {
     violations.extend(scheduling::never_two_runs_for_one_fire_and_no_fire_lost(&e.runs, &e.scheduled));
     violations.extend(scheduling::no_retry_of_a_cancelled_run_and_every_retry_by_its_policy(&e.runs));
     violations.extend(scheduling::no_pipeline_step_run_twice_or_skipped(&e.scheduled));
+    let shares = &mut figures.resources;
+    violations.extend(resources::no_resource_over_capacity_by_the_probes(&e.runs, &events, shares));
+    violations.extend(resources::no_resource_over_capacity_in_run_resources(&e.watched.holds, shares));
+    figures.resource_samples = e.watched.holds.samples;
+    let resumed = &mut figures.continuations;
+    violations.extend(resumes::a_resumed_run_starts_from_its_predecessors_last_checkpoint(&e.runs, &events, resumed));
+    violations.extend(resumes::a_run_is_continued_once_and_only_a_resume_from_a_checkpoint(&e.runs, &events, resumed));
+    violations.extend(resumes::no_resume_the_policy_owes_is_lost(&e.runs, resumed));
     for (name, fires) in &e.scheduled.fires {
         for fire in fires {
             *figures.scheduling.entry(format!("{name} {}", fire.outcome)).or_default() += 1;
@@ -178,8 +200,8 @@ fn ns(t: Option<chrono::DateTime<chrono::Utc>>) -> Option<i128> {
     t.map(at_ns)
 }
 
-/// Every answer of an API is one the suite expects for its request (200 to a read, 201 or 409 to a trigger, 202
-/// or 409 to a cancel or a drain): no 5xx, and no request without an answer.
+/// Every answer of an API is one the suite expects for its request (200 to a read, 201 or 409 to a trigger, a
+/// resume or a restart, 202 or 409 to a cancel or a drain): no 5xx, and no request without an answer.
 fn answers_are_expected_and_never_5xx(e: &Evidence<'_>, figures: &mut Figures) -> Vec<String> {
     let mut v = Vec::new();
     for a in &e.answers {
@@ -188,6 +210,7 @@ fn answers_are_expected_and_never_5xx(e: &Evidence<'_>, figures: &mut Figures) -
         let expected: &[u16] = match a.request.split(' ').next() {
             Some("GET") => &[200],
             _ if a.request.ends_with("/runs") => &[201, 409],
+            _ if a.request.ends_with("/resume") || a.request.ends_with("/restart") => &[201, 409],
             _ if a.request.ends_with("/cancel") => &[202, 409],
             _ if a.request.ends_with("/drain") => &[202, 409],
             _ => &[],

@@ -1,12 +1,15 @@
-//! The chaos suite's harness (`tests/tests/suite/chaos.rs`, ignored; `scripts/chaos` runs it), in four parts: the
+//! The chaos suite's harness (`tests/tests/suite/chaos.rs`, ignored; `scripts/chaos` runs it), in these parts: the
 //! [`cluster`] of three API processes whose every answer is recorded, the [`fleet`] of three daemon slots that the
 //! suite kills, freezes, stops and drains (each fault recorded with its time), the [`watcher`] that looks for
-//! worker processes of runs the ledger already calls finished, and the [`invariants`], each a function named
-//! for what it checks, run on the evidence at the end.
+//! worker processes of runs the ledger already calls finished and samples who holds the shared [`resources`],
+//! the [`scheduling`] and the checkpoints and [`resumes`] under the faults, and the [`invariants`], each a
+//! function named for what it checks, run on the evidence at the end.
 
 pub mod cluster;
 pub mod fleet;
 pub mod invariants;
+pub mod resources;
+pub mod resumes;
 pub mod scheduling;
 pub mod watcher;
 
@@ -41,8 +44,9 @@ pub const LEASE: Duration = Duration::from_secs(3);
 /// How much later than the lease after its owner's death an `interrupted` may come: recovery sweeps every
 /// lease/3 (±20 %), on a machine loaded by six processes and their workers.
 pub const SLACK: Duration = Duration::from_secs(3);
-/// How many probe workers the catalogue has (`probe-1` … `probe-<PROBES>`; `probe-3` times out after 2 s).
-pub const PROBES: usize = 12;
+/// How many probe workers the catalogue has (`probe-1` … `probe-<PROBES>`; `probe-3` times out after 2 s; the
+/// workers of [`resources::RESOURCES`] share slots, those of [`resumes::RESUMED`] are resumed by their policy).
+pub const PROBES: usize = 14;
 /// How many daemons run at once.
 pub const DAEMONS: usize = 3;
 /// How many API processes serve.
@@ -64,7 +68,9 @@ pub fn setup(db: &TestDb) -> Setup {
     let mut config = config
         .workers(demo_catalogue(&demo, &bin, &db.dir.path().join("demo")))
         .workers((4..=PROBES).map(|n| probe(&bin, &format!("probe-{n}"), 120)))
-        .with(scheduling::configure);
+        .with(scheduling::configure)
+        .with(resources::configure)
+        .with(resumes::configure);
     config.file.engines = demo.catalogue.engines.clone();
     Setup::with(db, config)
 }
@@ -146,12 +152,20 @@ pub fn request_body(worker: &str, rng: &mut impl Rng, note: &str) -> (Steer, Val
         let options = json!({"batch_size": rng.random_range(1..=20), "delay_ms": rng.random_range(0..=40)});
         return (Steer::Demo, json!({ "options": options }));
     }
+    let resumed = resumes::RESUMED.contains(&worker);
     let steer =
         [(Steer::Short, 35), (Steer::Long, 20), (Steer::Fails, 15), (Steer::Crashes, 10), (Steer::IgnoresSigterm, 20)]
             .choose_weighted(rng, |(_, w)| *w)
             .map(|(s, _)| *s)
             .unwrap_or(Steer::Short);
+    // A resumed probe's runs are long, so that a fault finds them running and the policy has something to resume.
+    let steer = if resumed && steer == Steer::Short { Steer::Long } else { steer };
     let mut options = json!({"progress_steps": rng.random_range(1..=6), "note": note});
+    // Checkpoints in half the probes' runs (all of the resumed probes'), so that an interrupted run often has
+    // one for the operator or the policy to resume from, and often none.
+    if resumed || rng.random_bool(0.5) {
+        options["checkpoints"] = json!(rng.random_range(1..=8));
+    }
     let (duration, extra) = match steer {
         Steer::Short | Steer::Demo => (rng.random_range(100..=500), json!({})),
         Steer::Long => (rng.random_range(3_000..=8_000), json!({})),

@@ -1,5 +1,6 @@
-//! A watcher of the worker processes: every 200 ms it looks for workers executing a run and checks that the
-//! ledger does not already call that run finished while its worker still executes.
+//! A watcher of the worker processes and the shared resources: every 200 ms it looks for workers executing a run
+//! and checks that the ledger does not already call that run finished while its worker still executes, and it
+//! samples `run_resources` (see [`Holds`]); once every run has ended, it reads what is still held.
 
 use std::{
     collections::{BTreeSet, HashMap, HashSet},
@@ -14,7 +15,8 @@ use std::{
 use scrinalia_shared::Database;
 use uuid::Uuid;
 
-use crate::daemon_harness::alive;
+use super::resources::Holds;
+use crate::daemon_harness::{alive, realtime_ns};
 
 /// What the watcher saw.
 #[derive(Debug, Default)]
@@ -25,6 +27,8 @@ pub struct Watched {
     pub executions: HashMap<Uuid, BTreeSet<i32>>,
     /// Worker processes still executing a run that the ledger already called finished.
     pub violations: Vec<String>,
+    /// The samples of `run_resources`.
+    pub holds: Holds,
 }
 
 /// Scans the processes every 200 ms for workers executing a run (`<worker> run --run-id <id>`) and checks that
@@ -32,6 +36,7 @@ pub struct Watched {
 /// after the scan and the process is looked at again after the read, so a hit is a worker alive after its run
 /// ended in the ledger.
 pub struct Watcher {
+    db: Database,
     stop: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<Watched>,
 }
@@ -41,6 +46,7 @@ impl Watcher {
     pub fn start(db: Database) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let reader = db.clone();
         let task = tokio::spawn(async move {
             let mut watched = Watched::default();
             let mut reported = HashSet::new();
@@ -64,18 +70,31 @@ impl Watcher {
                         }
                     }
                 }
+                // One statement, so one snapshot of every holder; a read through a cut connection is skipped.
+                if let Ok(holders) = db.resource_holders().await {
+                    watched.holds.sample(&holders, realtime_ns());
+                }
                 watched.scans += 1;
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             watched
         });
-        Self { stop, task }
+        Self { db: reader, stop, task }
     }
 
-    /// Stops watching; returns what it saw.
+    /// Stops watching; returns what it saw, with what `run_resources` still holds (called once every run has
+    /// ended; read again through a cut connection).
     pub async fn finish(self) -> Watched {
         self.stop.store(true, Ordering::Relaxed);
-        self.task.await.expect("the watcher")
+        let mut watched = self.task.await.expect("the watcher");
+        for _ in 0..20 {
+            if let Ok(left) = self.db.resource_holders().await {
+                watched.holds.at_end = Some(left);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        watched
     }
 }
 

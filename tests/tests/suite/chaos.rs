@@ -1,19 +1,22 @@
 //! The chaos suite (issue 7): three API processes, three daemons and PostgreSQL. For `SCRINALIA_CHAOS_SECONDS`
 //! (default 120), triggers and cancels go through random API processes over every demo worker and many probes
-//! (short, long, failing, crashing, ignoring SIGTERM), with a panel's reads beside them, while daemons are
-//! SIGKILLed, SIGSTOPped past their lease and resumed, SIGTERMed and drained (each replaced), and the database
-//! connections are cut twice while requests are in flight through every API process. Then, from
-//! the ledger, the probes' own execution records, a watcher of the worker processes and every answer the APIs
-//! gave: never two executions of one worker at once, no request executed twice, every run terminal, every
-//! interruption with its reason and within the lease plus a slack of its owner's death, every 201 with its row,
-//! no 5xx. The schedule is drawn from a seeded generator (`SCRINALIA_CHAOS_SEED`; printed), so a run can be
-//! replayed up to timing.
+//! (short, long, failing, crashing, ignoring SIGTERM, most checkpointing; some sharing a resource of one or two
+//! slots; two resumed by their retry policy), with resumes and restarts of interrupted and failed runs and a
+//! panel's reads beside them, while daemons are SIGKILLed, SIGSTOPped past their lease and resumed, SIGTERMed
+//! and drained (each replaced), and the database connections are cut twice while requests are in flight through
+//! every API process. Then, from the ledger, the probes' own execution records, a watcher of the worker processes
+//! and of `run_resources`, and every answer the APIs gave: never two executions of one worker at once, no request
+//! executed twice, every run terminal, every interruption with its reason and within the lease plus a slack of
+//! its owner's death, every 201 with its row, no 5xx, a resource never over its capacity and never held once the
+//! runs ended, a resumed run started from its predecessor's last checkpoint. The schedule is drawn from a seeded
+//! generator (`SCRINALIA_CHAOS_SEED`; printed), so a run can be replayed up to timing.
 //!
 //! `scripts/chaos` runs it: `cargo test -p scrinalia-tests --test suite chaos:: -- --ignored --nocapture`. The times of
 //! the probes' records, of the faults and of the ledger are compared directly, so the database server must share
 //! this host's clock (the local server of CI does).
 
 use std::{
+    collections::{HashMap, HashSet},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -26,6 +29,7 @@ use scrinalia_tests::{
     chaos::{
         self, APIS, Apis, Created, Evidence, FaultKind, Fleet, LEASE, READS, Watcher, check, cut_under_load, ledger,
         panics, request_body,
+        resumes::{self, RESUMED},
         scheduling::{self as schedules, Scheduled},
         tail,
     },
@@ -110,6 +114,9 @@ async fn chaos_keeps_every_invariant() {
         leftovers = wait_until_idle(&db, Duration::from_secs(30)).await;
     }
     let stuck = schedules::wait_pipelines_idle(&db.db, Duration::from_secs(30)).await;
+    // How long the settling took is part of the suite's budget (runs queued behind a resource's slots, resumes
+    // of long runs): printed so that a slower settling shows.
+    eprintln!("chaos: {:>5.1} s  every run and pipeline run ended", started.elapsed().as_secs_f64());
     let watched = watcher.finish().await;
     fleet.shutdown().await;
     let mut problems = std::mem::take(&mut fleet.problems);
@@ -155,23 +162,36 @@ async fn chaos_keeps_every_invariant() {
     db.cleanup().await;
 }
 
-/// Triggers (three in four) and cancels of one of the 20 latest runs, through random API processes, every
-/// 200–500 ms until `end`; returns the 201s.
+/// Triggers (seven in ten; one in six of them of a resumed probe, so that the policy has interruptions to
+/// resume), cancels of one of the 20 latest runs (two in ten) and resumes or restarts of an ended run (one in
+/// ten), through random API processes, every 200–500 ms until `end`; returns the 201s.
 async fn traffic(apis: Arc<Apis>, workers: Vec<String>, seed: u64, end: Instant) -> Vec<Created> {
     let mut rng = StdRng::seed_from_u64(seed.wrapping_add(1));
     let mut created: Vec<Created> = Vec::new();
+    let (mut steers, mut tried) = (HashMap::new(), HashSet::new());
     let mut n = 0u64;
     while Instant::now() < end {
         n += 1;
         let api = rng.random_range(0..APIS);
-        if created.is_empty() || rng.random_bool(0.75) {
-            let worker = workers.choose(&mut rng).expect("workers").clone();
+        let action = rng.random_range(0..10);
+        if !created.is_empty() && action == 9 {
+            if let Some(new) = resumes::continue_one(&apis, api, &mut rng, &steers, &mut tried).await {
+                steers.insert(new.id, new.steer);
+                created.push(new);
+            }
+        } else if created.is_empty() || action < 7 {
+            let worker = if rng.random_bool(1.0 / 6.0) {
+                (*RESUMED.choose(&mut rng).expect("resumed probes")).to_owned()
+            } else {
+                workers.choose(&mut rng).expect("workers").clone()
+            };
             let (steer, body) = request_body(&worker, &mut rng, &format!("chaos seed {seed} request {n}"));
             let path = format!("/api/workers/{worker}/runs");
             let (status, run) = apis.call(api, Method::POST, &path, OPERATOR, Some(&body)).await;
             if status == Some(201)
                 && let Some(id) = run["id"].as_str().and_then(|s| Uuid::parse_str(s).ok())
             {
+                steers.insert(id, steer);
                 created.push(Created { id, worker, steer });
             }
         } else {
