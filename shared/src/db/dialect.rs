@@ -65,6 +65,10 @@ macro_rules! fragment {
     // The clock plus or minus parameter `$n`, a number of seconds.
     (postgres; now_plus($n:literal)) => { concat!("(now() + make_interval(secs => $", $n, "))") };
     (sqlite; now_plus($n:literal)) => { concat!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+' || $", $n, " || ' seconds')") };
+    // The statement's clock plus parameter `$n` seconds: a lease that starts when it is written, however long
+    // the transaction waited before.
+    (postgres; clock_plus($n:literal)) => { concat!("(clock_timestamp() + make_interval(secs => $", $n, "))") };
+    (sqlite; clock_plus($n:literal)) => { concat!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+' || $", $n, " || ' seconds')") };
     (postgres; now_minus($n:literal)) => { concat!("(now() - make_interval(secs => $", $n, "))") };
     (sqlite; now_minus($n:literal)) => { concat!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || $", $n, " || ' seconds')") };
     // A time column plus parameter `$n`, a number of seconds.

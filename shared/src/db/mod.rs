@@ -348,6 +348,8 @@ pub(crate) trait Dialect: sqlx::Database {
     async fn begin_write(pool: &sqlx::Pool<Self>) -> Result<sqlx::Transaction<'static, Self>>;
     /// Makes every other transaction that locks `key` wait until this one ends.
     async fn lock(tx: &mut sqlx::Transaction<'static, Self>, key: &str) -> Result<()>;
+    /// Takes the lock of `key` if no other transaction holds it, without waiting; whether it was taken.
+    async fn try_lock(tx: &mut sqlx::Transaction<'static, Self>, key: &str) -> Result<bool>;
 }
 
 impl Dialect for sqlx::Postgres {
@@ -368,6 +370,14 @@ impl Dialect for sqlx::Postgres {
         sqlx::query("select pg_advisory_xact_lock(hashtext('scrinalia.' || $1))").bind(key).execute(&mut **tx).await?;
         Ok(())
     }
+
+    async fn try_lock(tx: &mut sqlx::Transaction<'static, Self>, key: &str) -> Result<bool> {
+        let taken = sqlx::query_scalar("select pg_try_advisory_xact_lock(hashtext('scrinalia.' || $1))")
+            .bind(key)
+            .fetch_one(&mut **tx)
+            .await?;
+        Ok(taken)
+    }
 }
 
 impl Dialect for sqlx::Sqlite {
@@ -380,6 +390,11 @@ impl Dialect for sqlx::Sqlite {
     /// The write lock taken by `begin_write` already serialises every writer.
     async fn lock(_: &mut sqlx::Transaction<'static, Self>, _: &str) -> Result<()> {
         Ok(())
+    }
+
+    /// Always taken: the transaction holds the database's write lock already.
+    async fn try_lock(_: &mut sqlx::Transaction<'static, Self>, _: &str) -> Result<bool> {
+        Ok(true)
     }
 }
 

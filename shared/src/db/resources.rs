@@ -25,13 +25,18 @@ pub(crate) enum Held {
     NothingQueued,
     /// A resource was at capacity: its name and its holders.
     Full { resource: String, holders: Vec<Uuid> },
+    /// Another transaction was claiming a slot of the resource, or changing its capacity, at that moment.
+    Busy { resource: String },
 }
 
 /// Claims the oldest queued, due run of `worker` for `daemon` if every one of `resources` (name, catalogue
 /// capacity) has a free slot, taking one of each, in one transaction. The run is locked first (PostgreSQL: `skip
 /// locked`, so a daemon never waits for another's claim of it); then each resource, in name order, under a
 /// transaction-scoped advisory lock, so that the count of its holders and the insert of the new one cannot
-/// interleave with another daemon's (SQLite serialises writers anyway). A resource's capacity is its stored
+/// interleave with another daemon's (SQLite serialises writers anyway). The lock is only tried: a daemon never
+/// waits for another's claim (one frozen mid-claim would hold every claim round of the others, and the runs
+/// they claimed before it would lose their leases before their workers start); the worker is tried again at
+/// the next claim round. The lease is counted from the statement's clock, not the transaction's start. A resource's capacity is its stored
 /// override when it has one, read under that lock, else the catalogue's. Ends release the slots in the
 /// transaction that ends the run.
 pub(crate) async fn claim_holding(
@@ -52,7 +57,7 @@ pub(crate) async fn claim_holding(
         "update worker_runs set state = 'running', claimed_by = $2, claimed_at = ",
         now,
         ", lease_expires_at = ",
-        now_plus(3),
+        clock_plus(3),
         " where id = $1 and state = 'queued' returning ",
         run_columns!()
     );
@@ -68,7 +73,10 @@ pub(crate) async fn claim_holding(
             return Ok(Held::NothingQueued);
         };
         for (resource, catalogue_capacity) in &sorted {
-            Dialect::lock(&mut tx, &resource_overrides::lock_key(resource)).await?;
+            if !Dialect::try_lock(&mut tx, &resource_overrides::lock_key(resource)).await? {
+                tx.rollback().await?;
+                return Ok(Held::Busy { resource: resource.clone() });
+            }
             // Read under the lock a change of capacity also takes, so the count below is against the capacity
             // in force now; the catalogue's applies when no override is stored.
             let overridden: Option<i32> = sqlx::query_scalar(db.text(resource_overrides::CAPACITY))

@@ -89,7 +89,7 @@ impl Database {
             if runs.len() >= limit as usize {
                 break;
             }
-            match db::resources::claim_holding(self, daemon, lease, worker, resources).await? {
+            match claim_holding(self, daemon, lease, worker, resources).await? {
                 Held::Claimed(run) => {
                     tracing::info!(run_id = %run.id, worker = %run.worker, "claimed, holding its resources");
                     runs.push(*run);
@@ -97,6 +97,9 @@ impl Database {
                 Held::NothingQueued => {}
                 Held::Full { resource, holders } => {
                     tracing::debug!(worker = %worker, resource = %resource, holders = ?holders, "a resource is full");
+                }
+                Held::Busy { resource } => {
+                    tracing::info!(worker = %worker, resource = %resource, "a resource stayed locked by another claim; next round");
                 }
             }
         }
@@ -107,5 +110,31 @@ impl Database {
     /// Every resource held now: (resource, run), oldest hold first.
     pub async fn resource_holders(&self) -> Result<Vec<(String, Uuid)>, DbError> {
         db::resources::holders(self).await
+    }
+}
+
+/// How often, and how far apart, a claim tries a resource that another transaction holds locked: a claim holds
+/// it for milliseconds, so a few short waits nearly always get through, and a daemon frozen mid-claim holds the
+/// others back this long at most.
+const BUSY_TRIES: u32 = 4;
+const BUSY_PAUSE: Duration = Duration::from_millis(25);
+
+/// [`db::resources::claim_holding`], tried again a few times while the resource is locked by another claim.
+async fn claim_holding(
+    db: &Database,
+    daemon: Uuid,
+    lease: Duration,
+    worker: &str,
+    resources: &[(String, u32)],
+) -> Result<Held, DbError> {
+    let mut tries = 1;
+    loop {
+        match db::resources::claim_holding(db, daemon, lease, worker, resources).await? {
+            Held::Busy { .. } if tries < BUSY_TRIES => {
+                tries += 1;
+                tokio::time::sleep(BUSY_PAUSE).await;
+            }
+            held => return Ok(held),
+        }
     }
 }

@@ -35,6 +35,7 @@ mod db_chores;
 mod db_continuations;
 mod db_ledger;
 mod db_queue;
+mod db_resources;
 mod demo_validator;
 mod deploy_units;
 mod object_store_s3;
