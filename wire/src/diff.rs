@@ -39,10 +39,8 @@ pub struct ConfigChange {
     /// `engine`, `preset`, `model`, `endpoint`, `timeout_seconds`, `retry` or `options.<name>`.
     pub field: String,
     /// The original run's value (absent: it had none).
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub before: Option<Value>,
     /// The rerun's value (absent: it has none).
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub after: Option<Value>,
     /// Where the original's value came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
