@@ -70,10 +70,11 @@ export async function api(path, { method = "GET", body, signal } = {}) {
 }
 
 /**
- * Streams a text resource (a run's log), calling `onText` with each decoded chunk as it arrives.
- * Resolves when the response ends; rejects with an `ApiError` on an error status.
+ * Streams a text resource (a run's log), calling `onText` with each decoded chunk as it arrives (and `onResponse`,
+ * if given, with the response before its body, for its headers). Resolves when the response ends; rejects with an
+ * `ApiError` on an error status.
  */
-export async function streamText(path, onText, signal) {
+export async function streamText(path, onText, signal, onResponse) {
   let response;
   try {
     response = await fetch(path, { headers: headers({ Accept: "text/plain" }), signal, cache: "no-store" });
@@ -90,6 +91,7 @@ export async function streamText(path, onText, signal) {
     }
     throw new ApiError(response.status, body);
   }
+  onResponse?.(response);
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   for (;;) {
     const { value, done } = await reader.read();
@@ -149,7 +151,8 @@ export function connectEvents({ onEvent, onOpen, onDown }) {
         });
         if (!response.ok) throw new Error(`status ${response.status}`);
         delay = 1000;
-        const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+        onResponse?.(response);
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
         let buffer = "";
         for (;;) {
           const { value, done } = await reader.read();

@@ -1,7 +1,7 @@
 // One run: its state, times, daemon, where it comes from (its retry chain, the schedule or pipeline that
 // requested it), resolved configuration with sources (beside what the worker reported it used), progress, result
 // counts, error, and its log, followed live while the run is in flight (a streamed
-// fetch of /api/runs/{id}/log?follow=true).
+// fetch of /api/runs/{id}/log?follow=true), from its last 500 lines unless the whole log is asked for.
 
 import { ApiError, api, streamText } from "./api.js";
 import { debouncer, facts, h, replace } from "./dom.js";
@@ -11,6 +11,7 @@ import {
 } from "./format.js";
 
 const LOG_LIMIT = 2_000_000; // characters kept on screen; older output is cut from the top
+const LOG_TAIL = 500; // lines read first; the whole log only when asked for
 
 export function mount(root, [id], ctx) {
   const debounce = debouncer(250);
@@ -21,6 +22,8 @@ export function mount(root, [id], ctx) {
   let logDone = false;
   let busy = false;
   let logRetries = 0;
+  let logWhole = false;
+  let logMore = null;
 
   const head = h("div", { class: "view-head" });
   const notice = h("div", { class: "notice", role: "status" });
@@ -307,27 +310,56 @@ export function mount(root, [id], ctx) {
   }
 
   // The log is read once: followed while the run is in flight (the response ends when the run has ended and its
-  // last output was sent), or read whole when it has already ended.
+  // last output was sent), or read when it has already ended. Only its last lines are read at first, so that a
+  // huge log costs the browser nothing until someone asks for the whole of it.
   function startLog() {
     if (logController || logDone) return;
     const follow = !TERMINAL.has(run.state);
-    logController = new AbortController();
+    const controller = new AbortController();
+    logController = controller;
     logFollowing = follow;
     logState.textContent = follow ? "(following)" : "";
     logPre.dataset.following = String(follow);
-    streamText(`/api/runs/${id}/log${follow ? "?follow=true" : ""}`, appendLog, logController.signal).then(() => {
+    logPre.textContent = "";
+    logMore?.remove();
+    const query = new URLSearchParams();
+    if (follow) query.set("follow", "true");
+    if (!logWhole) query.set("tail", String(LOG_TAIL));
+    const current = () => logController === controller;
+    streamText(`/api/runs/${id}/log?${query}`, appendLog, controller.signal, (response) => {
+      const omitted = Number(response.headers.get("x-log-omitted-bytes") ?? 0);
+      if (omitted > 0) offerWholeLog(omitted);
+    }).then(() => {
+      if (!current()) return;
       logDone = true;
       logState.textContent = logPre.textContent ? "(complete)" : "(no output)";
       logPre.dataset.following = "false";
     }).catch((e) => {
-      if (e?.name === "AbortError") return;
+      if (e?.name === "AbortError" || !current()) return;
       logState.textContent = `(${e.message})`;
       logPre.dataset.following = "false";
     }).finally(() => {
+      if (!current()) return;
       logController = null;
       // A follow that ended while the ledger still says in flight is re-checked once the state is refetched.
       if (logFollowing && !logDone && logRetries++ < 5) setTimeout(() => !closed && load(), 2000);
     });
+  }
+
+  // Above the last lines: how much comes before them, and a link that reads the log from its start.
+  function offerWholeLog(omitted) {
+    const link = h("a", { href: "#", id: "log-whole" }, "Load the whole log");
+    link.addEventListener("click", (ev) => {
+      ev.preventDefault();
+      logWhole = true;
+      logController?.abort();
+      logController = null;
+      logDone = false;
+      startLog();
+    });
+    logMore = h("p", { class: "log-more muted", id: "log-more" },
+      `From the last ${count(LOG_TAIL)} lines on: the ${count(omitted)} bytes before them are not shown. `, link);
+    logPre.before(logMore);
   }
 
   load();

@@ -129,6 +129,9 @@ pub enum Command {
         /// Keep printing until the run ends; exit 8 unless it succeeded.
         #[arg(short, long)]
         follow: bool,
+        /// Only the last N lines (with --follow: the last N lines, then what comes).
+        #[arg(short = 'n', long, value_name = "N")]
+        tail: Option<u64>,
     },
     /// List the schedules (name, target, cron and zone, paused or not, next fire, last outcome), or manage one.
     Schedules {

@@ -41,8 +41,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Resume { id } => continue_run(&client, out, id, "resume").await,
         Command::Restart { id } => continue_run(&client, out, id, "restart").await,
         Command::Rerun { id } => continue_run(&client, out, id, "rerun").await,
-        Command::Logs { id, follow: true } => follow::run_to_end(&client, out, id).await,
-        Command::Logs { id, follow: false } => logs(&client, out, id).await,
+        Command::Logs { id, follow: true, tail } => follow::run_to_end(&client, out, id, tail).await,
+        Command::Logs { id, follow: false, tail } => logs(&client, out, id, tail).await,
         Command::Schedules { command } => schedules::run(&client, out, command).await,
         Command::Pipelines { command } => pipelines::run(&client, out, command).await,
         Command::Resources { command } => crate::resources::run(&client, out, command).await,
@@ -159,7 +159,7 @@ async fn trigger(client: &Client, out: Out, args: TriggerArgs) -> anyhow::Result
     let queued = format!("Queued run {} of worker {}.", run.id, run.worker);
     if args.follow {
         note(&format!("{queued} Following its output; Ctrl-C stops following, not the run."));
-        return follow::run_to_end(client, out, run.id).await;
+        return follow::run_to_end(client, out, run.id, None).await;
     }
     if out.json {
         return out.body(&body);
@@ -220,12 +220,17 @@ async fn continue_run(client: &Client, out: Out, id: Uuid, how: &str) -> anyhow:
     ))
 }
 
-async fn logs(client: &Client, out: Out, id: Uuid) -> anyhow::Result<()> {
-    let body = client
-        .get(&["runs", &id.to_string(), "log"], &[])
+/// Prints the log as it arrives, so that a log of any size goes through in small blocks.
+async fn logs(client: &Client, out: Out, id: Uuid, tail: Option<u64>) -> anyhow::Result<()> {
+    let query: Vec<(&str, String)> = tail.map(|n| ("tail", n.to_string())).into_iter().collect();
+    let mut response = client
+        .stream(&["runs", &id.to_string(), "log"], &query)
         .await
         .with_context(|| format!("reading the log of run {id}"))?;
-    out.bytes(body.text.as_bytes())
+    while let Some(chunk) = response.chunk().await.with_context(|| format!("reading the log of run {id}"))? {
+        out.bytes(&chunk)?;
+    }
+    Ok(())
 }
 
 async fn daemons(client: &Client, out: Out) -> anyhow::Result<()> {

@@ -28,11 +28,12 @@ const PATIENCE: Duration = Duration::from_secs(60);
 /// How often the ledger is polled by `runs --follow`, and how soon a broken log stream is reopened.
 const TICK: Duration = Duration::from_secs(1);
 
-/// Prints run `id`'s output until the run ends, then exits with its outcome: 0 if it succeeded, 8 otherwise.
-/// With `--json` the output goes to stderr and the final run to stdout. Ctrl-C stops following (exit 130).
-pub async fn run_to_end(client: &Client, out: Out, id: Uuid) -> anyhow::Result<()> {
+/// Prints run `id`'s output (from its last `tail` lines, if given) until the run ends, then exits with its
+/// outcome: 0 if it succeeded, 8 otherwise. With `--json` the output goes to stderr and the final run to stdout.
+/// Ctrl-C stops following (exit 130).
+pub async fn run_to_end(client: &Client, out: Out, id: Uuid, tail: Option<u64>) -> anyhow::Result<()> {
     let (run, body) = tokio::select! {
-        ended = stream_until_end(client, out, id) => ended?,
+        ended = stream_until_end(client, out, id, tail) => ended?,
         _ = tokio::signal::ctrl_c() => {
             let message = format!("stopped following; run {id} goes on (scrinalia cancel {id} stops it).");
             return Err(Verdict { exit: Exit::Interrupted, message }.into());
@@ -55,19 +56,34 @@ pub async fn run_to_end(client: &Client, out: Out, id: Uuid) -> anyhow::Result<(
 }
 
 /// Streams the log until the run is over; returns the final run and its JSON.
-async fn stream_until_end(client: &Client, out: Out, id: Uuid) -> anyhow::Result<(Run, Body)> {
+async fn stream_until_end(client: &Client, out: Out, id: Uuid, tail: Option<u64>) -> anyhow::Result<(Run, Body)> {
     let id_text = id.to_string();
     let mut printed = 0usize;
+    // Bytes of the log before what the first stream sent (what `tail` left out).
+    let mut omitted: Option<usize> = None;
     let mut last_byte = b'\n';
     let mut unreachable_since: Option<Instant> = None;
     loop {
-        match client.stream(&["runs", &id_text, "log"], &[("follow", "true".to_owned())]).await {
+        let mut query = vec![("follow", "true".to_owned())];
+        if let (Some(n), None) = (tail, omitted) {
+            query.push(("tail", n.to_string()));
+        }
+        match client.stream(&["runs", &id_text, "log"], &query).await {
             Ok(mut response) => {
                 if unreachable_since.take().is_some() {
                     note("scrinalia: the API answers again; following on.");
                 }
-                // The reopened stream starts from the beginning: skip what was already printed.
-                let mut skip = printed;
+                // A reopened stream starts from the beginning of the log: skip what the first one left out and
+                // what was already printed. (A log that its cap cut meanwhile has moved under it: lines may
+                // repeat or go missing.)
+                let mut skip = match omitted {
+                    Some(before) => before + printed,
+                    None => 0,
+                };
+                if omitted.is_none() {
+                    let header = response.headers().get("x-log-omitted-bytes");
+                    omitted = Some(header.and_then(|v| v.to_str().ok()?.parse().ok()).unwrap_or(0));
+                }
                 while let Ok(Some(chunk)) = response.chunk().await {
                     let n = skip.min(chunk.len());
                     skip -= n;

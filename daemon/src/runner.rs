@@ -179,7 +179,7 @@ impl Session {
             worker: run.worker.clone(),
             controls,
             progress: Progress::new(run.id, ctx.daemon_id),
-            log: RunLog::new(ctx.logs.clone(), &run.worker, run.id),
+            log: RunLog::new(ctx.logs.clone(), &run.worker, run.id, ctx.settings.logs.max_bytes_per_run),
             tail: StderrTail::default(),
             result: None,
             lease_lost: None,
@@ -305,15 +305,16 @@ impl Session {
         }
     }
 
-    /// A line of the worker's output: logged in the run's span (so with `run_id` and `worker`) and kept in the run log.
+    /// A line of the worker's output: kept in the run log, and logged in the run's span (so with `run_id` and
+    /// `worker`) while the run log is in its head: past it, the daemon's own log would take the output uncapped.
     async fn text(&mut self, stream: &'static str, line: &str) {
-        tracing::info!(stream, "{line}");
+        if self.log.in_head() {
+            tracing::info!(stream, "{line}");
+        }
         if stream == "stderr" {
             self.tail.push(line);
         }
-        if self.log.push(stream, line) {
-            self.log.flush().await;
-        }
+        self.log.push(stream, line).await;
     }
 
     async fn write_progress(&mut self) {
@@ -334,7 +335,7 @@ impl Session {
 
     /// Flushes the log and the last progress, then writes the ledger entry.
     async fn conclude(mut self, run: &Run, report: ExitReport) {
-        self.log.flush().await;
+        self.log.finish().await;
         self.write_progress().await;
         let cancelled_by = match report.stopped_by {
             Some(StopCause::Cancel) => {

@@ -1,6 +1,8 @@
 //! Where run output is kept: an object store (a local folder by default, or an S3 bucket on AWS or any
 //! S3-compatible server), written in chunk objects while the run goes on so that it can be read before the run
-//! ends. The daemon writes and the API reads through this one type, so both agree on the keys.
+//! ends. The daemon writes and the API reads through this one type, so both agree on the keys. A log over the
+//! cap (`logs.max_bytes_per_run`) keeps its head and its tail, with a `<seq>.cut` object between them that states
+//! the cut in the log's own line format.
 
 use std::{fmt, sync::Arc, time::Duration};
 
@@ -11,6 +13,10 @@ use object_store::{
     path::Path,
 };
 use uuid::Uuid;
+
+mod read;
+
+pub use read::{Cursor, Next, Part, PartKind, Piece, Snapshot};
 
 use crate::config::{DEFAULT_REGION, ObjectStoreKind, ObjectStoreSettings, Secret, clean_endpoint, s3_problems};
 
@@ -131,6 +137,12 @@ impl LogStore {
         Path::from(format!("{}/{seq:08}.log", self.run_prefix_str(worker, run)))
     }
 
+    /// The key of the statement of a cut by the log cap, `<seq>.cut`: it sorts after the head's last chunk
+    /// (numbered below `seq`) and before every chunk of the tail (numbered `seq` and up).
+    pub fn cut_key(&self, worker: &str, run: Uuid, seq: u32) -> Path {
+        Path::from(format!("{}/{seq:08}.cut", self.run_prefix_str(worker, run)))
+    }
+
     /// The folder of a run's log chunks.
     pub fn run_prefix(&self, worker: &str, run: Uuid) -> Path {
         Path::from(self.run_prefix_str(worker, run))
@@ -149,6 +161,64 @@ impl LogStore {
         let name = format!("health/probe-{}", Uuid::new_v4());
         if self.prefix.is_empty() { Path::from(name) } else { Path::from(format!("{}/{name}", self.prefix)) }
     }
+}
+
+/// The line, in the log's format, that states what the cap `cap` cut at its place: `bytes` of output in `lines`
+/// lines, written at `at` (RFC 3339).
+pub fn cut_line(at: &str, bytes: u64, lines: u64, cap: u64) -> String {
+    let (head, tail) = halves(cap);
+    let s = if lines == 1 { "" } else { "s" };
+    format!(
+        "{at} scrinalia … {} bytes ({} line{s}) cut here by the log cap of {} (logs.max_bytes_per_run): the log \
+         keeps the first {} and the last {} of the run's output …\n",
+        grouped(bytes),
+        grouped(lines),
+        size_text(cap),
+        size_text(head),
+        size_text(tail)
+    )
+}
+
+/// The line a followed log sends where the cap dropped output before the reader got it.
+pub fn dropped_line(at: &str) -> String {
+    format!(
+        "{at} scrinalia … output cut here by the log cap before this reader got it (the stored log says how much) …\n"
+    )
+}
+
+/// The cap's head and tail: the first half and the rest.
+pub fn halves(cap: u64) -> (u64, u64) {
+    (cap / 2, cap - cap / 2)
+}
+
+/// `n` with a comma between thousands: `812,345,678`.
+pub fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    out
+}
+
+/// A size as people write it: `64 MiB`, `256 KiB`, `1.5 GiB`, or bytes below 1 KiB.
+pub fn size_text(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (unit, name) in UNITS {
+        if bytes >= unit {
+            return if bytes.is_multiple_of(unit) {
+                format!("{} {name}", bytes / unit)
+            } else {
+                #[allow(clippy::cast_precision_loss)]
+                let value = bytes as f64 / unit as f64;
+                format!("{value:.1} {name}")
+            };
+        }
+    }
+    format!("{bytes} bytes")
 }
 
 /// How long the S3 client keeps retrying one request. The library's default (ten tries over three minutes)
@@ -248,6 +318,23 @@ mod tests {
         let explained = store.explain(&error);
         assert!(explained.starts_with(&format!("the request to {endpoint} failed: ")), "{explained}");
         assert!(explained.to_lowercase().contains("refused"), "{explained}");
+    }
+
+    #[test]
+    fn a_cut_is_stated_in_numbers_people_read() {
+        assert_eq!(grouped(812_345_678), "812,345,678");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1_000), "1,000");
+        assert_eq!(size_text(64 << 20), "64 MiB");
+        assert_eq!(size_text(256 << 10), "256 KiB");
+        assert_eq!(size_text(3 << 29), "1.5 GiB");
+        assert_eq!(size_text(100), "100 bytes");
+        let line = cut_line("2026-01-01T00:00:00.000Z", 812_345_678, 9_876_543, 64 << 20);
+        assert_eq!(
+            line,
+            "2026-01-01T00:00:00.000Z scrinalia … 812,345,678 bytes (9,876,543 lines) cut here by the log cap of 64 \
+             MiB (logs.max_bytes_per_run): the log keeps the first 32 MiB and the last 32 MiB of the run's output …\n"
+        );
     }
 
     #[test]

@@ -18,8 +18,10 @@ use crate::{
     catalogue::{Catalogue, Engine, WorkerSpec},
 };
 
+mod logs;
 mod object_store;
 
+pub use logs::{LogSettings, MIN_LOG_CAP};
 pub use object_store::{DEFAULT_REGION, ObjectStoreKind, ObjectStoreSettings, clean_endpoint, s3_problems};
 
 /// The environment variable naming the configuration file when `--config` is not given.
@@ -305,6 +307,9 @@ pub struct SettingsFile {
     /// `[object_store]`.
     #[serde(default)]
     pub object_store: ObjectStoreSettings,
+    /// `[logs]`.
+    #[serde(default)]
+    pub logs: LogSettings,
     /// `[auth]`.
     #[serde(default)]
     pub auth: AuthSettings,
@@ -336,8 +341,10 @@ pub struct Settings {
     pub api: ApiSettings,
     /// The daemon.
     pub daemon: DaemonSettings,
-    /// Run logs.
+    /// Where run logs are kept.
     pub object_store: ObjectStoreSettings,
+    /// How much of each run's log is kept.
+    pub logs: LogSettings,
     /// Tokens and roles.
     pub auth: AuthSettings,
     /// Logs.
@@ -438,6 +445,7 @@ impl Settings {
                 problems.push(("daemon.workers".into(), format!("{name:?} is not a worker of the catalogue")));
             }
         }
+        problems.extend(logs::log_problems(&raw.logs).into_iter().map(|(key, message)| (key.to_owned(), message)));
         if raw.object_store.kind == ObjectStoreKind::S3 {
             let found = s3_problems(&raw.object_store);
             problems.extend(found.into_iter().map(|(key, message)| (key.to_owned(), message)));
@@ -466,6 +474,7 @@ impl Settings {
             api: raw.api,
             daemon: raw.daemon,
             object_store: raw.object_store,
+            logs: raw.logs,
             auth: raw.auth,
             telemetry: raw.telemetry,
             catalogue,

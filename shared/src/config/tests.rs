@@ -157,3 +157,13 @@ fn a_missing_file_is_named() {
     let err = Settings::load_from(Some(Path::new("/nonexistent/scrinalia.toml")), Vec::new()).expect_err("missing");
     assert!(err.to_string().contains("/nonexistent/scrinalia.toml"), "{err}");
 }
+
+#[test]
+fn the_log_cap_has_a_default_an_environment_override_and_a_floor() {
+    assert_eq!(load("", &[]).expect("loads").logs.max_bytes_per_run, 64 * 1024 * 1024);
+    let settings = load("[logs]\nmax_bytes_per_run = 1048576\n", &[("SCRINALIA__LOGS__MAX_BYTES_PER_RUN", "262144")])
+        .expect("loads");
+    assert_eq!(settings.logs.max_bytes_per_run, 262_144, "the environment wins over the file");
+    let message = load("[logs]\nmax_bytes_per_run = 1000\n", &[]).expect_err("too small").to_string();
+    assert!(message.contains("`logs.max_bytes_per_run`: must be at least 65536 (64 KiB)"), "{message}");
+}
