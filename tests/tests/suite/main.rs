@@ -43,6 +43,8 @@ mod panel_e2e;
 mod panel_resources;
 mod python_adapter;
 mod python_archive;
+mod run_logs;
+mod run_logs_memory;
 mod telemetry_logs;
 mod telemetry_metrics;
 mod telemetry_traces;
