@@ -72,6 +72,26 @@ impl System {
         self.cli_as(OPERATOR, args).await
     }
 
+    /// Runs the CLI (as the operator) until it exits 0 with an output that satisfies `done`: for what a daemon
+    /// does within seconds (chores, retries).
+    pub async fn cli_until(&self, args: &[&str], what: &str, done: impl Fn(&Cli) -> bool) -> Cli {
+        eventually(Duration::from_secs(30), what, || async {
+            let outcome = self.cli(args).await;
+            (outcome.code == Some(0) && done(&outcome)).then_some(outcome)
+        })
+        .await
+    }
+
+    /// Runs the CLI (as the operator, add `--json`) until it exits 0 with JSON that satisfies `done`; returns it.
+    pub async fn json_until(&self, args: &[&str], what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        eventually(Duration::from_secs(30), what, || async {
+            let outcome = self.cli(args).await;
+            let json = (outcome.code == Some(0)).then(|| outcome.json())?;
+            done(&json).then_some(json)
+        })
+        .await
+    }
+
     /// Runs the CLI with `token`.
     pub async fn cli_as(&self, token: &str, args: &[&str]) -> Cli {
         scrinalia(args, &[("SCRINALIA_API", &self.api_url), ("SCRINALIA_TOKEN", token)], None).await
@@ -99,6 +119,14 @@ impl Cli {
     /// Asserts the exit code.
     pub fn expect(&self, code: i32) -> &Self {
         assert_eq!(self.code, Some(code), "expected exit code {code}; got {self:#?}");
+        self
+    }
+
+    /// Asserts that standard output has every part.
+    pub fn has(&self, parts: &[&str]) -> &Self {
+        for part in parts {
+            assert!(self.stdout.contains(part), "{part:?} is missing from stdout: {self:#?}");
+        }
         self
     }
 

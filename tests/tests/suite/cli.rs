@@ -6,149 +6,35 @@
 //! it gives `progress_steps` a default of 2 where the code says 4: once the daemon has described the probe, that
 //! is a disagreement the listing must show.
 
-use std::{process::Stdio, time::Duration};
-
 use scrinalia_shared::{
-    RetryOn, RetryPolicy, Role, WorkerSpec,
+    RetryOn, RetryPolicy, WorkerSpec,
     auth::{hash_token, is_token_hash},
 };
 use scrinalia_tests::{
-    Kind, Process, TestDb, bin_path,
+    Kind,
     daemon_harness::{probe, with_defaults},
-    demo_worker, eventually, free_port,
+    demo_worker, free_port,
+    system::{Cli as Outcome, System, VIEWER, scrinalia},
 };
 use serde_json::{Value, json};
-use tokio::{io::AsyncWriteExt, process::Command};
-
-const OPERATOR: &str = "scr_cli_test_operator";
-const VIEWER: &str = "scr_cli_test_viewer";
-
-/// An API and a daemon on one fresh database.
-struct System {
-    db: TestDb,
-    api_url: String,
-    api: Process,
-    daemon: Process,
-}
 
 /// The disagreement of the probe's catalogue entry with its code in the test of the listing.
 const DISAGREEMENT: &str = "catalogue says progress_steps 2, code says 4; runs use 4";
 
-impl System {
-    async fn start(kind: Kind) -> Self {
-        Self::start_with(kind, |probe| probe).await
-    }
-
-    /// The system with the probe's catalogue entry changed by `adjust`.
-    async fn start_with(kind: Kind, adjust: impl FnOnce(WorkerSpec) -> WorkerSpec) -> Self {
-        let db = TestDb::new(kind).await;
-        let dir = db.dir.path();
-        let port = free_port();
-        let probe = adjust(with_defaults(
-            probe(&demo_worker(), "probe-1", 120),
-            &[("output_lines", json!(2)), ("exit_code", json!(0))],
-        ));
-        let config = db
-            .config()
-            .test_daemon(|d| (d.capacity, d.lease_seconds, d.poll_seconds, d.gone_after_seconds) = (2, 5, 1, 10))
-            .with(|f| {
-                f.database.max_connections = 5;
-                (f.api.listen, f.api.events_poll_ms) = (([127, 0, 0, 1], port).into(), 100);
-            })
-            .token("otto", Role::Operator, OPERATOR)
-            .token("vera", Role::Viewer, VIEWER)
-            .worker(probe);
-        let config = db.write_config(&config, "config");
-        let config = config.display().to_string();
-        let daemon = scrinalia_tests::start("scrinalia-daemon", "daemon", dir, &["--config", &config], &[]);
-        let api = scrinalia_tests::start("scrinalia-api", "api", dir, &["--config", &config], &[]);
-        let system = Self { db, api_url: format!("http://127.0.0.1:{port}"), api, daemon };
-        let http = reqwest::Client::new();
-        let daemons = format!("{}/api/daemons", system.api_url);
-        eventually(Duration::from_secs(30), "the API to answer and the daemon to be active", || {
-            let request = http.get(&daemons).bearer_auth(VIEWER).send();
-            async move {
-                let body: Value = request.await.ok()?.json().await.ok()?;
-                let daemons = body.get("daemons")?.as_array()?;
-                daemons.iter().any(|d| d["state"] == "active").then_some(())
-            }
-        })
-        .await;
-        system
-    }
-
-    /// Runs the CLI with the operator's token.
-    async fn cli(&self, args: &[&str]) -> Outcome {
-        self.cli_as(OPERATOR, args).await
-    }
-
-    /// Runs the CLI until its standard output satisfies `done` (the daemon does chores within seconds).
-    async fn cli_until(&self, args: &[&str], what: &str, done: impl Fn(&Outcome) -> bool) -> Outcome {
-        eventually(Duration::from_secs(30), what, || async {
-            let outcome = self.cli(args).await;
-            (outcome.code == Some(0) && done(&outcome)).then_some(outcome)
-        })
-        .await
-    }
-
-    async fn cli_as(&self, token: &str, args: &[&str]) -> Outcome {
-        scrinalia(args, &[("SCRINALIA_API", &self.api_url), ("SCRINALIA_TOKEN", token)], None).await
-    }
-
-    async fn cleanup(self) {
-        drop((self.api, self.daemon));
-        self.db.cleanup().await;
-    }
+/// The system with the probe `probe-1`.
+async fn start(kind: Kind) -> System {
+    start_with(kind, |probe| probe).await
 }
 
-/// What one run of the CLI did.
-#[derive(Debug)]
-struct Outcome {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Outcome {
-    fn expect(&self, code: i32) -> &Self {
-        assert_eq!(self.code, Some(code), "expected exit code {code}; got {self:#?}");
-        self
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:#?}"))
-    }
-}
-
-/// Runs `scrinalia args…` with `env` (and nothing inherited that could steer it), feeding `stdin` if given.
-async fn scrinalia(args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Outcome {
-    let mut command = Command::new(bin_path("scrinalia"));
-    command
-        .args(args)
-        .env_remove("SCRINALIA_API")
-        .env_remove("SCRINALIA_TOKEN")
-        .envs(env.iter().copied())
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = command.spawn().expect("start scrinalia");
-    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        pipe.write_all(text.as_bytes()).await.expect("write to scrinalia's stdin");
-    }
-    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("scrinalia {args:?} did not finish within 60 s"))
-        .expect("wait for scrinalia");
-    Outcome {
-        code: output.status.code(),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
+/// The system with the probe's catalogue entry changed by `adjust`.
+async fn start_with(kind: Kind, adjust: impl FnOnce(WorkerSpec) -> WorkerSpec) -> System {
+    let defaults = [("output_lines", json!(2)), ("exit_code", json!(0))];
+    let probe = adjust(with_defaults(probe(&demo_worker(), "probe-1", 120), &defaults));
+    System::start(kind, |config| config.worker(probe)).await
 }
 
 async fn trigger_follow_prints_the_log_and_exits_with_the_outcome(kind: Kind) {
-    let system = System::start(kind).await;
+    let system = start(kind).await;
     let ok = system
         .cli(&["trigger", "probe-1", "--option", "duration_ms=1500", "--option", "output_lines=3", "--follow"])
         .await;
@@ -180,7 +66,7 @@ async fn postgres_trigger_follow_prints_the_log_and_exits_with_the_outcome() {
 /// says so), and its catalogue entry disagrees with its code.
 async fn chores_are_asked_for_and_the_listing_shows_readiness_and_disagreements(kind: Kind) {
     let missing = "The probe's model server is away for the test.";
-    let system = System::start_with(kind, |probe| {
+    let system = start_with(kind, |probe| {
         let mut probe = with_defaults(probe, &[("progress_steps", json!(2))]);
         probe.env.insert("SCRINALIA_PROBE_NOT_READY".into(), missing.into());
         probe
@@ -254,7 +140,7 @@ async fn postgres_chores_are_asked_for_and_the_listing_shows_readiness_and_disag
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_in_flight_makes_a_second_trigger_exit_6_with_the_api_sentence() {
-    let system = System::start(Kind::Sqlite).await;
+    let system = start(Kind::Sqlite).await;
     let first = system.cli(&["trigger", "probe-1", "--option", "duration_ms=20000", "--json"]).await;
     let id = first.expect(0).json()["id"].as_str().expect("the run's id").to_owned();
 
@@ -272,7 +158,7 @@ async fn a_run_in_flight_makes_a_second_trigger_exit_6_with_the_api_sentence() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_run_is_restarted_once_and_why_says_it_is_not_waiting() {
-    let system = System::start(Kind::Sqlite).await;
+    let system = start(Kind::Sqlite).await;
     let failed = system.cli(&["trigger", "probe-1", "--option", "exit_code=3", "--json"]).await;
     let id = failed.expect(0).json()["id"].as_str().expect("the run's id").to_owned();
     system.cli(&["logs", &id, "--follow"]).await.expect(8);
@@ -301,7 +187,7 @@ async fn a_failed_run_is_restarted_once_and_why_says_it_is_not_waiting() {
 /// retry of a failed run waits out a two-minute backoff, whatever else the system does meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn why_prints_the_sentence_and_the_code_of_a_queued_run() {
-    let system = System::start_with(Kind::Postgres, |mut probe| {
+    let system = start_with(Kind::Postgres, |mut probe| {
         probe.retry = Some(RetryPolicy {
             max_attempts: 2,
             initial_delay_seconds: 120.0,
@@ -335,7 +221,7 @@ async fn why_prints_the_sentence_and_the_code_of_a_queued_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_outputs_parse_as_json_and_tables_carry_no_colour_when_piped() {
-    let system = System::start(Kind::Sqlite).await;
+    let system = start(Kind::Sqlite).await;
     let run = system.cli(&["trigger", "probe-1", "-o", "duration_ms=100", "--follow", "--json"]).await;
     let id = run.expect(0).json()["id"].as_str().expect("the run's id").to_owned();
 
@@ -364,7 +250,7 @@ async fn json_outputs_parse_as_json_and_tables_carry_no_colour_when_piped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_have_their_documented_exit_codes() {
-    let system = System::start(Kind::Sqlite).await;
+    let system = start(Kind::Sqlite).await;
     let viewer = system.cli_as(VIEWER, &["trigger", "probe-1"]).await;
     viewer.expect(4);
     assert!(viewer.stderr.contains("operator role"), "{viewer:#?}");
@@ -410,7 +296,7 @@ async fn token_hash_prints_the_hash_the_api_checks() {
 /// refused, and the CLI says it could not reach the API (exit 3).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_https_api_behind_a_tls_proxy_is_reached_with_its_certificate_authority() {
-    let system = System::start(Kind::Sqlite).await;
+    let system = start(Kind::Sqlite).await;
     let api_port: u16 = system.api_url.rsplit(':').next().and_then(|p| p.parse().ok()).expect("the API's port");
     let (proxy_port, authority) = tls::proxy_to(api_port).await;
     let ca_file = system.db.dir.path().join("authority.pem");

@@ -3,140 +3,32 @@
 //! and a pipeline `chain` of probe-1 then probe-2. Each test checks what an operator or a script relies on: the
 //! output, the API's JSON with `--json`, and the documented exit code with the API's sentence.
 
-use std::{process::Stdio, time::Duration};
-
-use scrinalia_shared::{Role, catalogue::PipelineSpec};
+use scrinalia_shared::catalogue::PipelineSpec;
 use scrinalia_tests::{
-    Kind, Process, TestDb, bin_path,
+    Kind,
     daemon_harness::{probe, with_defaults},
-    demo_worker, eventually, free_port,
+    demo_worker,
+    system::{Cli as Outcome, OPERATOR, System, VIEWER},
 };
 use serde_json::{Value, json};
-use tokio::process::Command;
 
-const OPERATOR: &str = "scr_cli_schedules_operator";
-const VIEWER: &str = "scr_cli_schedules_viewer";
-
-/// An API and a daemon on one fresh database.
-struct System {
-    db: TestDb,
-    api_url: String,
-    api: Process,
-    daemon: Process,
-}
-
-impl System {
-    async fn start(kind: Kind) -> Self {
-        let db = TestDb::new(kind).await;
-        let dir = db.dir.path();
-        let port = free_port();
-        let bin = demo_worker();
-        let defaults = [("output_lines", json!(2)), ("exit_code", json!(0))];
-        let probes = ["probe-1", "probe-2", "probe-3"].map(|name| with_defaults(probe(&bin, name, 120), &defaults));
-        let config = db
-            .config()
-            .test_daemon(|d| (d.capacity, d.lease_seconds, d.poll_seconds, d.gone_after_seconds) = (3, 5, 1, 10))
+/// The system with three probes and the pipeline `chain` of probe-1 then probe-2.
+async fn start(kind: Kind) -> System {
+    let bin = demo_worker();
+    let defaults = [("output_lines", json!(2)), ("exit_code", json!(0))];
+    let probes = ["probe-1", "probe-2", "probe-3"].map(|name| with_defaults(probe(&bin, name, 120), &defaults));
+    System::start(kind, |config| {
+        config
             .with(|f| {
-                f.database.max_connections = 5;
-                (f.api.listen, f.api.events_poll_ms) = (([127, 0, 0, 1], port).into(), 100);
                 f.pipelines = vec![PipelineSpec {
                     name: "chain".into(),
                     description: Some("probe-1, then probe-2".into()),
                     steps: vec!["probe-1".into(), "probe-2".into()],
                 }];
             })
-            .token("otto", Role::Operator, OPERATOR)
-            .token("vera", Role::Viewer, VIEWER)
-            .workers(probes);
-        let config = db.write_config(&config, "config").display().to_string();
-        let daemon = scrinalia_tests::start("scrinalia-daemon", "daemon", dir, &["--config", &config], &[]);
-        let api = scrinalia_tests::start("scrinalia-api", "api", dir, &["--config", &config], &[]);
-        let system = Self { db, api_url: format!("http://127.0.0.1:{port}"), api, daemon };
-        let http = reqwest::Client::new();
-        let daemons = format!("{}/api/daemons", system.api_url);
-        eventually(Duration::from_secs(30), "the API to answer and the daemon to be active", || {
-            let request = http.get(&daemons).bearer_auth(VIEWER).send();
-            async move {
-                let body: Value = request.await.ok()?.json().await.ok()?;
-                body.get("daemons")?.as_array()?.iter().any(|d| d["state"] == "active").then_some(())
-            }
-        })
-        .await;
-        system
-    }
-
-    async fn cli(&self, args: &[&str]) -> Outcome {
-        self.cli_as(OPERATOR, args).await
-    }
-
-    async fn cli_as(&self, token: &str, args: &[&str]) -> Outcome {
-        scrinalia(args, &[("SCRINALIA_API", &self.api_url), ("SCRINALIA_TOKEN", token)]).await
-    }
-
-    /// Runs the CLI (with `--json`) until its JSON satisfies `done`; returns that JSON.
-    async fn json_until(&self, args: &[&str], what: &str, done: impl Fn(&Value) -> bool) -> Value {
-        eventually(Duration::from_secs(30), what, || async {
-            let outcome = self.cli(args).await;
-            let json = (outcome.code == Some(0)).then(|| outcome.json())?;
-            done(&json).then_some(json)
-        })
-        .await
-    }
-
-    async fn cleanup(self) {
-        drop((self.api, self.daemon));
-        self.db.cleanup().await;
-    }
-}
-
-/// What one run of the CLI did.
-#[derive(Debug)]
-struct Outcome {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Outcome {
-    fn expect(&self, code: i32) -> &Self {
-        assert_eq!(self.code, Some(code), "expected exit code {code}; got {self:#?}");
-        self
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:#?}"))
-    }
-
-    /// Asserts that stdout has every part.
-    fn has(&self, parts: &[&str]) -> &Self {
-        for part in parts {
-            assert!(self.stdout.contains(part), "{part:?} is missing from stdout: {self:#?}");
-        }
-        self
-    }
-}
-
-/// Runs `scrinalia args…` with `env` (and nothing inherited that could steer it).
-async fn scrinalia(args: &[&str], env: &[(&str, &str)]) -> Outcome {
-    let mut command = Command::new(bin_path("scrinalia"));
-    command
-        .args(args)
-        .env_remove("SCRINALIA_API")
-        .env_remove("SCRINALIA_TOKEN")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(Duration::from_secs(60), command.output())
-        .await
-        .unwrap_or_else(|_| panic!("scrinalia {args:?} did not finish within 60 s"))
-        .expect("run scrinalia");
-    Outcome {
-        code: output.status.code(),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
+            .workers(probes)
+    })
+    .await
 }
 
 fn id_of(json: &Value) -> String {
@@ -147,7 +39,7 @@ fn id_of(json: &Value) -> String {
 /// prints the API's sentence naming its field and exits 7; the refusals exit with their codes. A schedule that
 /// fires every second shows its fires, and its runs say which schedule and fire requested them.
 async fn schedules_are_created_listed_previewed_paused_and_audited(kind: Kind) {
-    let system = System::start(kind).await;
+    let system = start(kind).await;
     assert_eq!(system.cli(&["schedules", "--json"]).await.expect(0).json(), json!([]));
     let empty = system.cli(&["schedules"]).await;
     assert!(empty.expect(0).stdout.is_empty() && empty.stderr.contains("No schedules"), "{empty:#?}");
@@ -286,7 +178,7 @@ async fn postgres_schedules_are_created_listed_previewed_paused_and_audited() {
 /// exits 6 with the API's sentence, cancelling it ends it; a run to the end shows each step's run, and a step's
 /// run says which pipeline run and step it is. A run that is retried shows its chain and when the retry waits.
 async fn pipelines_run_show_cancel_and_runs_show_their_lineage(kind: Kind) {
-    let system = System::start(kind).await;
+    let system = start(kind).await;
     let listed = system.cli(&["pipelines"]).await;
     listed.expect(0).has(&["PIPELINE", "chain", "probe-1 → probe-2", "never", "probe-1, then probe-2"]);
     let json = system.cli(&["pipelines", "--json"]).await.expect(0).json();
