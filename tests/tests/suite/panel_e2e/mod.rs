@@ -11,6 +11,7 @@
 
 mod access;
 mod curator;
+mod rerun;
 mod schedules;
 mod stack;
 mod waiting;
