@@ -34,12 +34,12 @@ pub use scrinalia_wire::{
     OverrideValues, ProgressEntry, QueueCount, Resolved, ResolvedConfig, Role, Run, RunPage, RunState, Source, auth,
 };
 pub use scrinalia_wire::{Chore, ChoreKind, Declared, Description, EngineSource, Readiness, WorkerDescription};
+pub use scrinalia_wire::{ConfigChange, FollowKind, MAX_CHECKPOINT_BYTES, Origin, WaitCode, Waiting};
 pub use scrinalia_wire::{
     FireOutcome, MissedPolicy, OverlapPolicy, PipelineRun, PipelineRunView, PipelineState, PipelineView, RetryOn,
     RetryPolicy, Schedule, ScheduleAction, ScheduleAuditEntry, ScheduleFire, ScheduleInput, SchedulePreview,
     ScheduleView, TargetKind,
 };
-pub use scrinalia_wire::{ConfigChange, FollowKind, MAX_CHECKPOINT_BYTES, Origin, WaitCode, Waiting};
 
 /// The version every binary reports (daemon registry, health, OpenAPI).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
