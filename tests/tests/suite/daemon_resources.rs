@@ -1,12 +1,12 @@
 //! Shared resources and placement through real daemons, on both backends: a resource of capacity 1 shared by two
 //! workers, three daemons, 200 triggers with daemons SIGKILLed and restarted, never has two holders at once (the
 //! probes' own records of when they ran) and nothing holds it once the runs have ended; a worker that requires
-//! the `gpu` label waits until a daemon labelled `gpu` starts, then runs there.
+//! the `gpu` label waits, saying which daemon lacks the label, until a daemon labelled `gpu` starts, then runs there.
 
 use std::{path::Path, time::Duration};
 
 use nix::sys::signal::Signal;
-use scrinalia_shared::{ResourceSpec, RunState, runs::RunFilter};
+use scrinalia_shared::{ResourceSpec, RunState, WaitCode, runs::RunFilter};
 use scrinalia_tests::{
     ConfigFile, TestDb, backend_tests,
     daemon_harness::{Setup, wait_finished},
@@ -104,9 +104,16 @@ async fn a_worker_that_needs_a_gpu_waits_for_a_gpu_daemon(t: &TestDb) {
     let other = setup.request(&t.db, "probe-1", json!({"duration_ms": 50})).await;
     let other = wait_finished(&t.db, other.id, Duration::from_secs(20)).await;
     assert_eq!(other.state, RunState::Succeeded, "the plain daemon claims what it can place");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The later run of probe-1 was claimed: the plain daemon passed over the older one it cannot place.
     let waiting = t.db.get_run(needs_gpu.id).await.expect("read").expect("the run");
     assert_eq!(waiting.state, RunState::Queued, "no daemon labelled gpu yet");
+    let why = t.db.why_waiting(&setup.settings.catalogue, &waiting, Duration::from_secs(60)).await.expect("why");
+    let why = why.expect("a queued run says why it waits");
+    assert_eq!(why.code, WaitCode::NoCapableDaemon, "{why:?}");
+    assert!(why.message.contains("lacks the label gpu"), "the sentence names the missing label: {why:?}");
+    let daemons = t.db.list_daemons(Duration::from_secs(60)).await.expect("daemons");
+    let plain_id = daemons.iter().find(|d| d.pid == plain.pid().as_raw()).expect("the plain daemon").id;
+    assert_eq!(why.daemons, [plain_id], "it names the daemon that cannot take it");
 
     let gpu_config = setup.dir.join("gpu.toml");
     write(&config(&["gpu"]), &gpu_config);
