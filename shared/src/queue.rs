@@ -38,4 +38,11 @@ impl Database {
     pub async fn queue_counts(&self) -> Result<Vec<QueueCount>, DbError> {
         retrying!(self, db::queue_counts::list(self).await)
     }
+
+    /// For each running run, its worker and the seconds (database clock) since its last progress report, or
+    /// since it started when it has reported none.
+    pub async fn progress_ages(&self) -> Result<Vec<(String, f64)>, DbError> {
+        let ages = retrying!(self, db::queue_counts::progress_ages(self).await)?;
+        Ok(ages.into_iter().map(|(worker, age)| (worker, age.unwrap_or(0.0).max(0.0))).collect())
+    }
 }

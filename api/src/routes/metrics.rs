@@ -1,8 +1,8 @@
 //! `GET /metrics` (unless `api.metrics = false`): Prometheus text of what the database says now, read at scrape
-//! time with four cheap queries: daemons by state, runs queued and running, how long the oldest request has
-//! waited, and the queue measurements the daemons store. Every API process reports the same values (take `max`,
-//! not `sum`, across them). What runs did (started, finished by outcome, durations, queue waits, lease renewals)
-//! is counted by the daemon that ran them, on its own `/metrics`.
+//! time with five cheap queries: daemons by state, runs queued and running, how long the oldest request has
+//! waited, the queue measurements the daemons store, and how long each running run has been silent. Every API
+//! process reports the same values (take `max`, not `sum`, across them). What runs did (started, finished by
+//! outcome, durations, queue waits, lease renewals) is counted by the daemon that ran them, on its own `/metrics`.
 
 use std::{
     collections::BTreeMap,
@@ -34,6 +34,7 @@ const OLDEST_QUEUED: &str = "scrinalia_queue_oldest_wait_seconds";
 const PENDING: &str = "scrinalia_queue_pending";
 const DONE: &str = "scrinalia_queue_done";
 const MEASURED_AGE: &str = "scrinalia_queue_measurement_age_seconds";
+const PROGRESS_AGE: &str = "scrinalia_run_progress_age_seconds";
 
 /// Every gauge of `/metrics`, with its help.
 pub const GAUGES: &[(&str, &str)] = &[
@@ -48,6 +49,10 @@ pub const GAUGES: &[(&str, &str)] = &[
     (PENDING, "Units of work waiting, by worker, as last measured by a daemon (count-pending)"),
     (DONE, "Units of work done, by worker, when the worker reports it"),
     (MEASURED_AGE, "Seconds since each worker's queue was last measured"),
+    (
+        PROGRESS_AGE,
+        "Seconds since the running run of each worker last reported progress (or started); 0 when none runs",
+    ),
 ];
 
 /// The routes of this module; none when `enabled` is false.
@@ -79,8 +84,13 @@ fn worker(name: &str) -> Labels {
 /// Reads every gauge from the database.
 pub async fn measure(state: &AppState) -> ApiResult<Vec<GaugeSeries>> {
     let db = state.db();
-    let (daemons, in_flight, counts, now) =
-        tokio::try_join!(db.list_daemons(state.gone_after()), db.runs_in_flight(), db.queue_counts(), db.now())?;
+    let (daemons, in_flight, counts, now, ages) = tokio::try_join!(
+        db.list_daemons(state.gone_after()),
+        db.runs_in_flight(),
+        db.queue_counts(),
+        db.now(),
+        db.progress_ages()
+    )?;
     let seconds = |t: chrono::DateTime<chrono::Utc>| (now - t).num_milliseconds().max(0) as f64 / 1000.0;
 
     let mut by_state: BTreeMap<&str, f64> = [("active", 0.0), ("draining", 0.0), ("gone", 0.0)].into();
@@ -124,7 +134,15 @@ pub async fn measure(state: &AppState) -> ApiResult<Vec<GaugeSeries>> {
         }
         age.samples.push((worker(&count.worker), count.age_seconds.max(0.0)));
     }
-    Ok(vec![daemons, alive, in_flight, oldest_queued, pending, done, age])
+    // At zero for every catalogue worker, so that an alert on it has a series before the first run.
+    let mut silent: BTreeMap<String, f64> = names.iter().map(|w| ((*w).to_owned(), 0.0)).collect();
+    for (worker, seconds) in ages {
+        let slot = silent.entry(worker).or_default();
+        *slot = slot.max(seconds);
+    }
+    let mut progress_age = series(PROGRESS_AGE);
+    progress_age.samples = silent.into_iter().map(|(w, s)| (worker(&w), s)).collect();
+    Ok(vec![daemons, alive, in_flight, oldest_queued, pending, done, age, progress_age])
 }
 
 /// For the OTLP export: measures every `OTEL_METRIC_EXPORT_INTERVAL` (60 s by default) into `last`, which the

@@ -1,4 +1,5 @@
-//! The statements of `queue_counts`: the last measurement of each worker's queue.
+//! The statements of `queue_counts`: the last measurement of each worker's queue; and how long each running run
+//! has gone without a progress report, the other thing `/metrics` says about work that may be stuck.
 
 use super::{
     Database, Result,
@@ -40,4 +41,15 @@ pub(crate) async fn list(db: &Database) -> Result<Vec<QueueCount>> {
         " as age_seconds from queue_counts order by worker"
     );
     Ok(on_pool!(db, LIST, |pool, sql| sqlx::query_as(sql).fetch_all(pool).await)?)
+}
+
+/// For each running run, its worker and the seconds since its last progress report (or since its worker
+/// started, or since its claim, when it has reported none).
+pub(crate) async fn progress_ages(db: &Database) -> Result<Vec<(String, Option<f64>)>> {
+    const AGES: Sql = sql!(
+        "select r.worker, ",
+        seconds_since(coalesce((select max(p.at) from run_progress p where p.run_id = r.id), r.started_at, r.claimed_at)),
+        " from worker_runs r where r.state = 'running'"
+    );
+    Ok(on_pool!(db, AGES, |pool, sql| sqlx::query_as(sql).fetch_all(pool).await)?)
 }

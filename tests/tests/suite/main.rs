@@ -3,6 +3,7 @@
 //! alone: `… --test suite db_queue::`). Each module is a file of this folder, named for what it tests; the chaos
 //! suite is ignored here and run by `scripts/chaos`.
 
+mod alert_rules;
 mod api_admin;
 mod api_continuations;
 mod api_health;

@@ -2,7 +2,8 @@
 //! (version 0.0.4, checked by the strict parser below), and they move after a run: on the daemon, runs started
 //! and finished by worker and outcome, the run-duration and queue-wait histograms and lease renewals (the run
 //! lasts longer than a third of the lease); on the API, daemons alive and runs in flight from the database. A run
-//! whose daemon died is counted by the daemon that recovered it.
+//! whose daemon died is counted by the daemon that recovered it. Every metric the shipped alert rules read is
+//! exported by one of the two.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -360,6 +361,17 @@ async fn metrics_of_both_processes_move_after_a_run(db: &TestDb) {
     assert_eq!(api_after.value("scrinalia_queue_oldest_wait_seconds", &probe), Some(0.0));
     for (name, kind) in [("scrinalia_daemons", "gauge"), ("scrinalia_runs_in_flight", "gauge")] {
         assert_eq!(api_after.types.get(name).map(String::as_str), Some(kind), "{name}");
+    }
+    assert_eq!(api_after.value("scrinalia_run_progress_age_seconds", &probe), Some(0.0), "no run of it runs");
+
+    // The shipped alert rules read only what the two processes export.
+    let rules =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/prometheus/scrinalia-alerts.yml"))
+            .expect("the shipped alert rules");
+    let exported = |name: &str| [&after, &api_after].iter().any(|e| e.samples.iter().any(|s| s.name == name));
+    let used = rules.split(|c: char| !(c.is_ascii_lowercase() || c == '_')).filter(|w| w.starts_with("scrinalia_"));
+    for name in used {
+        assert!(exported(name), "the alert rules read {name}, which neither process exports");
     }
 }
 
