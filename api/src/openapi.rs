@@ -10,8 +10,8 @@ use utoipa::{
 
 use crate::{
     routes::{
-        chores, continuations, daemons, events, health, logs, me, meta, metrics, overrides, pipelines, resources, runs,
-        schedules, workers,
+        chores, continuations, daemons, events, export, health, logs, me, meta, metrics, overrides, pipelines,
+        resources, runs, schedules, workers,
     },
     state::AppState,
 };
@@ -40,6 +40,7 @@ pub(crate) async fn document() -> Json<utoipa::openapi::OpenApi> {
         workers::list_workers, workers::get_worker,
         chores::describe_worker, chores::count_worker, chores::check_worker,
         runs::trigger_run, runs::list_runs, runs::get_run, runs::cancel_run, logs::run_log,
+        export::export_runs,
         continuations::resume_run, continuations::restart_run, continuations::rerun_run,
         overrides::set_override, overrides::clear_override, overrides::audit_trail,
         resources::list_resources, resources::set_capacity, resources::resource_audit,

@@ -366,6 +366,24 @@ pub struct RunsArgs {
     /// Keep printing runs as they appear or change (polls every second; Ctrl-C stops).
     #[arg(short, long)]
     pub follow: bool,
+    /// What else to do with runs.
+    #[command(subcommand)]
+    pub command: Option<RunsCommand>,
+}
+
+/// `scrinalia runs …`.
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// Write, as JSON lines on stdout, the runs that retention would prune now (`[retention]`), for an archive
+    /// that must keep records: run it, keep its output, and the daemons' next passes delete those runs.
+    Export {
+        /// Only runs that finished before this time: an RFC 3339 time or a date (2026-01-31, its midnight UTC).
+        #[arg(long, value_name = "DATE")]
+        before: String,
+        /// Only runs of this worker.
+        #[arg(long, value_name = "WORKER")]
+        worker: Option<String>,
+    },
 }
 
 /// `scrinalia trigger`.

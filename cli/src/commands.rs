@@ -8,7 +8,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    args::{Cli, Command, RunCommand, RunsArgs, TokenCommand, TriggerArgs},
+    args::{Cli, Command, RunCommand, RunsArgs, RunsCommand, TokenCommand, TriggerArgs},
     client::Client,
     exit::{Exit, Verdict},
     follow,
@@ -32,6 +32,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Describe { worker } => chore(&client, out, &worker, ChoreKind::Describe).await,
         Command::Count { worker } => chore(&client, out, &worker, ChoreKind::Count).await,
         Command::Check { worker } => chore(&client, out, &worker, ChoreKind::Check).await,
+        Command::Runs(RunsArgs { command: Some(RunsCommand::Export { before, worker }), .. }) => {
+            export(&client, out, before, worker).await
+        }
         Command::Runs(args) if args.follow => follow::runs(&client, out, &runs_query(&args)).await,
         Command::Runs(args) => runs(&client, out, &args).await,
         Command::Run { command: RunCommand::Show { id } } => show(&client, out, id).await,
@@ -228,6 +231,20 @@ async fn logs(client: &Client, out: Out, id: Uuid, tail: Option<u64>) -> anyhow:
         .await
         .with_context(|| format!("reading the log of run {id}"))?;
     while let Some(chunk) = response.chunk().await.with_context(|| format!("reading the log of run {id}"))? {
+        out.bytes(&chunk)?;
+    }
+    Ok(())
+}
+
+/// Copies the export's JSON lines to stdout as they come; a response cut short is an error, never a short file
+/// that looks whole.
+async fn export(client: &Client, out: Out, before: String, worker: Option<String>) -> anyhow::Result<()> {
+    let mut query = vec![("before", before)];
+    if let Some(w) = worker {
+        query.push(("worker", w));
+    }
+    let mut response = client.stream(&["runs", "export"], &query).await.context("exporting the prunable runs")?;
+    while let Some(chunk) = response.chunk().await.context("reading the export of the prunable runs")? {
         out.bytes(&chunk)?;
     }
     Ok(())

@@ -14,6 +14,7 @@ pub mod main_loop;
 pub mod metrics;
 pub mod outcome;
 pub mod progress;
+pub mod pruner;
 pub mod registry;
 pub mod rescuer;
 pub mod runlog;
@@ -143,6 +144,7 @@ async fn serve(ctx: Arc<Context>, shutdown: Shutdown, systemd: Notifier) -> anyh
         registry::heartbeats(ctx.clone(), background.clone(), drain.clone(), heartbeat_now.clone()).in_current_span(),
     );
     tasks.spawn(rescuer::run(ctx.clone(), background.clone()).in_current_span());
+    tasks.spawn(pruner::run(ctx.clone(), background.clone()).in_current_span());
     let chores_now = Arc::new(Notify::new());
     tasks.spawn(chores::run(ctx.clone(), chores_now.clone(), background.clone()).in_current_span());
     let wakes = scheduler::Wakes::default();

@@ -20,6 +20,7 @@ pub mod pipelines;
 pub mod queue;
 pub mod resolve;
 pub mod resources;
+pub mod retention;
 pub mod runs;
 pub mod schedules;
 pub mod telemetry;

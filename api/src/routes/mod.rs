@@ -4,6 +4,7 @@ pub mod chores;
 pub mod continuations;
 pub mod daemons;
 pub mod events;
+pub mod export;
 pub mod health;
 pub mod logs;
 pub mod me;

@@ -20,8 +20,10 @@ use crate::{
 
 mod logs;
 mod object_store;
+mod retention;
 
 pub use logs::{LogSettings, MIN_LOG_CAP};
+pub use retention::{RetentionSettings, retention_problems};
 pub use object_store::{DEFAULT_REGION, ObjectStoreKind, ObjectStoreSettings, clean_endpoint, s3_problems};
 
 /// The environment variable naming the configuration file when `--config` is not given.
@@ -310,6 +312,9 @@ pub struct SettingsFile {
     /// `[logs]`.
     #[serde(default)]
     pub logs: LogSettings,
+    /// `[retention]`.
+    #[serde(default)]
+    pub retention: RetentionSettings,
     /// `[auth]`.
     #[serde(default)]
     pub auth: AuthSettings,
@@ -345,6 +350,8 @@ pub struct Settings {
     pub object_store: ObjectStoreSettings,
     /// How much of each run's log is kept.
     pub logs: LogSettings,
+    /// How long finished runs and gone daemons are kept.
+    pub retention: RetentionSettings,
     /// Tokens and roles.
     pub auth: AuthSettings,
     /// Logs.
@@ -446,6 +453,7 @@ impl Settings {
             }
         }
         problems.extend(logs::log_problems(&raw.logs).into_iter().map(|(key, message)| (key.to_owned(), message)));
+        problems.extend(retention_problems(&raw.retention).into_iter().map(|(key, message)| (key.to_owned(), message)));
         if raw.object_store.kind == ObjectStoreKind::S3 {
             let found = s3_problems(&raw.object_store);
             problems.extend(found.into_iter().map(|(key, message)| (key.to_owned(), message)));
@@ -475,6 +483,7 @@ impl Settings {
             daemon: raw.daemon,
             object_store: raw.object_store,
             logs: raw.logs,
+            retention: raw.retention,
             auth: raw.auth,
             telemetry: raw.telemetry,
             catalogue,

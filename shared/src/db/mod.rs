@@ -27,6 +27,7 @@ pub(crate) mod pipelines;
 pub(crate) mod queue_counts;
 pub(crate) mod resource_overrides;
 pub(crate) mod resources;
+pub(crate) mod retention;
 pub(crate) mod runs;
 pub(crate) mod schedules;
 

@@ -37,6 +37,7 @@ mod db_continuations;
 mod db_ledger;
 mod db_queue;
 mod db_resources;
+mod db_retention;
 mod demo_validator;
 mod deploy_units;
 mod object_store_s3;
