@@ -211,3 +211,39 @@ fn the_time_span_reader_understands_systemd_spans() {
     assert_eq!(seconds("1min 30s"), 90);
     assert_eq!(seconds("2min"), 120);
 }
+
+/// `systemd-analyze security --offline=true`'s overall exposure of a unit (0 safest, 10 most exposed).
+fn exposure(unit: &Path) -> f64 {
+    let output = systemd_analyze()
+        .args(["security", "--offline=true", "--no-pager"])
+        .arg(unit)
+        .output()
+        .expect("run systemd-analyze security");
+    let said = String::from_utf8_lossy(&output.stdout).into_owned();
+    said.lines()
+        .find_map(|l| l.split("Overall exposure level for ").nth(1))
+        .and_then(|rest| rest.split(": ").nth(1))
+        .and_then(|figure| figure.split_whitespace().next())
+        .and_then(|figure| figure.parse().ok())
+        .unwrap_or_else(|| panic!("no exposure level in:\n{said}{}", String::from_utf8_lossy(&output.stderr)))
+}
+
+/// The shipped hardening keeps its figures: at most 2.0 for the API, and 3.5 for the daemon, whose workers
+/// inherit its sandbox and keep what they need (the network, their data folders, devices, JIT memory).
+#[test]
+fn the_units_exposure_stays_within_its_bounds() {
+    let dir = tempfile::tempdir().expect("a temp folder");
+    let _ = verify_copies(dir.path(), |text| text);
+    let api = exposure(&dir.path().join("scrinalia-api@.service"));
+    let daemon = exposure(&dir.path().join("scrinalia-daemon.service"));
+    eprintln!(
+        "systemd-analyze security --offline=true: scrinalia-api@.service {api}, scrinalia-daemon.service {daemon}"
+    );
+    assert!(api <= 2.0, "scrinalia-api@.service is exposed {api} (at most 2.0)");
+    assert!(daemon <= 3.5, "scrinalia-daemon.service is exposed {daemon} (at most 3.5)");
+    // What the daemon must not take from its workers.
+    let unit = Unit::load("scrinalia-daemon.service");
+    for key in ["PrivateDevices", "MemoryDenyWriteExecute", "PrivateNetwork", "PrivateUsers", "IPAddressDeny"] {
+        assert!(unit.all("Service", key).is_empty(), "the daemon's workers need what {key}= takes");
+    }
+}
