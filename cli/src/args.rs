@@ -145,6 +145,12 @@ pub enum Command {
         #[command(subcommand)]
         command: Option<PipelineCommand>,
     },
+    /// List the workers' overrides, change or clear one with a reason, or read its audit trail.
+    Overrides {
+        /// What to do with a worker's override; without one, list them.
+        #[command(subcommand)]
+        command: Option<crate::overrides::OverrideCommand>,
+    },
     /// List the shared resources (capacity, where it comes from, holders), or change a capacity with a reason.
     Resources {
         /// What to do with a resource; without one, list them.

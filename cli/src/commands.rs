@@ -49,6 +49,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Schedules { command } => schedules::run(&client, out, command).await,
         Command::Pipelines { command } => pipelines::run(&client, out, command).await,
         Command::Resources { command } => crate::resources::run(&client, out, command).await,
+        Command::Overrides { command } => crate::overrides::run(&client, out, command).await,
         Command::Daemons => daemons(&client, out).await,
         Command::Drain { id } => drain(&client, out, id).await,
         Command::Health => health(&client, out).await,

@@ -12,6 +12,7 @@ pub mod exit;
 pub mod follow;
 pub mod json;
 pub mod output;
+pub mod overrides;
 pub mod pipelines;
 pub mod resources;
 pub mod schedules;

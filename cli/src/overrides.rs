@@ -1,0 +1,293 @@
+//! `scrinalia overrides …`: every worker's persisted override, changing one (a partial change: what is not named
+//! keeps its value; `--unset` gives a field back to the default) or clearing it, always with a reason, and the
+//! audit trail of those changes (admin to change, viewer to read). The API validates the values (exit 7).
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use scrinalia_wire::{AuditEntry, Override, OverrideValues};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::{
+    args::parse_option,
+    client::Client,
+    commands::options_once,
+    exit::{Exit, Verdict},
+    output::{Out, note},
+    table::{Cell, Table, clip},
+    view::when,
+};
+
+/// `scrinalia overrides …`.
+#[derive(Debug, Subcommand)]
+pub enum OverrideCommand {
+    /// Change a worker's override: only what is given changes; runs requested from now on use it.
+    Set(SetArgs),
+    /// Remove a worker's override: its runs follow the catalogue's and its code's defaults again.
+    Clear {
+        /// The worker.
+        worker: String,
+        /// Why (required; kept in the audit trail).
+        #[arg(long, value_name = "REASON")]
+        reason: String,
+    },
+    /// List a worker's override changes, newest first: when, who, what changed and why.
+    Audit {
+        /// The worker.
+        worker: String,
+        /// At most this many entries.
+        #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: u32,
+    },
+}
+
+/// `scrinalia overrides set`.
+#[derive(Debug, Args)]
+pub struct SetArgs {
+    /// The worker.
+    pub worker: String,
+    /// The engine its runs use.
+    #[arg(long)]
+    pub engine: Option<String>,
+    /// The preset of that engine.
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// An option value as name=value (read as JSON when it parses, else as text). Repeat for several.
+    #[arg(long = "option", short = 'o', value_name = "NAME=VALUE", value_parser = parse_option)]
+    pub options: Vec<(String, Value)>,
+    /// Give a field back to the default: `engine`, `preset`, `retry` or an option's name. Repeat for several.
+    #[arg(long, value_name = "FIELD")]
+    pub unset: Vec<String>,
+    /// Why (required; kept in the audit trail).
+    #[arg(long, value_name = "REASON")]
+    pub reason: String,
+}
+
+/// Runs `scrinalia overrides [command]`.
+pub async fn run(client: &Client, out: Out, command: Option<OverrideCommand>) -> anyhow::Result<()> {
+    match command {
+        None => list(client, out).await,
+        Some(OverrideCommand::Set(args)) => {
+            let worker = args.worker.clone();
+            let body = change_body(args)?;
+            let reply = client
+                .put(&["workers", &worker, "override"], &body)
+                .await
+                .with_context(|| format!("changing the override of worker {worker}"))?;
+            changed(out, &worker, reply)
+        }
+        Some(OverrideCommand::Clear { worker, reason }) => {
+            let reply = client
+                .delete(&["workers", &worker, "override"], Some(&json!({"reason": reason})))
+                .await
+                .with_context(|| format!("clearing the override of worker {worker}"))?;
+            changed(out, &worker, reply)
+        }
+        Some(OverrideCommand::Audit { worker, limit }) => audit(client, out, &worker, limit).await,
+    }
+}
+
+/// The API's partial change: each given field set, each `--unset` one `null`; a field both given and unset is
+/// a usage error, as is a change of nothing.
+pub fn change_body(args: SetArgs) -> Result<Value, Verdict> {
+    let usage = |message: String| Verdict { exit: Exit::Usage, message };
+    let mut body = Map::new();
+    let mut options: Map<String, Value> = options_once(args.options)?.into_iter().collect();
+    for (field, value) in [("engine", args.engine), ("preset", args.preset)] {
+        if let Some(v) = value {
+            body.insert(field.to_owned(), Value::String(v));
+        }
+    }
+    for field in args.unset {
+        let taken = match field.as_str() {
+            "engine" | "preset" | "retry" => body.insert(field.clone(), Value::Null).is_some(),
+            name => options.insert(name.to_owned(), Value::Null).is_some(),
+        };
+        if taken {
+            return Err(usage(format!("{field} is both given and unset; give one or the other.")));
+        }
+    }
+    if body.is_empty() && options.is_empty() {
+        return Err(usage(
+            "nothing to change: give --engine, --preset, --option NAME=VALUE or --unset FIELD.".to_owned(),
+        ));
+    }
+    if !options.is_empty() {
+        body.insert("options".to_owned(), Value::Object(options));
+    }
+    body.insert("reason".to_owned(), Value::String(args.reason));
+    Ok(Value::Object(body))
+}
+
+/// The API's answer to a change: the stored override and what a run without arguments now resolves to.
+#[derive(Debug, Deserialize)]
+struct Changed {
+    #[serde(rename = "override")]
+    stored: Option<Override>,
+    effective_error: Option<String>,
+}
+
+fn changed(out: Out, worker: &str, reply: crate::client::Body) -> anyhow::Result<()> {
+    if out.json {
+        return out.body(&reply);
+    }
+    let view: Changed = reply.parse()?;
+    let mut text = match &view.stored {
+        Some(o) => format!("Worker {worker}'s override is now {}.", values_text(&o.values)),
+        None => format!("Worker {worker} has no override: its runs follow the defaults."),
+    };
+    if let Some(error) = view.effective_error {
+        text.push_str(&format!("\nA run without arguments would not resolve now: {error}"));
+    }
+    text.push_str(&format!("\nSee the trail with: scrinalia overrides audit {worker}"));
+    out.text(&text)
+}
+
+/// An override's values in one line: `preset=big batch_size=25`.
+pub fn values_text(values: &OverrideValues) -> String {
+    let fields = fields(values);
+    if fields.is_empty() {
+        return "empty".to_owned();
+    }
+    fields.iter().map(|(k, v)| format!("{k}={}", value_text(v))).collect::<Vec<_>>().join(" ")
+}
+
+fn value_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Every field an override sets, by name (options by their own names).
+fn fields(values: &OverrideValues) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    if let Some(e) = &values.engine {
+        out.insert("engine".to_owned(), Value::String(e.clone()));
+    }
+    if let Some(p) = &values.preset {
+        out.insert("preset".to_owned(), Value::String(p.clone()));
+    }
+    if let Some(r) = &values.retry {
+        out.insert("retry".to_owned(), serde_json::to_value(r).unwrap_or_default());
+    }
+    out.extend(values.options.iter().map(|(k, v)| (k.clone(), v.clone())));
+    out
+}
+
+/// What one audit entry changed: `preset: fast → big`, `batch_size: default → 25`, field by field.
+pub fn change_text(entry: &AuditEntry) -> String {
+    let empty = OverrideValues::default();
+    let before = fields(entry.before.as_ref().unwrap_or(&empty));
+    let after = fields(entry.after.as_ref().unwrap_or(&empty));
+    let names: std::collections::BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+    let side = |v: Option<&Value>| v.map_or_else(|| "default".to_owned(), value_text);
+    let changes: Vec<String> = names
+        .into_iter()
+        .filter(|n| before.get(*n) != after.get(*n))
+        .map(|n| format!("{n}: {} → {}", side(before.get(n)), side(after.get(n))))
+        .collect();
+    if changes.is_empty() { "nothing".to_owned() } else { changes.join(", ") }
+}
+
+#[derive(Debug, Deserialize)]
+struct Trail {
+    entries: Vec<AuditEntry>,
+}
+
+async fn audit(client: &Client, out: Out, worker: &str, limit: u32) -> anyhow::Result<()> {
+    let body = client
+        .get(&["workers", worker, "audit"], &[("limit", limit.to_string())])
+        .await
+        .with_context(|| format!("reading the override audit trail of worker {worker}"))?;
+    if out.json {
+        return out.body(&body);
+    }
+    let trail: Trail = body.parse()?;
+    if trail.entries.is_empty() {
+        note(&format!("The override of {worker} was never changed: its runs follow the defaults."));
+        return Ok(());
+    }
+    let mut table = Table::new(&["AT", "BY", "ACTION", "CHANGE", "REASON"]);
+    for e in &trail.entries {
+        table.row(vec![
+            when(e.at).into(),
+            e.actor.as_str().into(),
+            e.action.to_string().into(),
+            Cell::from(clip(&change_text(e), 80)),
+            clip(&e.reason, 60).into(),
+        ]);
+    }
+    out.text(&table.render(out.colour))
+}
+
+#[derive(Debug, Deserialize)]
+struct Workers {
+    workers: Vec<WorkerOverride>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WorkerOverride {
+    name: String,
+    #[serde(rename = "override", default)]
+    stored: Option<Override>,
+}
+
+async fn list(client: &Client, out: Out) -> anyhow::Result<()> {
+    let body = client.get(&["workers"], &[]).await.context("listing the workers")?;
+    let workers: Workers = body.parse()?;
+    let overridden: Vec<(String, Override)> =
+        workers.workers.into_iter().filter_map(|w| w.stored.map(|o| (w.name, o))).collect();
+    if out.json {
+        let list: Vec<&Override> = overridden.iter().map(|(_, o)| o).collect();
+        return out.text(&serde_json::to_string_pretty(&json!({ "overrides": list }))?);
+    }
+    if overridden.is_empty() {
+        note("No worker has an override: every run follows the catalogue's and its code's defaults.");
+        return Ok(());
+    }
+    let mut table = Table::new(&["WORKER", "OVERRIDE", "CHANGED", "BY"]);
+    for (name, o) in &overridden {
+        table.row(vec![
+            name.as_str().into(),
+            clip(&values_text(&o.values), 80).into(),
+            when(o.updated_at).into(),
+            o.updated_by.as_str().into(),
+        ]);
+    }
+    out.text(&table.render(out.colour))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(options: &[(&str, Value)], unset: &[&str]) -> SetArgs {
+        SetArgs {
+            worker: "ocr".into(),
+            engine: None,
+            preset: Some("big".into()),
+            options: options.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect(),
+            unset: unset.iter().map(|s| (*s).to_owned()).collect(),
+            reason: "why".into(),
+        }
+    }
+
+    #[test]
+    fn a_change_sets_what_is_given_and_nulls_what_is_unset() {
+        let body = change_body(args(&[("batch_size", json!(25))], &["engine", "language"])).expect("a change");
+        assert_eq!(
+            body,
+            json!({"preset": "big", "engine": null, "options": {"batch_size": 25, "language": null}, "reason": "why"})
+        );
+    }
+
+    #[test]
+    fn a_field_given_and_unset_is_a_usage_error() {
+        let refused = change_body(args(&[], &["preset"])).expect_err("refused");
+        assert_eq!(refused.exit, Exit::Usage);
+        assert!(refused.message.contains("preset is both given and unset"), "{}", refused.message);
+    }
+}
