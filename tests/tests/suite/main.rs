@@ -16,6 +16,7 @@ mod api_waiting;
 mod bad_input;
 mod chaos;
 mod cli;
+mod cli_overrides;
 mod cli_rerun;
 mod cli_resources;
 mod cli_schedules;
