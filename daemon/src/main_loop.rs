@@ -338,6 +338,9 @@ impl MainLoop {
         let (n, capacity) = (self.runs.len(), self.ctx.settings.daemon.capacity);
         let status = match self.mode {
             Mode::Claiming if changes.is_live() => match self.ctx.db.backend() {
+                Backend::Postgres if self.ctx.db.feed_polled().is_some() => {
+                    format!("{n}/{capacity} runs in flight, polling (behind a pooler without database.listen_url)")
+                }
                 Backend::Postgres => format!("{n}/{capacity} runs in flight, listening"),
                 Backend::Sqlite => format!("{n}/{capacity} runs in flight, watching the database files"),
             },

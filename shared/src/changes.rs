@@ -21,8 +21,13 @@ use crate::{
     db::{
         Pool,
         feed::{self, EVENTS_CHANNEL, QUEUE_CHANNEL, Sink},
+        pooler::FeedSource,
     },
 };
+
+/// How often a daemon behind a pooler without a direct LISTEN URL looks at the queue: the latency of a claim
+/// and of a cancellation there, for one cheap indexed query per daemon each time.
+const POOLED_QUEUE_POLL: Duration = Duration::from_secs(1);
 
 /// What a subscriber wants to hear about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,8 +35,9 @@ pub enum Topic {
     /// What a daemon acts on: run requests ([`Change::Requested`]), cancellations of running runs
     /// ([`Change::Cancel`]) and daemon rows ([`Change::Daemon`]); on SQLite, [`Change::Written`] instead.
     Queue,
-    /// What a panel shows: every change of a run, a queue measurement, a daemon or an override. On SQLite the
-    /// database is looked at every `sqlite_poll` (`api.events_poll_ms`).
+    /// What a panel shows: every change of a run, a queue measurement, a daemon or an override. On SQLite (and
+    /// on PostgreSQL behind a pooler with no direct LISTEN URL) the database is looked at every `sqlite_poll`
+    /// (`api.events_poll_ms`).
     Events {
         /// How often SQLite is polled for changes.
         sqlite_poll: Duration,
@@ -70,18 +76,26 @@ impl Database {
         let (tx, rx) = mpsc::channel(1024);
         let live = Arc::new(AtomicBool::new(false));
         let sink = Sink { tx, live: live.clone() };
-        let (task, watcher) = match (self.pool(), topic) {
-            (Pool::Postgres(pool), Topic::Queue) => {
+        let (task, watcher) = match (self.pool(), self.feed_source(), topic) {
+            (Pool::Postgres(_), FeedSource::Listen(pool), Topic::Queue) => {
                 (tokio::spawn(feed::listen(pool.clone(), QUEUE_CHANNEL, sink)), None)
             }
-            (Pool::Postgres(pool), Topic::Events { .. }) => {
+            (Pool::Postgres(_), FeedSource::Listen(pool), Topic::Events { .. }) => {
                 (tokio::spawn(feed::listen(pool.clone(), EVENTS_CHANNEL, sink)), None)
             }
-            (Pool::Sqlite(_), Topic::Queue) => {
+            // Behind a pooler with no direct URL (see `Database::feed_polled`): the daemon looks at the queue
+            // every `POOLED_QUEUE_POLL`, as if something had been written; live events compare snapshots.
+            (Pool::Postgres(_), FeedSource::Poll, Topic::Queue) => {
+                (tokio::spawn(feed::tick(POOLED_QUEUE_POLL, sink)), None)
+            }
+            (Pool::Postgres(_), FeedSource::Poll, Topic::Events { sqlite_poll }) => {
+                (tokio::spawn(feed::poll(self.clone(), sqlite_poll, sink)), None)
+            }
+            (Pool::Sqlite(_), _, Topic::Queue) => {
                 let (watcher, task) = feed::watch(self, sink)?;
                 (task, Some(watcher))
             }
-            (Pool::Sqlite(_), Topic::Events { sqlite_poll }) => {
+            (Pool::Sqlite(_), _, Topic::Events { sqlite_poll }) => {
                 (tokio::spawn(feed::poll(self.clone(), sqlite_poll, sink)), None)
             }
         };

@@ -11,6 +11,7 @@ pub mod chaos;
 pub mod daemon_harness;
 pub mod fixtures;
 pub mod moto;
+pub mod pgbouncer;
 pub mod system;
 
 use std::path::PathBuf;

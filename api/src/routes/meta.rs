@@ -30,11 +30,14 @@ pub fn router() -> Router<AppState> {
 pub struct StatusBody {
     /// `alive` or `ready`.
     pub status: &'static str,
+    /// What works only in part, e.g. live events polled behind a pooler; absent when nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<&'static str>,
 }
 
 #[utoipa::path(get, path = "/healthz", tag = "meta", responses((status = 200, body = StatusBody, description = "The process is alive")))]
 pub(crate) async fn healthz() -> Json<StatusBody> {
-    Json(StatusBody { status: "alive" })
+    Json(StatusBody { status: "alive", warning: None })
 }
 
 #[utoipa::path(get, path = "/readyz", tag = "meta",
@@ -42,7 +45,7 @@ pub(crate) async fn healthz() -> Json<StatusBody> {
         (status = 503, body = ErrorBody, description = "The database does not answer")))]
 pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     let failure = match tokio::time::timeout(READY_TIMEOUT, state.db().ping()).await {
-        Ok(Ok(())) => return Json(StatusBody { status: "ready" }).into_response(),
+        Ok(Ok(())) => return Json(StatusBody { status: "ready", warning: state.db().feed_polled() }).into_response(),
         Ok(Err(e)) => format!("The database does not answer: {e}."),
         Err(_) => format!("The database did not answer within {} seconds.", READY_TIMEOUT.as_secs()),
     };

@@ -86,6 +86,24 @@ pub struct DatabaseSettings {
     pub connect_timeout_seconds: u64,
     /// SQLite: how long a writer waits for the lock.
     pub busy_timeout_ms: u64,
+    /// What sits between this process and PostgreSQL: `none` (a direct connection) or `transaction` (a pooler
+    /// such as PgBouncer in transaction mode, which hands each transaction whatever server connection is free,
+    /// so nothing may outlive a transaction: no cached prepared statements, no session state, no LISTEN).
+    pub pooler: Pooler,
+    /// With `pooler = "transaction"`: a direct `postgres://` URL (bypassing the pooler) on which the change feed
+    /// LISTENs. Without one the feed polls, and the log and health say so.
+    pub listen_url: Option<String>,
+}
+
+/// What sits between the processes and PostgreSQL (`database.pooler`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pooler {
+    /// Nothing: a session is a connection.
+    #[default]
+    None,
+    /// A pooler in transaction mode (PgBouncer `pool_mode = transaction`).
+    Transaction,
 }
 
 impl Default for DatabaseSettings {
@@ -95,6 +113,8 @@ impl Default for DatabaseSettings {
             max_connections: 10,
             connect_timeout_seconds: 5,
             busy_timeout_ms: 5_000,
+            pooler: Pooler::None,
+            listen_url: None,
         }
     }
 }
@@ -111,6 +131,8 @@ impl fmt::Debug for DatabaseSettings {
         f.debug_struct("DatabaseSettings")
             .field("url", &self.redacted_url())
             .field("max_connections", &self.max_connections)
+            .field("pooler", &self.pooler)
+            .field("listen_url", &self.listen_url.as_deref().map(redact_url))
             .finish_non_exhaustive()
     }
 }
@@ -418,6 +440,17 @@ impl Settings {
                 "database.url".into(),
                 format!("{:?} is neither a postgres:// nor a sqlite:// URL", redact_url(url)),
             ));
+        }
+        if let Some(listen) = &raw.database.listen_url {
+            if !(listen.starts_with("postgres://") || listen.starts_with("postgresql://")) {
+                problems
+                    .push(("database.listen_url".into(), format!("{:?} is not a postgres:// URL", redact_url(listen))));
+            } else if raw.database.pooler != Pooler::Transaction {
+                problems.push((
+                    "database.listen_url".into(),
+                    "is only used with database.pooler = \"transaction\" (without a pooler the feed listens on database.url)".into(),
+                ));
+            }
         }
         let d = &raw.daemon;
         if d.capacity == 0 {

@@ -101,13 +101,14 @@ pub(crate) async fn readiness(db: &Database) -> Result<Vec<Readiness>> {
     Ok(on_pool!(db, LIST, |pool, sql| sqlx::query_as(sql).fetch_all(pool).await)?)
 }
 
-/// When each worker's description and readiness were last stored, for the SQLite change feed: (worker, which,
+/// When each worker's description and readiness were last stored, for the polling change feed (SQLite, or PostgreSQL behind a pooler): (worker, which,
 /// when), `which` 0 for the description and 1 for the readiness.
 pub(crate) async fn marks(db: &Database) -> Result<Vec<(String, i64, String)>> {
     const MARKS: Sql = sql!(
-        "select worker, 0, ",
+        // `cast`: PostgreSQL types a bare 0 as int4, and the mark is read as an i64 on both backends.
+        "select worker, cast(0 as bigint), ",
         time_text(attempted_at),
-        " from worker_descriptions union all select worker, 1, ",
+        " from worker_descriptions union all select worker, cast(1 as bigint), ",
         time_text(checked_at),
         " from worker_readiness"
     );

@@ -140,7 +140,34 @@ async fn relay(listener: &mut PgListener, sink: &Sink) -> Option<String> {
     }
 }
 
-/// SQLite, topic `Events`: polls every `every` until the feed is dropped.
+/// PostgreSQL behind a pooler without a direct URL, topic `Queue`: a resync, then [`Change::Written`] every
+/// `every` (the daemon then looks for requests and cancellations) until the feed is dropped.
+pub(crate) async fn tick(every: Duration, sink: Sink) {
+    sink.live.store(true, Ordering::Relaxed);
+    tracing::warn!(
+        poll_ms = every.as_millis(),
+        warning = super::pooler::POLLED_WARNING,
+        "change feed: polling the queue"
+    );
+    if !sink.send(Change::resync("the change feed started polling")).await {
+        return;
+    }
+    let mut ticker = tokio::time::interval(every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await;
+    loop {
+        tokio::select! {
+            () = sink.tx.closed() => return,
+            _ = ticker.tick() => {}
+        }
+        if !sink.send(Change::Written).await {
+            return;
+        }
+    }
+}
+
+/// SQLite (or PostgreSQL behind a pooler without a direct URL), topic `Events`: polls every `every` until the
+/// feed is dropped.
 pub(crate) async fn poll(db: Database, every: Duration, sink: Sink) {
     let mut ticker = tokio::time::interval(every.max(Duration::from_millis(50)));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -152,20 +179,24 @@ pub(crate) async fn poll(db: Database, every: Duration, sink: Sink) {
             () = sink.tx.closed() => return,
             _ = ticker.tick() => {}
         }
-        if watcher.is_none() {
+        // PostgreSQL (behind a pooler) has no cheap "anything written?": the snapshot is read every time.
+        let sqlite = matches!(db.pool(), super::Pool::Sqlite(_));
+        if sqlite && watcher.is_none() {
             match open_watcher(&db).await {
                 Ok(conn) => watcher = Some(conn),
                 Err(e) => tracing::warn!(error = %e, "change feed: cannot open the SQLite watcher"),
             }
         }
-        let Some(conn) = watcher.as_mut() else { continue };
-        match sqlx::query_scalar::<_, i64>("pragma data_version").fetch_one(&mut *conn).await {
-            Ok(v) if Some(v) == last_version => continue,
-            Ok(v) => last_version = Some(v),
-            Err(e) => {
-                tracing::warn!(error = %e, "change feed: cannot poll SQLite for changes");
-                watcher = None;
-                continue;
+        if sqlite {
+            let Some(conn) = watcher.as_mut() else { continue };
+            match sqlx::query_scalar::<_, i64>("pragma data_version").fetch_one(&mut *conn).await {
+                Ok(v) if Some(v) == last_version => continue,
+                Ok(v) => last_version = Some(v),
+                Err(e) => {
+                    tracing::warn!(error = %e, "change feed: cannot poll SQLite for changes");
+                    watcher = None;
+                    continue;
+                }
             }
         }
         match Snapshot::read(&db, snapshot.as_ref().map(|s| s.read_at)).await {
@@ -173,7 +204,14 @@ pub(crate) async fn poll(db: Database, every: Duration, sink: Sink) {
                 let changes = match &snapshot {
                     Some(previous) => previous.changes_to(&next),
                     None => {
-                        tracing::info!(poll_ms = every.as_millis(), "change feed: polling SQLite");
+                        match db.feed_polled() {
+                            Some(why) => tracing::warn!(
+                                poll_ms = every.as_millis(),
+                                warning = why,
+                                "change feed: polling PostgreSQL"
+                            ),
+                            None => tracing::info!(poll_ms = every.as_millis(), "change feed: polling SQLite"),
+                        }
                         sink.live.store(true, Ordering::Relaxed);
                         vec![Change::resync("the change feed started listening")]
                     }

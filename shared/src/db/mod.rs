@@ -24,6 +24,7 @@ pub(crate) mod ends;
 pub(crate) mod feed;
 pub(crate) mod overrides;
 pub(crate) mod pipelines;
+pub(crate) mod pooler;
 pub(crate) mod queue_counts;
 pub(crate) mod resource_overrides;
 pub(crate) mod resources;
@@ -44,7 +45,10 @@ use sqlx::{
 };
 use uuid::Uuid;
 
-use crate::{RunState, config::DatabaseSettings};
+use crate::{
+    RunState,
+    config::{DatabaseSettings, Pooler},
+};
 
 /// The PostgreSQL migrations.
 static POSTGRES_MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
@@ -129,8 +133,8 @@ pub enum Pings {
 /// The pool behind a [`Database`].
 #[derive(Debug, Clone)]
 pub(crate) enum Pool {
-    /// PostgreSQL.
-    Postgres(PgPool),
+    /// PostgreSQL (each statement in a transaction of its own behind a pooler, see `pooler`).
+    Postgres(pooler::PgExec),
     /// SQLite.
     Sqlite(SqlitePool),
 }
@@ -140,6 +144,10 @@ pub(crate) enum Pool {
 pub struct Database {
     pool: Pool,
     own_writes: OwnWrites,
+    /// PostgreSQL: where the change feed listens, or that it polls (SQLite: unused).
+    feed: pooler::FeedSource,
+    /// `database.pooler`, which the dedicated pools follow too.
+    pooler: Pooler,
 }
 
 /// Runs `$body` with `$pool` bound to the pool of `$db`: the same code, compiled for each backend. With a
@@ -200,15 +208,17 @@ impl Database {
     pub async fn connect_as(settings: &DatabaseSettings, application_name: &str, pings: Pings) -> Result<Self> {
         let url = settings.url.as_str();
         let acquire = Duration::from_secs(settings.connect_timeout_seconds);
+        let mut feed = pooler::FeedSource::Poll;
         let pool = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let options = PgConnectOptions::from_str(url)?.application_name(application_name);
-            let pool = PgPoolOptions::new()
+            let options = pooler::connect_options(options, settings);
+            let pool_options = PgPoolOptions::new()
                 .max_connections(settings.max_connections)
                 .test_before_acquire(pings == Pings::BeforeEachUse)
-                .acquire_timeout(acquire)
-                .connect_with(options)
-                .await?;
-            Pool::Postgres(pool)
+                .acquire_timeout(acquire);
+            let pool = pool_options.connect_with(options).await?;
+            feed = pooler::feed_source(&pool, settings, application_name)?;
+            Pool::Postgres(pooler::PgExec::new(pool, settings.pooler))
         } else if url.starts_with("sqlite:") {
             let options = SqliteConnectOptions::from_str(url)?
                 .create_if_missing(true)
@@ -238,15 +248,38 @@ impl Database {
         } else {
             return Err(DbError::UnsupportedUrl(crate::config::redact_url(url)));
         };
-        Ok(Self { pool, own_writes: OwnWrites::default() })
+        Ok(Self { pool, own_writes: OwnWrites::default(), feed, pooler: settings.pooler })
     }
 
     /// Applies pending migrations. Safe when several processes start at once: PostgreSQL serialises them with
     /// an advisory lock; on SQLite a process that loses the race retries and finds them applied.
+    /// Behind a pooler the migrations run on the direct `database.listen_url` when there is one; without one
+    /// the session advisory lock cannot be used (it would stay on whichever server connection took it), so
+    /// processes that race there retry, as on SQLite.
     pub async fn migrate(&self) -> Result<()> {
-        match &self.pool {
-            Pool::Postgres(pool) => Ok(POSTGRES_MIGRATOR.run(pool).await?),
-            Pool::Sqlite(pool) => {
+        match (&self.pool, &self.feed) {
+            (Pool::Postgres(_), pooler::FeedSource::Listen(direct)) if self.is_pooled() => {
+                Ok(POSTGRES_MIGRATOR.run(direct).await?)
+            }
+            (Pool::Postgres(pool), _) if self.is_pooled() => {
+                let pool: &PgPool = pool;
+                let mut migrator = Migrator { migrations: POSTGRES_MIGRATOR.migrations.clone(), ..Migrator::DEFAULT };
+                migrator.set_locking(false);
+                let mut attempt = 0;
+                loop {
+                    match migrator.run(pool).await {
+                        Ok(()) => return Ok(()),
+                        Err(e) if attempt < 5 => {
+                            attempt += 1;
+                            tracing::debug!(error = %e, attempt, "migrations raced another process; trying again");
+                            tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+            (Pool::Postgres(pool), _) => Ok(POSTGRES_MIGRATOR.run(&**pool).await?),
+            (Pool::Sqlite(pool), _) => {
                 let mut attempt = 0;
                 loop {
                     match SQLITE_MIGRATOR.run(pool).await {
@@ -281,7 +314,12 @@ impl Database {
                     .acquire_timeout(pool.options().get_acquire_timeout())
                     .connect_with(options)
                     .await?;
-                Ok(Self { pool: Pool::Postgres(dedicated), own_writes: self.own_writes.clone() })
+                Ok(Self {
+                    pool: Pool::Postgres(pooler::PgExec::new(dedicated, self.pooler)),
+                    own_writes: self.own_writes.clone(),
+                    feed: self.feed.clone(),
+                    pooler: self.pooler,
+                })
             }
             Pool::Sqlite(_) => Ok(self.clone()),
         }
@@ -325,6 +363,23 @@ impl Database {
         }
     }
 
+    /// Whether the connections go through a pooler in transaction mode (`database.pooler`).
+    pub fn is_pooled(&self) -> bool {
+        self.backend() == Backend::Postgres && self.pooler == Pooler::Transaction
+    }
+
+    /// Why the change feed polls instead of listening on PostgreSQL, if it does (for the log and health).
+    pub fn feed_polled(&self) -> Option<&'static str> {
+        match (&self.pool, &self.feed) {
+            (Pool::Postgres(_), pooler::FeedSource::Poll) => Some(pooler::POLLED_WARNING),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn feed_source(&self) -> &pooler::FeedSource {
+        &self.feed
+    }
+
     pub(crate) fn pool(&self) -> &Pool {
         &self.pool
     }
@@ -359,7 +414,7 @@ impl Dialect for sqlx::Postgres {
     async fn begin_write(pool: &PgPool) -> Result<sqlx::Transaction<'static, Self>> {
         let mut attempt = 1;
         loop {
-            match pool.begin().await.map_err(DbError::from) {
+            match pooler::begin(pool).await.map_err(DbError::from) {
                 Err(e) if e.is_connection_lost() && attempt <= pool.options().get_max_connections() => attempt += 1,
                 other => return other,
             }

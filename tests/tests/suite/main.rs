@@ -44,6 +44,7 @@ mod deploy_units;
 mod object_store_s3;
 mod panel_e2e;
 mod panel_resources;
+mod pgbouncer;
 mod python_adapter;
 mod python_archive;
 mod run_logs;
