@@ -28,6 +28,12 @@ impl PgBouncer {
     /// Starts PgBouncer in transaction mode with its files in a folder of its own, and waits until it accepts
     /// connections.
     pub async fn start() -> Self {
+        Self::with_pool_size(20).await
+    }
+
+    /// As [`PgBouncer::start`], with `pool_size` server connections per database and user: fewer than its
+    /// clients makes every transaction likely to land on a server connection another client used last.
+    pub async fn with_pool_size(pool_size: u32) -> Self {
         assert!(
             Path::new(PGBOUNCER).exists(),
             "The pooler tests need Debian's pgbouncer ({PGBOUNCER}): scripts/test installs it, or run \
@@ -46,7 +52,7 @@ impl PgBouncer {
         let ini = format!(
             "[databases]\n* = host={host} port={server_port}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\n\
              listen_port = {port}\nunix_socket_dir =\nauth_type = trust\nauth_file = {userlist}\n\
-             pool_mode = transaction\ndefault_pool_size = 20\nmax_client_conn = 500\n\
+             pool_mode = transaction\ndefault_pool_size = {pool_size}\nmax_client_conn = 500\n\
              ignore_startup_parameters = extra_float_digits,options\n",
             userlist = dir.join("userlist.txt").display(),
         );

@@ -167,3 +167,25 @@ fn the_log_cap_has_a_default_an_environment_override_and_a_floor() {
     let message = load("[logs]\nmax_bytes_per_run = 1000\n", &[]).expect_err("too small").to_string();
     assert!(message.contains("`logs.max_bytes_per_run`: must be at least 65536 (64 KiB)"), "{message}");
 }
+
+#[test]
+fn the_pooler_settings_load_and_a_listen_url_needs_the_pooler() {
+    let pooled = "[database]\nurl = \"postgres://s@pgbouncer:6432/s\"\npooler = \"transaction\"\n\
+                  listen_url = \"postgres://s:pw@db:5432/s\"\n";
+    let settings = load(pooled, &[]).expect("a pooled configuration");
+    assert_eq!(settings.database.pooler, Pooler::Transaction);
+    assert_eq!(settings.database.listen_url.as_deref(), Some("postgres://s:pw@db:5432/s"));
+    assert!(!format!("{:?}", settings.database).contains("pw@"), "the listen URL's password is redacted");
+    let from_env = load("", &[("SCRINALIA__DATABASE__POOLER", "transaction")]).expect("from the environment");
+    assert_eq!(from_env.database.pooler, Pooler::Transaction);
+    assert_eq!(load("", &[]).expect("defaults").database.pooler, Pooler::None);
+
+    let unpooled = "[database]\nurl = \"postgres://s@db/s\"\nlisten_url = \"postgres://s@db/s\"\n";
+    let err = load(unpooled, &[]).expect_err("a listen URL without a pooler").to_string();
+    assert!(err.contains("database.listen_url") && err.contains("pooler"), "{err}");
+    let not_pg = "[database]\npooler = \"transaction\"\nlisten_url = \"sqlite://x\"\n";
+    let err = load(not_pg, &[]).expect_err("a listen URL that is not PostgreSQL").to_string();
+    assert!(err.contains("database.listen_url"), "{err}");
+    let err = load("[database]\npooler = \"session\"\n", &[]).expect_err("an unknown pooler").to_string();
+    assert!(err.contains("pooler"), "{err}");
+}

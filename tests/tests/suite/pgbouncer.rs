@@ -35,8 +35,12 @@ struct Pooled {
 impl Pooled {
     /// A fresh database, a PgBouncer, and the API through it (with `listen` a direct LISTEN URL too).
     async fn start(listen: bool) -> Self {
+        Self::on(PgBouncer::start().await, listen).await
+    }
+
+    /// As `start`, through `bouncer`.
+    async fn on(bouncer: PgBouncer, listen: bool) -> Self {
         let db = TestDb::postgres().await;
-        let bouncer = PgBouncer::start().await;
         let port = free_port();
         let probe = with_defaults(probe(&demo_worker(), "probe-1", 120), &[("exit_code", json!(0))]);
         let pooled_url = bouncer.url_of(&db.url);
@@ -227,4 +231,34 @@ async fn the_main_flows_work_through_pgbouncer_with_a_direct_listen_url() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_main_flows_work_through_pgbouncer_polling_without_a_listen_url() {
     the_main_flows_work_through_pgbouncer(false).await;
+}
+
+/// Many requests at once from one API whose 5 connections share 2 server connections: every transaction is
+/// likely to land where another client's was, which is where named or half-prepared statements would break.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_sharing_two_server_connections_all_answer() {
+    let system = Pooled::on(PgBouncer::with_pool_size(2).await, true).await;
+    let requests = (0..150).map(|i| {
+        let system = &system;
+        async move {
+            let reply = match i % 3 {
+                0 => {
+                    let body = json!({"options": {"duration_ms": 200}});
+                    system.http(Method::POST, "/api/workers/probe-1/runs", OPERATOR, Some(body)).await
+                }
+                1 => system.http(Method::GET, "/api/runs?limit=20", VIEWER, None).await,
+                _ => system.http(Method::GET, "/api/workers", VIEWER, None).await,
+            };
+            let reply = reply.expect("an answer");
+            (i % 3, reply.status.as_u16(), reply.text())
+        }
+    });
+    let replies = futures::future::join_all(requests).await;
+    let failed: Vec<_> = replies.iter().filter(|(_, status, _)| *status >= 500).collect();
+    assert!(failed.is_empty(), "{} of 150 answered 5xx, e.g. {:?}", failed.len(), failed.first());
+    let created = replies.iter().filter(|(kind, status, _)| *kind == 0 && *status == 201).count();
+    let conflicts = replies.iter().filter(|(kind, status, _)| *kind == 0 && *status == 409).count();
+    assert_eq!((created, conflicts), (1, 49), "no daemon runs: one trigger is queued, the others conflict");
+    assert!(replies.iter().all(|(kind, status, _)| *kind == 0 || *status == 200), "every read answers 200");
+    system.db.cleanup().await;
 }
