@@ -151,8 +151,7 @@ export function connectEvents({ onEvent, onOpen, onDown }) {
         });
         if (!response.ok) throw new Error(`status ${response.status}`);
         delay = 1000;
-        onResponse?.(response);
-  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+        const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
         let buffer = "";
         for (;;) {
           const { value, done } = await reader.read();
