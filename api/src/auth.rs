@@ -12,6 +12,19 @@ use scrinalia_shared::auth::{Role, hash_token, hashes_equal};
 
 use crate::{error::ApiError, state::AppState};
 
+/// The headers a proxy adds: a request that carries one did not come from the peer it came from, so the
+/// loopback rule says nothing about who sent it.
+const FORWARDING: [&str; 6] =
+    ["forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip", "via"];
+
+/// What anonymous access grants, for the start-up log: `None` when there is none.
+pub fn anonymous_grant(auth: &scrinalia_shared::config::AuthSettings) -> Option<String> {
+    let role = auth.anonymous_role?;
+    let from = if auth.anonymous_loopback_only { "from the loopback interface" } else { "from any address" };
+    let proxy = if auth.anonymous_through_proxy { "proxied requests included" } else { "not through a proxy" };
+    Some(format!("requests without a token get the {role} role {from}, {proxy}"))
+}
+
 /// The authenticated caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
@@ -50,8 +63,13 @@ impl Caller {
                     .extensions
                     .get::<ConnectInfo<SocketAddr>>()
                     .is_some_and(|ConnectInfo(peer)| peer.ip().is_loopback());
-                match auth.anonymous_role {
-                    Some(role) if loopback || !auth.anonymous_loopback_only => {
+                let forwarded = FORWARDING.iter().find(|h| parts.headers.contains_key(**h));
+                match (auth.anonymous_role, forwarded) {
+                    (Some(_), Some(header)) if !auth.anonymous_through_proxy => Err(ApiError::Unauthorized(format!(
+                        "This request came through a proxy (it carries {header}), and anonymous access is not \
+                         granted through a proxy: send `Authorization: Bearer <token>`."
+                    ))),
+                    (Some(role), _) if loopback || !auth.anonymous_loopback_only => {
                         Ok(Self { name: "anonymous".to_owned(), role })
                     }
                     _ => Err(ApiError::Unauthorized(

@@ -93,6 +93,10 @@ pub async fn serve(
     });
     let listener = TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     tracing::info!(listen = %listener.local_addr()?, database = %url, version = scrinalia_shared::VERSION, "API listening");
+    match auth::anonymous_grant(&state.settings().auth) {
+        Some(grant) => tracing::warn!(anonymous = %grant, "anonymous access is on: {grant}"),
+        None => tracing::info!("anonymous access is off: every request needs a bearer token"),
+    }
     let token = state.shutdown_token().clone();
     axum::serve(listener, app(state).into_make_service_with_connect_info::<SocketAddr>())
         .with_graceful_shutdown(async move {

@@ -97,6 +97,11 @@ impl System {
         scrinalia(args, &[("SCRINALIA_API", &self.api_url), ("SCRINALIA_TOKEN", token)], None).await
     }
 
+    /// What the API process printed so far (its log).
+    pub fn api_output(&self) -> String {
+        self.api.output()
+    }
+
     /// Stops the binaries and drops the database.
     pub async fn cleanup(self) {
         drop((self.api, self.daemon));

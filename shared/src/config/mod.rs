@@ -284,6 +284,10 @@ pub struct AuthSettings {
     pub anonymous_role: Option<Role>,
     /// Grant the anonymous role only to requests from the loopback interface.
     pub anonymous_loopback_only: bool,
+    /// Grant the anonymous role to requests that came through a proxy (they carry `Forwarded`,
+    /// `X-Forwarded-For`, `X-Real-IP` or `Via`). Off by default: a reverse proxy on the same host makes every
+    /// request a loopback one, which would give the anonymous role to the whole network behind it.
+    pub anonymous_through_proxy: bool,
     /// The tokens.
     pub tokens: Vec<TokenSettings>,
 }

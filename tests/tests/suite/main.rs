@@ -8,6 +8,7 @@ mod api_admin;
 mod api_continuations;
 mod api_health;
 mod api_processes;
+mod api_proxy;
 mod api_resources;
 mod api_runs;
 mod api_schedules;
