@@ -23,8 +23,8 @@ mod object_store;
 mod retention;
 
 pub use logs::{LogSettings, MIN_LOG_CAP};
-pub use retention::{RetentionSettings, retention_problems};
 pub use object_store::{DEFAULT_REGION, ObjectStoreKind, ObjectStoreSettings, clean_endpoint, s3_problems};
+pub use retention::{RetentionSettings, retention_problems};
 
 /// The environment variable naming the configuration file when `--config` is not given.
 pub const CONFIG_ENV: &str = "SCRINALIA_CONFIG";

@@ -79,7 +79,8 @@ async fn a_request_through_a_proxy_on_loopback_is_not_anonymous_admin() {
     let message = body["message"].as_str().unwrap_or_default();
     assert!(message.contains("came through a proxy (it carries x-forwarded-for)"), "{body}");
     // A write through the proxy without a token is refused too, and changes nothing.
-    let trigger = reqwest::Client::new().request(Method::POST, format!("{proxy}/api/workers/probe-1/runs")).send().await;
+    let trigger =
+        reqwest::Client::new().request(Method::POST, format!("{proxy}/api/workers/probe-1/runs")).send().await;
     assert_eq!(trigger.expect("an answer").status(), StatusCode::UNAUTHORIZED);
     let runs = get(&format!("{}/api/runs", system.api_url), None).await.expect(StatusCode::OK, None);
     assert_eq!(runs["runs"].as_array().map(Vec::len), Some(0), "nothing was requested: {runs}");

@@ -29,6 +29,7 @@ mod daemon_lifecycle;
 mod daemon_pipelines;
 mod daemon_resources;
 mod daemon_resume_archive;
+mod daemon_retention;
 mod daemon_retries;
 mod daemon_runs;
 mod daemon_schedules;
