@@ -2,7 +2,8 @@
 //! `object_store.kind = "s3"` pointing at a real S3-speaking server (moto's standalone server). A probe run's
 //! output is written to the bucket under the configured prefix and read back through the API's log endpoint,
 //! plain and followed, while the run goes on and after it ends; health reports the store ok, and down with a
-//! readable reason while its bucket does not exist.
+//! readable reason while its bucket does not exist. Once the run is old enough for the retention policy, a prune
+//! pass deletes its objects from the bucket with its ledger row.
 //!
 //! One backend is enough: the store does not depend on the database.
 
@@ -11,13 +12,16 @@ use std::{net::SocketAddr, time::Duration};
 use futures::StreamExt;
 use scrinalia_shared::{
     Role,
-    config::{ObjectStoreKind, Secret},
+    config::{ObjectStoreKind, ObjectStoreSettings, RetentionSettings, Secret},
+    logstore::LogStore,
 };
 use scrinalia_tests::{
     Process, TestDb,
     api_harness::{OPERATOR, VIEWER},
     daemon_harness::probe,
-    demo_worker, eventually, free_port,
+    demo_worker, eventually,
+    fixtures::insert,
+    free_port,
     moto::Moto,
 };
 use serde_json::{Value, json};
@@ -38,16 +42,23 @@ fn config(t: &TestDb, moto: &Moto, bucket: &str, listen: SocketAddr) -> String {
             f.database.max_connections = 5;
             (f.api.listen, f.api.events_poll_ms) = (listen, 100);
             f.telemetry.log_filter = "info,object_store=debug".to_owned();
-            let store = &mut f.object_store;
-            store.kind = ObjectStoreKind::S3;
-            store.bucket = Some(bucket.to_owned());
-            store.endpoint = Some(moto.endpoint.clone());
-            store.region = Some("eu-west-1".to_owned());
-            store.access_key_id = Some(Secret::from(ACCESS_KEY_ID.to_owned()));
-            store.secret_access_key = Some(Secret::from(SECRET_ACCESS_KEY.to_owned()));
-            store.prefix = format!("/{PREFIX}/");
+            f.object_store = store_settings(moto, bucket);
         })
         .toml()
+}
+
+/// The run-log store: `moto`'s `bucket` under `PREFIX`.
+fn store_settings(moto: &Moto, bucket: &str) -> ObjectStoreSettings {
+    ObjectStoreSettings {
+        kind: ObjectStoreKind::S3,
+        bucket: Some(bucket.to_owned()),
+        endpoint: Some(moto.endpoint.clone()),
+        region: Some("eu-west-1".to_owned()),
+        access_key_id: Some(Secret::from(ACCESS_KEY_ID.to_owned())),
+        secret_access_key: Some(Secret::from(SECRET_ACCESS_KEY.to_owned())),
+        prefix: format!("/{PREFIX}/"),
+        ..ObjectStoreSettings::default()
+    }
 }
 
 /// The real API on `config`; returns it and its base URL once it answers.
@@ -192,6 +203,24 @@ async fn a_runs_output_goes_to_the_bucket_and_reads_back_through_the_api_while_a
     assert_no_secret("the API", &api.output());
     assert_no_secret("the daemon", &daemon.output());
     drop((api, daemon));
+
+    // A hundred days on (a newer run of the worker kept as its last one), a prune pass takes the run and its log.
+    let newer = insert(&t.db, "probe-1").await.expect("a newer run");
+    t.db.request_cancel(newer.id, "vera").await.expect("cancel the newer run");
+    let aged = format!(
+        "update worker_runs set finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-100 days') where id = x'{}'",
+        id.replace('-', "")
+    );
+    assert_eq!(t.execute(&aged).await.expect("age the run"), 1);
+    let logs = LogStore::open(&store_settings(&moto, bucket)).expect("the store");
+    // The daemon made a pass as it started; the next is due an interval after that one.
+    let settings = RetentionSettings { keep_last_per_worker: 1, interval_seconds: 1, ..RetentionSettings::default() };
+    let counts = eventually(Duration::from_secs(10), "a prune pass to be due", || async {
+        t.db.prune_pass(&settings, &logs, uuid::Uuid::now_v7(), &|| false).await.expect("a prune pass")
+    })
+    .await;
+    assert_eq!((counts.runs, counts.logs > 0), (1, true), "{counts:?}");
+    assert!(moto.keys(bucket, &run_prefix).await.is_empty(), "the pruned run's chunks left the bucket");
     t.cleanup().await;
 }
 
