@@ -12,6 +12,7 @@ pub mod invocation;
 pub mod lease;
 pub mod main_loop;
 pub mod metrics;
+pub mod notifier;
 pub mod outcome;
 pub mod progress;
 pub mod pruner;
@@ -145,6 +146,7 @@ async fn serve(ctx: Arc<Context>, shutdown: Shutdown, systemd: Notifier) -> anyh
     );
     tasks.spawn(rescuer::run(ctx.clone(), background.clone()).in_current_span());
     tasks.spawn(pruner::run(ctx.clone(), background.clone()).in_current_span());
+    tasks.spawn(notifier::run(ctx.clone(), background.clone()).in_current_span());
     let chores_now = Arc::new(Notify::new());
     tasks.spawn(chores::run(ctx.clone(), chores_now.clone(), background.clone()).in_current_span());
     let wakes = scheduler::Wakes::default();

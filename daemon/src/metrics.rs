@@ -40,6 +40,7 @@ pub struct DaemonMetrics {
     queue_wait: HistogramVec,
     renewals: CounterVec,
     fires: CounterVec,
+    webhooks: CounterVec,
     in_flight_gauge: GaugeVec,
     in_flight: AtomicI64,
 }
@@ -80,6 +81,11 @@ impl DaemonMetrics {
                 "Schedule fire times this daemon handled, by result: attempted (fired in a transaction holding the \
                  schedule), requested, skipped, missed, waiting, lost_race (another daemon fired it first) and \
                  refused_by_constraint (a double fire stopped only by the unique index: never expected)",
+            ),
+            webhooks: metrics.counter(
+                "scrinalia_webhook_deliveries",
+                "Webhook delivery attempts this daemon made, by webhook and outcome (delivered: a 2xx; retry: failed, \
+                 tried again later; gave_up: failed, the last attempt)",
             ),
             in_flight_gauge: metrics.gauge("scrinalia_runs_in_flight", "Runs this daemon holds now"),
             in_flight: AtomicI64::new(0),
@@ -140,6 +146,11 @@ impl DaemonMetrics {
     /// A run of `worker` whose lease had expired was recorded interrupted by this daemon's recovery.
     pub fn run_recovered(&self, worker: &str) {
         self.recovered.inc(&[("worker", worker)]);
+    }
+
+    /// An attempt to deliver an event to `webhook` ended with `outcome` (`delivered`, `retry`, `gave_up`).
+    pub fn webhook_attempt(&self, webhook: &str, outcome: &str) {
+        self.webhooks.inc(&[("webhook", webhook), ("outcome", outcome)]);
     }
 
     /// A lease renewal of a run of `worker`.

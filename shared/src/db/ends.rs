@@ -57,6 +57,8 @@ pub(crate) fn retry_of(ended: &Run) -> Option<NewRun<'_>> {
 macro_rules! follow_in_tx {
     ($tx:ident, $db:expr, $ended:expr) => {{
         let ended: &Run = $ended;
+        // The webhook event its outcome is, if any, in the same transaction (see `crate::webhooks`).
+        $crate::db::webhooks::record_in_tx!($tx, $db, ended);
         // Its resource slots are free for the next claim the moment this end commits.
         sqlx::query($db.text($crate::db::resources::RELEASE)).bind(ended.id).execute(&mut *$tx).await?;
         if let Some(retry) = retry_of(ended) {
