@@ -1,5 +1,6 @@
-// The runs view: the ledger, newest first, with filters (worker, state, dates) and keyset pagination. Filters
-// and the page live in the hash (#/runs?worker=…&state=…&from=…&to=…&after=…), so a view can be linked. An event
+// The runs view: the ledger, newest first, with filters (worker, state, dates), a search (who requested it,
+// error text, run id or its start) and keyset pagination. Filters and the page live in the hash
+// (#/runs?worker=…&state=…&from=…&to=…&requested_by=…&q=…&id=…&after=…), so a view can be linked. An event
 // refetches only the run it concerns: a row on screen is replaced, a new run matching the filters is put on top
 // of the first page.
 
@@ -9,6 +10,8 @@ import { field } from "./form.js";
 import { STATES, duration, resultSummary, shortId, stateBadge, timeEl } from "./format.js";
 
 const PAGE_SIZES = [25, 50, 100, 200];
+// What the hash keeps, in this order.
+const SEARCH_KEYS = ["worker", "state", "from", "to", "requested_by", "q", "id", "after"];
 
 function parseQuery(text) {
   const q = new URLSearchParams(text ?? "");
@@ -17,6 +20,9 @@ function parseQuery(text) {
     state: q.get("state") ?? "",
     from: q.get("from") ?? "",
     to: q.get("to") ?? "",
+    requested_by: q.get("requested_by") ?? "",
+    q: q.get("q") ?? "",
+    id: q.get("id") ?? "",
     limit: PAGE_SIZES.includes(Number(q.get("limit"))) ? Number(q.get("limit")) : 50,
     after: q.get("after") ?? "",
   };
@@ -24,7 +30,7 @@ function parseQuery(text) {
 
 function toHash(f) {
   const q = new URLSearchParams();
-  for (const key of ["worker", "state", "from", "to", "after"]) if (f[key]) q.set(key, f[key]);
+  for (const key of SEARCH_KEYS) if (f[key]) q.set(key, f[key]);
   if (f.limit !== 50) q.set("limit", f.limit);
   const s = q.toString();
   return s ? `#/runs?${s}` : "#/runs";
@@ -35,6 +41,20 @@ function dayBound(day, next) {
   const [y, m, d] = day.split("-").map(Number);
   if (!y || !m || !d) return null;
   return new Date(y, m - 1, d + (next ? 1 : 0)).toISOString();
+}
+
+/**
+ * A run's error as the row shows it: its first 120 characters or, when the search names error text found in it,
+ * the words around the first match, the match marked.
+ */
+function errorExcerpt(error, q) {
+  if (!error) return null;
+  const at = q ? error.toLowerCase().indexOf(q.toLowerCase()) : -1;
+  if (at < 0) return error.length > 120 ? `${error.slice(0, 120)}…` : error;
+  const start = Math.max(0, at - 50);
+  const end = Math.min(error.length, at + q.length + 50);
+  return [start > 0 ? "…" : "", error.slice(start, at), h("mark", null, error.slice(at, at + q.length)),
+    error.slice(at + q.length, end), end < error.length ? "…" : ""];
 }
 
 // The cursors of the pages before the current one, so that "Newer" can go back; kept across re-mounts.
@@ -53,6 +73,18 @@ export function mount(root, [queryText], ctx) {
     STATES.map((s) => h("option", { value: s, selected: s === filter.state }, s)));
   const fromInput = h("input", { id: "filter-from", name: "from", type: "date", value: filter.from });
   const toInput = h("input", { id: "filter-to", name: "to", type: "date", value: filter.to });
+  const byInput = h("input", {
+    id: "filter-requested-by", name: "requested_by", type: "text", value: filter.requested_by, autocomplete: "off",
+    placeholder: "a token's name",
+  });
+  const errorInput = h("input", {
+    id: "filter-q", name: "q", type: "search", value: filter.q, autocomplete: "off", placeholder: "words of the error",
+    maxlength: 200,
+  });
+  const idInput = h("input", {
+    id: "filter-id", name: "id", type: "text", value: filter.id, autocomplete: "off", spellcheck: "false",
+    placeholder: "0193ab12…", size: 14,
+  });
   const limitSelect = h("select", { id: "filter-limit", name: "limit" },
     PAGE_SIZES.map((n) => h("option", { value: n, selected: n === filter.limit }, n)));
   const onsubmit = (e) => {
@@ -60,17 +92,21 @@ export function mount(root, [queryText], ctx) {
     pageStack.length = 0;
     ctx.navigate(toHash({
       worker: workerSelect.value, state: stateSelect.value, from: fromInput.value, to: toInput.value,
+      requested_by: byInput.value.trim(), q: errorInput.value.trim(), id: idInput.value.trim(),
       limit: Number(limitSelect.value), after: "",
     }));
   };
   const reset = () => {
     pageStack.length = 0;
   };
-  const form = h("form", { class: "filters", "aria-label": "Filter the runs", onsubmit },
+  const form = h("form", { class: "filters", role: "search", "aria-label": "Search and filter the runs", onsubmit },
     field("filter-worker", "Worker", workerSelect),
     field("filter-state", "State", stateSelect),
     field("filter-from", "From (day)", fromInput),
     field("filter-to", "To (day, included)", toInput),
+    field("filter-requested-by", "Requested by", byInput),
+    field("filter-q", "Error text", errorInput),
+    field("filter-id", "Run id (or its start)", idInput),
     field("filter-limit", "Per page", limitSelect),
     h("div", { class: "field buttons" }, h("button", { type: "submit", class: "primary" }, "Apply"),
       h("a", { href: "#/runs", class: "button", onclick: reset }, "Reset")));
@@ -115,6 +151,7 @@ export function mount(root, [queryText], ctx) {
     const to = filter.to && dayBound(filter.to, true);
     if (from) q.set("from", from);
     if (to) q.set("to", to);
+    for (const key of ["requested_by", "q", "id"]) if (filter[key]) q.set(key, filter[key]);
     q.set("limit", filter.limit);
     if (after) q.set("after", after);
     return `/api/runs?${q}`;
@@ -128,13 +165,17 @@ export function mount(root, [queryText], ctx) {
     const to = filter.to && dayBound(filter.to, true);
     if (from && t < Date.parse(from)) return false;
     if (to && t >= Date.parse(to)) return false;
+    if (filter.requested_by && run.requested_by !== filter.requested_by) return false;
+    if (filter.q && !run.error?.toLowerCase().includes(filter.q.toLowerCase())) return false;
+    const compact = (id) => id.replaceAll("-", "").toLowerCase();
+    if (filter.id && !compact(run.id).startsWith(compact(filter.id))) return false;
     return true;
   }
 
   function row(r) {
     // A cancellation asked for but not (yet) what ended the run.
     const cancelAsked = r.cancel_requested_at && r.state !== "cancelled";
-    const error = r.error?.length > 120 ? `${r.error.slice(0, 120)}…` : r.error;
+    const error = errorExcerpt(r.error, filter.q);
     return h("tr", { dataset: { run: r.id, state: r.state, worker: r.worker } },
       h("td", null, timeEl(r.requested_at)),
       h("td", null, h("a", { href: `#/runs?worker=${encodeURIComponent(r.worker)}` }, r.worker)),

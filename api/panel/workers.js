@@ -7,6 +7,7 @@
 import { ApiError, api } from "./api.js";
 import { append, debouncer, h, idFor, replace } from "./dom.js";
 import { engineFields, optionField, optionInput, readOptions } from "./form.js";
+import { createHistory } from "./history.js";
 import { createSchedules } from "./schedules.js";
 import {
   ageSpan, count, duration, progressBar, progressFacts, progressText, readinessBadge, readinessFacts, resultSummary,
@@ -28,6 +29,7 @@ export function mount(root, _params, ctx) {
   const choresBusy = new Set(); // `${name} ${verb}` while that request is out
   const debounce = debouncer(250);
   const schedules = createSchedules(ctx);
+  const history = createHistory();
   let closed = false;
 
   const list = h("div", { class: "worker-grid", id: "workers", "aria-busy": "true" });
@@ -191,6 +193,7 @@ export function mount(root, _params, ctx) {
       w.description ? h("p", { class: "description" }, w.description) : null,
       status,
       schedules.section("worker", w.name, () => workers.get(w.name)?.data.options ?? w.options),
+      history.section(w.name),
       h("div", { class: "actions" }, controls, reason, alert, chores, overrideLink));
     return { article, status, alert, reason, runButton, controls, form: null, formKey: null, chores, choreButtons,
       choreMessage };
@@ -442,6 +445,7 @@ export function mount(root, _params, ctx) {
       // event (a run, a queue measurement, an override, a `worker` event for a new description or readiness)
       // names its worker, whose card alone is read again. Schedules are read again on their own event.
       schedules.onEvent(ev);
+      history.onEvent(ev);
       if (!ev.worker) return;
       if (workers.has(ev.worker)) debounce(ev.worker, () => loadOne(ev.worker));
       // Before the first list has arrived, it may already be older than the change: read it all again.
@@ -461,6 +465,7 @@ export function mount(root, _params, ctx) {
       closed = true;
       debounce.cancel();
       schedules.unmount();
+      history.unmount();
       stopDaemons();
     },
   };

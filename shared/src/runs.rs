@@ -12,12 +12,14 @@ mod diff;
 mod follow;
 mod placement;
 mod resolver;
+mod search;
 mod waiting;
 
 pub use diff::config_changes;
 pub use follow::FollowError;
 pub use placement::Placement;
 pub(crate) use resolver::Resolver;
+pub use search::{IdRange, contains_pattern};
 
 use crate::{
     Catalogue, Database, DbError, EndReason, ExplicitArgs, ProgressEntry, ResolveError, Run, RunPage, RunState,
@@ -173,6 +175,12 @@ pub struct RunFilter {
     pub after: Option<Cursor>,
     /// Page size (at most 500).
     pub limit: u32,
+    /// Only runs requested by this caller (the exact name).
+    pub requested_by: Option<String>,
+    /// Only runs whose error contains this text (case-insensitive; on SQLite for ASCII letters only).
+    pub error_contains: Option<String>,
+    /// Only runs whose id is in this range (a whole id, or the ids that start with some hex digits).
+    pub ids: Option<IdRange>,
 }
 
 impl Database {

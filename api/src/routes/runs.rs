@@ -11,7 +11,7 @@ use axum::{
 use chrono::{DateTime, Utc};
 use scrinalia_shared::{
     ConfigChange, ExplicitArgs, ProgressEntry, Run, RunPage, RunState, Waiting,
-    runs::{CancelOutcome, Cursor, RunFilter, RunRequest},
+    runs::{CancelOutcome, Cursor, IdRange, RunFilter, RunRequest},
 };
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -81,7 +81,16 @@ pub struct RunsQuery {
     limit: Option<String>,
     /// The `next` of the previous page.
     after: Option<String>,
+    /// Only runs requested by this caller (the exact name a token or a schedule records).
+    requested_by: Option<String>,
+    /// Only runs whose error contains this text, whatever its case (at most 200 characters).
+    q: Option<String>,
+    /// Only this run: its whole id, or its first 4 or more hex digits (every run whose id starts so).
+    id: Option<String>,
 }
+
+/// The longest `q` and `requested_by` taken.
+const MAX_SEARCH_CHARS: usize = 200;
 
 impl RunsQuery {
     fn filter(self) -> ApiResult<RunFilter> {
@@ -115,7 +124,35 @@ impl RunsQuery {
                     .ok_or_else(|| bad(format!("`after` must be the `next` of a previous page, not {}.", quote(&a))))
             })
             .transpose()?;
+        let search = |key: &str, v: Option<String>| -> ApiResult<Option<String>> {
+            let v = v.filter(|v| !v.trim().is_empty());
+            match v {
+                Some(v) if v.chars().count() > MAX_SEARCH_CHARS => Err(bad(format!(
+                    "`{key}` may be at most {MAX_SEARCH_CHARS} characters long, not {}.",
+                    v.chars().count()
+                ))),
+                v => Ok(v),
+            }
+        };
+        let requested_by = search("requested_by", self.requested_by)?.map(|v| v.trim().to_owned());
+        let error_contains = search("q", self.q)?;
+        let ids = self
+            .id
+            .filter(|id| !id.trim().is_empty())
+            .map(|id| {
+                IdRange::parse(&id).ok_or_else(|| {
+                    bad(format!(
+                        "`id` must be a run id or its first {} or more hex digits (such as 0193ab12), not {}.",
+                        IdRange::MIN_DIGITS,
+                        quote(&id)
+                    ))
+                })
+            })
+            .transpose()?;
         Ok(RunFilter {
+            requested_by,
+            error_contains,
+            ids,
             worker,
             state: state.map_err(|e| bad(format!("`state`: {}", sentence(e))))?,
             from: time("from", self.from)?,

@@ -11,12 +11,16 @@
 
 mod access;
 mod curator;
+mod drain;
+mod history;
 mod rerun;
 mod schedules;
+mod search;
+mod signin;
 mod stack;
 mod waiting;
 
-use scrinalia_tests::browser::Browser;
+use scrinalia_tests::browser::{Browser, workspace_root};
 use serde_json::json;
 
 const VIEWER_TOKEN: &str = "scr_e2e_viewer_0123456789abcdef";
@@ -37,4 +41,22 @@ const ADMIN_TOKEN: &str = "scr_e2e_admin_0123456789abcdef";
 async fn press_disabled(browser: &Browser, selector: &str) {
     let script = "const b = document.querySelector(arguments[0]); b.disabled = false; b.click(); return true;";
     browser.js(script, vec![json!(selector)]).await;
+}
+
+/// Signs in with `token` and waits for the panel to say `role`.
+async fn sign_in(browser: &Browser, token: &str, role: &str) {
+    browser.type_into("#token-input", token).await;
+    browser.click("#signin-form button[type=\"submit\"]").await;
+    browser.wait_for(&format!("#who[data-role={role:?}]")).await;
+}
+
+/// A screenshot in `artifacts/screenshots/`; with `SCRINALIA_UPDATE_DOCS_SCREENSHOT=1`, also in
+/// `docs/screenshots/<name>.png`, where docs/panel.md shows it.
+async fn docs_screenshot(browser: &Browser, name: &str) {
+    let shot = browser.screenshot(name).await;
+    if std::env::var_os("SCRINALIA_UPDATE_DOCS_SCREENSHOT").is_some() {
+        let docs = workspace_root().join("docs/screenshots");
+        std::fs::create_dir_all(&docs).expect("create docs/screenshots");
+        std::fs::copy(&shot, docs.join(format!("{name}.png"))).expect("update a docs screenshot");
+    }
 }
