@@ -191,14 +191,14 @@ async fn measure(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) ->
 }
 
 /// What a load got back.
-struct Outcome {
-    latencies: Samples,
-    failures: Vec<String>,
-    bytes: usize,
+pub(crate) struct Outcome {
+    pub(crate) latencies: Samples,
+    pub(crate) failures: Vec<String>,
+    pub(crate) bytes: usize,
 }
 
 impl Outcome {
-    fn check(&self, endpoint: &str) -> anyhow::Result<()> {
+    pub(crate) fn check(&self, endpoint: &str) -> anyhow::Result<()> {
         match self.failures.first() {
             Some(first) => bail!("{} of the requests to {endpoint} failed, e.g. {first}", self.failures.len()),
             None => Ok(()),
@@ -241,7 +241,7 @@ async fn open_loop_with(rate: u64, seconds: u64, request: impl Fn(u64) -> reqwes
     collect(tasks).await
 }
 
-async fn open_loop(client: &reqwest::Client, url: &str, rate: u64, seconds: u64) -> Outcome {
+pub(crate) async fn open_loop(client: &reqwest::Client, url: &str, rate: u64, seconds: u64) -> Outcome {
     open_loop_with(rate, seconds, |_| client.get(url).bearer_auth(VIEWER)).await
 }
 

@@ -69,7 +69,7 @@ pub async fn run(env: &Env, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
     Ok(figures)
 }
 
-fn config(port: Option<u16>) -> ConfigSpec {
+pub(crate) fn config(port: Option<u16>) -> ConfigSpec {
     ConfigSpec {
         probes: PROBES,
         daemon: DaemonSettings { capacity: 8, ..DaemonSettings::default() },
@@ -78,7 +78,11 @@ fn config(port: Option<u16>) -> ConfigSpec {
     }
 }
 
-async fn start_daemon(env: &Env, dir: &std::path::Path, config: &std::path::Path) -> anyhow::Result<Process> {
+pub(crate) async fn start_daemon(
+    env: &Env,
+    dir: &std::path::Path,
+    config: &std::path::Path,
+) -> anyhow::Result<Process> {
     let program = env.bin("scrinalia-daemon");
     let daemon = Process::start_ready(&program, "daemon", dir, config, &[], &[], Ready::Line("daemon started")).await?;
     // Let the start-up work pass (the first round of queue counts: one process per probe, 50 ms apart).
@@ -287,14 +291,18 @@ fn floor(backend: &'static str, what: &str, spaced: bool, samples: &Samples) -> 
 }
 
 /// A request inserted by the bench.
-struct Inserted {
-    id: Uuid,
+pub(crate) struct Inserted {
+    pub(crate) id: Uuid,
     before: Instant,
     returned: Instant,
 }
 
 /// Inserts `warmup + requests` requests `spacing` apart on a fixed schedule; returns them in order.
-async fn direct_pass(producer: &Database, settings: &Settings, opts: &Opts) -> anyhow::Result<Vec<Inserted>> {
+pub(crate) async fn direct_pass(
+    producer: &Database,
+    settings: &Settings,
+    opts: &Opts,
+) -> anyhow::Result<Vec<Inserted>> {
     let spacing = Duration::from_millis(opts.spacing_ms);
     let start = Instant::now();
     let mut ids = Vec::new();
@@ -402,7 +410,7 @@ impl Heard {
 }
 
 /// Waits for every run to end; returns them in order.
-async fn finished(db: &Database, ids: &[Uuid]) -> anyhow::Result<Vec<Run>> {
+pub(crate) async fn finished(db: &Database, ids: &[Uuid]) -> anyhow::Result<Vec<Run>> {
     try_eventually(Duration::from_secs(60), "every run to end", || async {
         let all = runs(db, ids).await?;
         Ok(all.iter().all(|r| r.state.is_terminal()).then_some(all))
@@ -420,7 +428,7 @@ async fn finished(db: &Database, ids: &[Uuid]) -> anyhow::Result<Vec<Run>> {
     .context("the latency runs")
 }
 
-fn ms(d: chrono::TimeDelta) -> f64 {
+pub(crate) fn ms(d: chrono::TimeDelta) -> f64 {
     d.num_microseconds().unwrap_or(i64::MAX) as f64 / 1000.0
 }
 

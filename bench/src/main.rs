@@ -3,17 +3,22 @@
 //! other. Build the binaries first: `cargo build --release --workspace && target/release/scrinalia-bench all`.
 //! docs/benchmarks.md explains every figure.
 
+mod claim_history;
 mod counts;
 mod drain;
 mod env;
 mod http;
 mod idle;
 mod latency;
+mod ledger;
 mod machine;
+mod prune;
 mod recovery;
 mod report;
 mod resources;
 mod schedules;
+mod seed;
+mod streams;
 
 use std::path::PathBuf;
 
@@ -70,7 +75,15 @@ enum Command {
     Schedules(schedules::Opts),
     /// What a shared resource adds to a claim (A/B: no resource, holding one).
     Resources(resources::Opts),
-    /// Everything above, with the default options.
+    /// The panel's reads over a ledger of 10,000,000 runs, 500 requests/s open loop each.
+    Ledger(ledger::Opts),
+    /// Request → claimed with an empty ledger (A), then with 10,000,000 runs of history (B).
+    ClaimHistory(claim_history::Opts),
+    /// Claim latency while a retention pass prunes 1,000,000 runs.
+    ClaimDuringPrune(prune::Opts),
+    /// 1,000 live-event streams on one API: its memory, and an event's delivery to all of them.
+    Streams(streams::Opts),
+    /// Everything above but the ten-million-row benches (ledger, claim-history), with the default options.
     All,
 }
 
@@ -104,6 +117,10 @@ fn main() -> anyhow::Result<()> {
             Command::Counts(o) => figures.extend(counts::run(&env, &o).await?),
             Command::Schedules(o) => figures.extend(schedules::run(&env, &o).await?),
             Command::Resources(o) => figures.extend(resources::run(&env, &o).await?),
+            Command::Ledger(o) => figures.extend(ledger::run(&env, &o).await?),
+            Command::ClaimHistory(o) => figures.extend(claim_history::run(&env, &o).await?),
+            Command::ClaimDuringPrune(o) => figures.extend(prune::run(&env, &o).await?),
+            Command::Streams(o) => figures.extend(streams::run(&env, &o).await?),
             Command::All => {
                 let started = std::time::Instant::now();
                 figures.extend(latency::run(&env, &latency::Opts::default()).await?);
@@ -114,6 +131,8 @@ fn main() -> anyhow::Result<()> {
                 figures.extend(counts::run(&env, &counts::Opts::default()).await?);
                 figures.extend(schedules::run(&env, &schedules::Opts::default()).await?);
                 figures.extend(resources::run(&env, &resources::Opts::default()).await?);
+                figures.extend(prune::run(&env, &prune::Opts::default()).await?);
+                figures.extend(streams::run(&env, &streams::Opts::default()).await?);
                 eprintln!("all benches took {:.0} s", started.elapsed().as_secs_f64());
             }
         }

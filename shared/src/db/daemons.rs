@@ -125,17 +125,19 @@ pub(crate) async fn mark_gone(db: &Database, after: Duration) -> Result<Vec<Uuid
     Ok(on_pool!(db, GONE, |pool, sql| sqlx::query_scalar(sql).bind(after.as_secs_f64()).fetch_all(pool).await)?)
 }
 
+/// Daemons alive, or stopped within `$2` seconds, newest first (`$1`: the `gone_after` seconds).
+pub(crate) const LIST: Sql = sql!(
+    "select ",
+    effective_state!(1),
+    " from daemons \
+     where state <> 'gone' or coalesce(stopped_at, heartbeat_at) > ",
+    now_minus(2),
+    " \
+     order by started_at desc"
+);
+
 /// Daemons alive, or stopped within the last day, newest first.
 pub(crate) async fn list(db: &Database, gone_after: Duration) -> Result<Vec<Daemon>> {
-    const LIST: Sql = sql!(
-        "select ",
-        effective_state!(1),
-        " from daemons \
-         where state <> 'gone' or coalesce(stopped_at, heartbeat_at) > ",
-        now_minus(2),
-        " \
-         order by started_at desc"
-    );
     const DAY: f64 = 86_400.0;
     Ok(on_pool!(db, LIST, |pool, sql| sqlx::query_as(sql)
         .bind(gone_after.as_secs_f64())

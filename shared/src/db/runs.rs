@@ -120,40 +120,10 @@ pub(crate) async fn claim(
     workers: Option<&[String]>,
     exclude: Option<&[String]>,
 ) -> Result<Vec<Run>> {
-    // PostgreSQL locks the candidates with `skip locked`, so concurrent claimers take different rows instead of
-    // waiting for each other; `= any(array(…))` evaluates the locking subquery exactly once.
-    const POSTGRES: Sql = sql!(
-        "update worker_runs set state = 'running', claimed_by = $1, claimed_at = now(), \
-             lease_expires_at = now() + make_interval(secs => $2) \
-         where id = any(array(select id from worker_runs where state = 'queued' \
-             and ($4::text[] is null or worker = any($4)) and ($5::text[] is null or worker <> all($5)) \
-             and (not_before is null or not_before <= now()) \
-             order by requested_at, id for update skip locked limit $3)) \
-         returning ",
-        run_columns!()
-    );
-    // SQLite serialises writers, so the same claim is one plain `update … returning`.
-    const SQLITE: Sql = sql!(
-        "update worker_runs set state = 'running', claimed_by = $1, claimed_at = ",
-        now,
-        ", \
-             lease_expires_at = ",
-        now_plus(2),
-        " \
-         where id in (select id from worker_runs where state = 'queued' \
-             and ($4 is null or worker in (select value from json_each($4))) \
-             and ($5 is null or worker not in (select value from json_each($5))) \
-             and (not_before is null or not_before <= ",
-        now,
-        ") \
-             order by requested_at, id limit $3) \
-         returning ",
-        run_columns!()
-    );
     let (lease, limit) = (lease.as_secs_f64(), i64::from(limit));
     let claimed = match db.pool() {
         super::Pool::Postgres(pool) => {
-            sqlx::query_as::<_, Run>(POSTGRES.postgres)
+            sqlx::query_as::<_, Run>(CLAIM_POSTGRES.postgres)
                 .bind(daemon)
                 .bind(lease)
                 .bind(limit)
@@ -163,7 +133,7 @@ pub(crate) async fn claim(
                 .await
         }
         super::Pool::Sqlite(pool) => {
-            sqlx::query_as::<_, Run>(SQLITE.sqlite)
+            sqlx::query_as::<_, Run>(CLAIM_SQLITE.sqlite)
                 .bind(daemon)
                 .bind(lease)
                 .bind(limit)
@@ -175,6 +145,38 @@ pub(crate) async fn claim(
     };
     Ok(claimed?)
 }
+
+/// The claim on PostgreSQL. It locks the candidates with `skip locked`, so concurrent claimers take different
+/// rows instead of waiting for each other; `= any(array(…))` evaluates the locking subquery exactly once. The
+/// candidates come from the partial index of queued rows, never from the ledger.
+pub(crate) const CLAIM_POSTGRES: Sql = sql!(
+    "update worker_runs set state = 'running', claimed_by = $1, claimed_at = now(), \
+             lease_expires_at = now() + make_interval(secs => $2) \
+         where id = any(array(select id from worker_runs where state = 'queued' \
+             and ($4::text[] is null or worker = any($4)) and ($5::text[] is null or worker <> all($5)) \
+             and (not_before is null or not_before <= now()) \
+             order by requested_at, id for update skip locked limit $3)) \
+         returning ",
+    run_columns!()
+);
+/// The claim on SQLite, which serialises writers: the same claim is one plain `update … returning`.
+pub(crate) const CLAIM_SQLITE: Sql = sql!(
+    "update worker_runs set state = 'running', claimed_by = $1, claimed_at = ",
+    now,
+    ", \
+             lease_expires_at = ",
+    now_plus(2),
+    " \
+         where id in (select id from worker_runs where state = 'queued' \
+             and ($4 is null or worker in (select value from json_each($4))) \
+             and ($5 is null or worker not in (select value from json_each($5))) \
+             and (not_before is null or not_before <= ",
+    now,
+    ") \
+             order by requested_at, id limit $3) \
+         returning ",
+    run_columns!()
+);
 
 /// Stores the configuration the worker of a run held by `daemon` reported; `false` when the lease is lost.
 pub(crate) async fn report_config(db: &Database, run: Uuid, daemon: Uuid, config: &serde_json::Value) -> Result<bool> {
@@ -332,54 +334,125 @@ pub(crate) async fn get(db: &Database, id: Uuid) -> Result<Option<Run>> {
     Ok(on_pool!(db, GET, |pool, sql| sqlx::query_as(sql).bind(id).fetch_optional(pool).await)?)
 }
 
+/// A run's progress history, oldest first (the primary key (run_id, seq) serves it).
+pub(crate) const PROGRESS: Sql = sql!("select seq, at, progress from run_progress where run_id = $1 order by seq");
+
 /// A run's progress history, oldest first.
 pub(crate) async fn progress_of(db: &Database, id: Uuid) -> Result<Vec<ProgressEntry>> {
-    const PROGRESS: Sql = sql!("select seq, at, progress from run_progress where run_id = $1 order by seq");
     Ok(on_pool!(db, PROGRESS, |pool, sql| sqlx::query_as(sql).bind(id).fetch_all(pool).await)?)
+}
+
+/// `LIKE` without regard to case: PostgreSQL's `ilike`; SQLite's `like` already ignores the case of ASCII letters.
+macro_rules! case_insensitive_like {
+    (postgres;) => {
+        "ilike"
+    };
+    (sqlite;) => {
+        "like"
+    };
+}
+
+/// A page of the ledger, newest first, with `$filter` (the worker's and the state's equalities, each ending in
+/// `and`) in front. Every bound is a plain comparison with a bound value, so that an index serves it in any plan,
+/// the generic plan PostgreSQL switches a prepared statement to included: `$3` is the earliest request time (or
+/// the earliest time there is), `$4` the time every run comes before (or the latest), `($5, $6)` the cursor (or
+/// the latest time with the largest id), `$7` the page size. One statement text per filter shape picks its index:
+/// `worker_runs_ledger`, `worker_runs_worker_ledger`, `worker_runs_state_ledger`.
+macro_rules! ledger_page {
+    ($($filter:literal)*) => {
+        sql!(
+            "select ",
+            run_columns!(),
+            " from worker_runs where ",
+            $($filter,)*
+            "requested_at >= $3 and requested_at < $4 and (requested_at, id) < ($5, $6) \
+           and ($8 is null or requested_by = $8) \
+           and ($9 is null or error ",
+        case_insensitive_like!(),
+        " $9 escape '\\') \
+           and ($10 is null or id between $10 and $11) \
+         order by requested_at desc, id desc limit $7"
+        )
+    };
+}
+
+/// A page of the whole ledger.
+pub(crate) const LIST: Sql = ledger_page!();
+/// A page of one worker's runs.
+pub(crate) const LIST_OF_WORKER: Sql = ledger_page!("worker = $1 and ");
+/// A page of the runs in one state.
+pub(crate) const LIST_IN_STATE: Sql = ledger_page!("state = $2 and ");
+/// A page of one worker's runs in one state.
+pub(crate) const LIST_OF_WORKER_IN_STATE: Sql = ledger_page!("worker = $1 and state = $2 and ");
+
+/// The statement of a page of `filter`.
+pub(crate) fn list_statement(filter: &RunFilter) -> Sql {
+    match (filter.worker.is_some(), filter.state.is_some()) {
+        (false, false) => LIST,
+        (true, false) => LIST_OF_WORKER,
+        (false, true) => LIST_IN_STATE,
+        (true, true) => LIST_OF_WORKER_IN_STATE,
+    }
+}
+
+/// Request times no run has: the bounds of a page without a `from`, a `to` or a cursor. Both are four-digit
+/// years, so that they compare right as SQLite's text too.
+fn earliest() -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp(-62_135_596_800, 0).unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC)
+}
+fn latest() -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp(253_402_300_799, 999_000_000).unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC)
+}
+
+/// The bounds of a page of `filter` (`$3` to `$6` of [`ledger_page!`]).
+pub(crate) fn list_bounds(filter: &RunFilter) -> (DbTime, DbTime, DbTime, Uuid) {
+    let (at, id) = filter.after.map_or_else(|| (latest(), Uuid::max()), |c| (c.requested_at, c.id));
+    (DbTime(filter.from.unwrap_or_else(earliest)), DbTime(filter.to.unwrap_or_else(latest)), DbTime(at), id)
 }
 
 /// Up to `limit` runs of the ledger matching `filter`, newest first.
 pub(crate) async fn list(db: &Database, filter: &RunFilter, limit: u32) -> Result<Vec<Run>> {
-    const LIST: Sql = sql!(
-        "select ",
-        run_columns!(),
-        " from worker_runs \
-         where ($1 is null or worker = $1) and ($2 is null or state = $2) \
-           and ($3 is null or requested_at >= $3) and ($4 is null or requested_at < $4) \
-           and ($5 is null or (requested_at, id) < ($5, $6)) \
-         order by requested_at desc, id desc limit $7"
-    );
-    Ok(on_pool!(db, LIST, |pool, sql| sqlx::query_as(sql)
+    let (from, to, at, id) = list_bounds(filter);
+    Ok(on_pool!(db, list_statement(filter), |pool, sql| sqlx::query_as(sql)
         .bind(&filter.worker)
         .bind(filter.state)
-        .bind(filter.from.map(DbTime))
-        .bind(filter.to.map(DbTime))
-        .bind(filter.after.map(|c| DbTime(c.requested_at)))
-        .bind(filter.after.map(|c| c.id))
+        .bind(from)
+        .bind(to)
+        .bind(at)
+        .bind(id)
         .bind(i64::from(limit))
+        .bind(&filter.requested_by)
+        .bind(filter.error_contains.as_deref().map(crate::runs::contains_pattern))
+        .bind(filter.ids.map(|r| r.low))
+        .bind(filter.ids.map(|r| r.high))
         .fetch_all(pool)
         .await)?)
 }
 
+/// Every run queued or running, oldest first (the partial index of the runs in flight serves it).
+pub(crate) const IN_FLIGHT: Sql =
+    sql!("select ", run_columns!(), " from worker_runs where state in ('queued', 'running') order by requested_at");
+
 /// Every run queued or running, oldest first.
 pub(crate) async fn in_flight(db: &Database) -> Result<Vec<Run>> {
-    const IN_FLIGHT: Sql =
-        sql!("select ", run_columns!(), " from worker_runs where state in ('queued', 'running') order by requested_at");
     Ok(on_pool!(db, IN_FLIGHT, |pool, sql| sqlx::query_as(sql).fetch_all(pool).await)?)
 }
 
-/// The last finished run of each of `workers` (each found through the index on (worker, finished_at)).
-pub(crate) async fn last_finished(db: &Database, workers: &[String]) -> Result<Vec<Run>> {
-    const LAST: Sql = sql!(
-        "select ",
-        run_columns!(),
-        " from worker_runs where id in (select (select r.id from worker_runs r \
+/// The last finished run of each of the workers in the JSON list `$1` (each found through the index on
+/// (worker, finished_at)).
+pub(crate) const LAST_FINISHED: Sql = sql!(
+    "select ",
+    run_columns!(),
+    " from worker_runs where id in (select (select r.id from worker_runs r \
              where r.worker = w.value and r.finished_at is not null order by r.finished_at desc limit 1) \
          from ",
-        json_list(1, w),
-        ")"
-    );
-    Ok(on_pool!(db, LAST, |pool, sql| sqlx::query_as(sql).bind(Json(workers)).fetch_all(pool).await)?)
+    json_list(1, w),
+    ")"
+);
+
+/// The last finished run of each of `workers`.
+pub(crate) async fn last_finished(db: &Database, workers: &[String]) -> Result<Vec<Run>> {
+    Ok(on_pool!(db, LAST_FINISHED, |pool, sql| sqlx::query_as(sql).bind(Json(workers)).fetch_all(pool).await)?)
 }
 
 /// What the SQLite change feed compares between two looks at the ledger.
@@ -408,17 +481,21 @@ pub(crate) async fn any_queued(conn: &mut sqlx::SqliteConnection) -> Result<bool
     Ok(sqlx::query_scalar(ANY.sqlite).fetch_one(conn).await?)
 }
 
+/// The chain run `$1` belongs to, oldest first. Going down, a run's parent is its `retry_of`, else its `follows`:
+/// spelled as two equalities (not one `coalesce`), so that the indexes on each serve every step.
+pub(crate) const CHAIN: Sql = sql!(
+    "with recursive up (id, parent) as (select id, coalesce(retry_of, follows) from worker_runs where id = $1 \
+             union all select r.id, coalesce(r.retry_of, r.follows) from worker_runs r join up on r.id = up.parent), \
+         down (id) as (select id from up where parent is null \
+             union all select r.id from worker_runs r join down \
+             on r.retry_of = down.id or (r.retry_of is null and r.follows = down.id)) \
+         select ",
+    run_columns!(),
+    " from worker_runs where id in (select id from down) order by requested_at, id"
+);
+
 /// The chain a run belongs to, oldest first: the runs it retries or continues (resume, restart, rerun), and the
 /// runs that retry or continue it.
 pub(crate) async fn chain(db: &Database, id: Uuid) -> Result<Vec<Run>> {
-    const CHAIN: Sql = sql!(
-        "with recursive up (id, parent) as (select id, coalesce(retry_of, follows) from worker_runs where id = $1 \
-             union all select r.id, coalesce(r.retry_of, r.follows) from worker_runs r join up on r.id = up.parent), \
-         down (id) as (select id from up where parent is null \
-             union all select r.id from worker_runs r join down on coalesce(r.retry_of, r.follows) = down.id) \
-         select ",
-        run_columns!(),
-        " from worker_runs where id in (select id from down) order by requested_at, id"
-    );
     Ok(on_pool!(db, CHAIN, |pool, sql| sqlx::query_as(sql).bind(id).fetch_all(pool).await)?)
 }
