@@ -2,6 +2,7 @@
 // list that every view may need, and the one live event stream whose events are handed to the current view.
 
 import { ApiError, api, connectEvents, setToken, token } from "./api.js";
+import * as daemons from "./daemons.js";
 import { debouncer, h, replace } from "./dom.js";
 import { startHealth } from "./health.js";
 import * as overrides from "./overrides.js";
@@ -10,6 +11,8 @@ import * as pipelines from "./pipelines.js";
 import * as resources from "./resources.js";
 import * as run from "./run.js";
 import * as runs from "./runs.js";
+import { completeSignIn, signInOptions, startSignIn } from "./signin.js";
+import * as tokens from "./tokens.js";
 import * as workers from "./workers.js";
 
 const ROLES = { viewer: 1, operator: 2, admin: 3 };
@@ -22,6 +25,8 @@ const ROUTES = [
   { pattern: /^#\/pipelines\/?$/, view: pipelines, nav: "pipelines" },
   { pattern: /^#\/pipelines\/runs\/([0-9A-Fa-f-]{36})\/?$/, view: pipelineRun, nav: "pipelines" },
   { pattern: /^#\/resources\/?$/, view: resources, nav: "resources" },
+  { pattern: /^#\/daemons\/?$/, view: daemons, nav: "daemons" },
+  { pattern: /^#\/tokens\/?$/, view: tokens, nav: "tokens" },
 ];
 
 const listeners = { daemons: new Set() };
@@ -30,6 +35,10 @@ const listeners = { daemons: new Set() };
 const ctx = {
   session: null,
   sessionError: null,
+  /** The identity provider the panel signs people in with (`GET /api/signin`), or null. */
+  oidc: null,
+  /** Why the last return from the identity provider did not sign the person in. */
+  signInError: null,
   daemons: null,
   serverOffsetMs: 0,
   /** Whether the caller has at least `role`. */
@@ -100,6 +109,11 @@ function renderSession() {
   const who = h("span", { class: "who", id: "who", dataset: { role: s?.role ?? "none" } },
     s ? ["Signed in as ", h("strong", null, s.name), ` (${s.role})`] : "Not signed in");
   const buttons = [];
+  if (!s && ctx.oidc) {
+    // People sign in with the identity provider; the token form stays for scripts' tokens.
+    buttons.push(h("button", { type: "button", id: "oidc-signin", onclick: () => startSignIn(ctx.oidc) },
+      "Sign in with your identity provider"));
+  }
   if (token()) buttons.push(h("button", { type: "button", class: "link", onclick: signOut }, "Sign out"));
   else if (s) {
     const toggle = (e) => {
@@ -113,7 +127,9 @@ function renderSession() {
   }
   // A token given but refused says why; signed out without one, the view says what to do.
   const refused = !s && token() ? h("p", { class: "error", role: "alert" }, ctx.sessionError) : null;
-  replace(el, who, buttons, form, refused);
+  const failed = ctx.signInError ? h("p", { class: "error", role: "alert", id: "signin-error" }, ctx.signInError)
+    : null;
+  replace(el, who, buttons, form, refused, failed);
 }
 
 async function signIn(event) {
@@ -190,8 +206,10 @@ function route() {
     current = null;
     const main = document.getElementById("view");
     replace(main, h("h1", null, "Sign in"),
-      h("p", null, "This API needs a token to show the workers and the runs. Enter yours in the Token field at the ",
-        "top; it is kept only in this tab (session storage) and sent as a bearer token."),
+      ctx.oidc ? h("p", null, "Sign in with your identity provider (the button at the top) to see the workers and ",
+        "the runs; scripts and tools use a token in the Token field.")
+        : h("p", null, "This API needs a token to show the workers and the runs. Enter yours in the Token field at ",
+          "the top; it is kept only in this tab (session storage) and sent as a bearer token."),
       ctx.sessionError ? h("p", { class: "muted" }, `The API said: ${ctx.sessionError}`) : null);
     document.getElementById("token-input").focus();
     return;
@@ -231,6 +249,14 @@ async function restart() {
 async function main() {
   health = startHealth(document.getElementById("health"));
   window.addEventListener("hashchange", route);
+  // Back from the identity provider: the code becomes this tab's token before anything is read.
+  try {
+    const signedIn = await completeSignIn();
+    if (signedIn) setToken(signedIn);
+  } catch (e) {
+    ctx.signInError = e.message;
+  }
+  ctx.oidc = await signInOptions();
   if (!location.hash) history.replaceState(null, "", "#/workers");
   // Relative times ("3 min ago") and run progress are redrawn locally each second; nothing is fetched.
   setInterval(() => current?.instance.tick?.(), 1000);

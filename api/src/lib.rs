@@ -28,6 +28,13 @@ use scrinalia_shared::{Database, Pings, Settings, telemetry::Telemetry};
 pub use state::AppState;
 use tokio::{net::TcpListener, task::JoinSet};
 
+/// The panel's Content-Security-Policy: its own origin only, and the identity provider's token endpoint when the
+/// panel signs people in (`[auth.oidc.panel]`), because that exchange is a fetch from the page.
+fn panel_policy(settings: &Settings) -> String {
+    let token_endpoint = settings.auth.oidc.as_ref().and_then(|o| o.panel.as_ref()).map(|p| &p.token_endpoint);
+    panel::content_security_policy(token_endpoint.and_then(|url| panel::origin_of(url)).as_deref())
+}
+
 /// The whole API as a router. The web panel's static files can be added with one more `.merge(...)` before the
 /// fallback.
 pub fn app(state: AppState) -> Router {
@@ -43,13 +50,16 @@ pub fn app(state: AppState) -> Router {
         .merge(routes::schedules::router())
         .merge(routes::pipelines::router())
         .merge(routes::daemons::router())
+        .merge(routes::webhooks::router())
+        .merge(routes::history::router())
         .merge(routes::health::router())
         .merge(routes::events::router())
         .merge(routes::meta::router())
         .merge(openapi::router())
         .merge(routes::me::router())
+        .merge(routes::tokens::router())
         .merge(routes::metrics::router(state.settings().api.metrics))
-        .merge(panel::router());
+        .merge(panel::router(&panel_policy(state.settings())));
     let limit = state.settings().api.body_limit_bytes;
     let router = routes
         .fallback(routes::meta::not_found)
@@ -84,6 +94,11 @@ pub async fn serve(
     let state = AppState::new(settings, db.clone());
     let mut background = JoinSet::new();
     background.spawn(state.live_relay());
+    // Service tokens: read once before serving, then every 250 ms by a task that ends on the shutdown token.
+    if let Err(e) = state.auth().tokens().refresh(state.db()).await {
+        tracing::warn!(error = %e, "cannot read the service tokens yet; retrying in the background");
+    }
+    background.spawn(auth::tokens::refresh_task(&state));
     // OTLP: the database gauges of `/metrics`, measured every export interval and observed by the exporter.
     let _gauges = telemetry.meter("scrinalia-api").map(|meter| {
         let last = Arc::new(Mutex::new(Vec::new()));

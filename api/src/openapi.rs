@@ -10,8 +10,8 @@ use utoipa::{
 
 use crate::{
     routes::{
-        chores, continuations, daemons, events, export, health, logs, me, meta, metrics, overrides, pipelines,
-        resources, runs, schedules, workers,
+        chores, continuations, daemons, events, export, health, history, logs, me, meta, metrics, overrides, pipelines,
+        resources, runs, schedules, tokens, workers,
     },
     state::AppState,
 };
@@ -37,7 +37,7 @@ pub(crate) async fn document() -> Json<utoipa::openapi::OpenApi> {
             pipeline runs), admin (overrides, resource capacities, drain)."
     ),
     paths(
-        workers::list_workers, workers::get_worker,
+        workers::list_workers, workers::get_worker, history::worker_history,
         chores::describe_worker, chores::count_worker, chores::check_worker,
         runs::trigger_run, runs::list_runs, runs::get_run, runs::cancel_run, logs::run_log,
         export::export_runs,
@@ -50,8 +50,11 @@ pub(crate) async fn document() -> Json<utoipa::openapi::OpenApi> {
         pipelines::list_pipelines, pipelines::start_pipeline, pipelines::list_pipeline_runs,
         pipelines::get_pipeline_run, pipelines::cancel_pipeline_run,
         daemons::list_daemons, daemons::drain_daemon,
+        crate::routes::webhooks::list_webhooks, crate::routes::webhooks::list_deliveries,
+        crate::routes::webhooks::test_webhook,
         health::health, events::events,
-        me::me, meta::healthz, meta::readyz, document, metrics::metrics,
+        tokens::create_token, tokens::list_tokens, tokens::revoke_token,
+        me::me, me::signin, meta::healthz, meta::readyz, document, metrics::metrics,
     ),
     components(schemas(crate::error::ErrorBody, scrinalia_shared::Role, Change)),
     modifiers(&BearerAuth, &EventNames),
@@ -63,6 +66,8 @@ pub(crate) async fn document() -> Json<utoipa::openapi::OpenApi> {
         (name = "schedules", description = "Cron schedules of workers and pipelines, their fires and their audit trail"),
         (name = "pipelines", description = "The catalogue's pipelines: start, follow and cancel their runs"),
         (name = "daemons", description = "The scheduler daemons"),
+        (name = "webhooks", description = "Webhooks on run outcomes: configured hooks, deliveries with their attempts, a test event"),
+        (name = "tokens", description = "Service tokens an admin creates and revokes without a restart"),
         (name = "health", description = "Health of the database, model servers, run-log store and daemons"),
         (name = "events", description = "Live changes (Server-Sent Events)"),
         (name = "meta", description = "Liveness, readiness, metrics and this document"),

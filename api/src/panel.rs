@@ -21,6 +21,21 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'
      img-src 'self' data:; connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; \
      form-action 'self'; frame-ancestors 'none'";
 
+/// The policy with `connect` (an origin such as `https://idp.example.org`) allowed for fetches too: the panel's
+/// sign-in exchanges its code at the identity provider's token endpoint, from the browser.
+pub fn content_security_policy(connect: Option<&str>) -> String {
+    match connect {
+        Some(origin) => CONTENT_SECURITY_POLICY.replace("connect-src 'self'", &format!("connect-src 'self' {origin}")),
+        None => CONTENT_SECURITY_POLICY.to_owned(),
+    }
+}
+
+/// The origin (`scheme://host[:port]`) of an http(s) URL, for a policy; `None` when it is not one.
+pub fn origin_of(url: &str) -> Option<String> {
+    let url = reqwest::Url::parse(url).ok()?;
+    matches!(url.scheme(), "http" | "https").then(|| url.origin().ascii_serialization())
+}
+
 /// One file of the panel.
 struct Asset {
     /// Its name under `/panel/`.
@@ -58,6 +73,12 @@ static ASSETS: &[Asset] = &[
     asset!("pipelines.js", JS),
     asset!("pipeline-run.js", JS),
     asset!("resources.js", JS),
+    asset!("insights.css", "text/css; charset=utf-8"),
+    asset!("daemons.js", JS),
+    asset!("history.js", JS),
+    asset!("charts.js", JS),
+    asset!("tokens.js", JS),
+    asset!("signin.js", JS),
 ];
 
 /// A strong validator per file, computed once (FNV-1a over the bytes: the files are fixed for the binary's life).
@@ -73,22 +94,22 @@ static ETAGS: LazyLock<Vec<String>> = LazyLock::new(|| {
 });
 
 /// The panel's routes: `/` (the page) and `/panel/<file>`. Generic over the state, so it merges into any router.
-pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    Router::new().route("/", get(index)).route("/panel/{*file}", get(file))
+/// `policy` is the Content-Security-Policy of every answer ([`content_security_policy`]).
+pub fn router<S: Clone + Send + Sync + 'static>(policy: &str) -> Router<S> {
+    let policy = HeaderValue::from_str(policy).unwrap_or(HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+    let at_index = policy.clone();
+    Router::new()
+        .route("/", get(move |headers: HeaderMap| async move { serve("index.html", &headers, &at_index) }))
+        .route(
+            "/panel/{*file}",
+            get(move |Path(name): Path<String>, headers: HeaderMap| async move { serve(&name, &headers, &policy) }),
+        )
 }
 
-async fn index(headers: HeaderMap) -> Response {
-    serve("index.html", &headers)
-}
-
-async fn file(Path(name): Path<String>, headers: HeaderMap) -> Response {
-    serve(&name, &headers)
-}
-
-fn serve(name: &str, request: &HeaderMap) -> Response {
+fn serve(name: &str, request: &HeaderMap, policy: &HeaderValue) -> Response {
     let Some(i) = ASSETS.iter().position(|a| a.name == name) else {
         let mut response = (StatusCode::NOT_FOUND, "There is no such file in the panel.\n").into_response();
-        secure(response.headers_mut());
+        secure(response.headers_mut(), policy);
         return response;
     };
     let asset = &ASSETS[i];
@@ -103,13 +124,13 @@ fn serve(name: &str, request: &HeaderMap) -> Response {
     if let Ok(v) = HeaderValue::from_str(etag) {
         headers.insert(header::ETAG, v);
     }
-    secure(headers);
+    secure(headers, policy);
     response
 }
 
-fn secure(headers: &mut HeaderMap) {
+fn secure(headers: &mut HeaderMap, policy: &HeaderValue) {
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+    headers.insert(header::CONTENT_SECURITY_POLICY, policy.clone());
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
@@ -117,6 +138,16 @@ fn secure(headers: &mut HeaderMap) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_policy_allows_fetches_to_the_token_endpoint_origin_only_when_given() {
+        let origin = super::origin_of("https://idp.example.org:8443/realms/a/token").expect("an origin");
+        assert_eq!(origin, "https://idp.example.org:8443");
+        let policy = super::content_security_policy(Some(&origin));
+        assert!(policy.contains("connect-src 'self' https://idp.example.org:8443;"), "{policy}");
+        assert!(super::content_security_policy(None).contains("connect-src 'self';"));
+        assert_eq!(super::origin_of("javascript:alert(1)"), None);
+    }
+
     use axum::body::Body;
     use tower::ServiceExt;
 
@@ -127,7 +158,10 @@ mod tests {
         if let Some(tag) = if_none_match {
             request = request.header(header::IF_NONE_MATCH, tag);
         }
-        router::<()>().oneshot(request.body(Body::empty()).expect("request")).await.expect("infallible")
+        router::<()>(CONTENT_SECURITY_POLICY)
+            .oneshot(request.body(Body::empty()).expect("request"))
+            .await
+            .expect("infallible")
     }
 
     #[tokio::test]

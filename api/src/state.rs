@@ -6,7 +6,7 @@ use std::{sync::Arc, time::Duration};
 use scrinalia_shared::{Catalogue, Database, Settings, changes::Topic, logstore::LogStore};
 use tokio_util::sync::CancellationToken;
 
-use crate::live::Live;
+use crate::{auth::AuthState, live::Live};
 
 /// The state of the API, shared by every request.
 #[derive(Clone)]
@@ -18,6 +18,7 @@ struct Inner {
     logs: Result<LogStore, String>,
     http: reqwest::Client,
     live: Arc<Live>,
+    auth: AuthState,
     shutdown: CancellationToken,
 }
 
@@ -35,7 +36,8 @@ impl AppState {
             .build()
             .unwrap_or_default();
         let live = Arc::new(Live::default());
-        Self(Arc::new(Inner { settings, db, logs, http, live, shutdown: CancellationToken::new() }))
+        let auth = AuthState::new(&settings.auth);
+        Self(Arc::new(Inner { settings, db, logs, http, live, auth, shutdown: CancellationToken::new() }))
     }
 
     /// The configuration.
@@ -78,6 +80,11 @@ impl AppState {
         let (live, db, stop) = (self.0.live.clone(), self.0.db.clone(), self.0.shutdown.clone());
         let topic = Topic::Events { sqlite_poll: Duration::from_millis(self.0.settings.api.events_poll_ms) };
         async move { live.relay_until(db, topic, stop).await }
+    }
+
+    /// What authentication keeps between requests (the service tokens' map).
+    pub fn auth(&self) -> &AuthState {
+        &self.0.auth
     }
 
     /// Cancelled when the process shuts down; live streams end on it.

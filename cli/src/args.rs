@@ -166,6 +166,12 @@ pub enum Command {
     },
     /// Check the database, model servers, object store, daemons and workers; exit 1 unless all are ok.
     Health,
+    /// Service tokens, managed through the API without a restart (admin): create, list, revoke.
+    Tokens {
+        /// What to do with the service tokens.
+        #[command(subcommand)]
+        command: crate::tokens::TokensCommand,
+    },
     /// Tokens for `auth.tokens` of the configuration.
     Token {
         /// What to do with a token.

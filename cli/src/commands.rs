@@ -50,6 +50,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Pipelines { command } => pipelines::run(&client, out, command).await,
         Command::Resources { command } => crate::resources::run(&client, out, command).await,
         Command::Overrides { command } => crate::overrides::run(&client, out, command).await,
+        Command::Tokens { command } => crate::tokens::run(&client, out, command).await,
         Command::Daemons => daemons(&client, out).await,
         Command::Drain { id } => drain(&client, out, id).await,
         Command::Health => health(&client, out).await,

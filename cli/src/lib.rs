@@ -18,6 +18,7 @@ pub mod resources;
 pub mod schedules;
 pub mod table;
 pub mod token;
+pub mod tokens;
 pub mod view;
 pub mod wire;
 

@@ -13,6 +13,7 @@ pub mod daemons;
 mod db;
 pub mod descriptions;
 pub mod effective;
+pub mod history;
 pub mod logstore;
 pub mod metrics;
 pub mod overrides;
@@ -24,9 +25,13 @@ pub mod retention;
 pub mod runs;
 pub mod schedules;
 pub mod telemetry;
+pub mod tokens;
+pub mod webhooks;
 
 pub use catalogue::{Catalogue, Engine, OptionSpec, OptionType, ResourceSpec, WorkerSpec};
 pub use config::{ConfigError, Settings};
+#[doc(hidden)]
+pub use db::plans::{ExplainedRead, PlanSample};
 pub use db::{Backend, Database, DbError, Pings};
 pub use effective::EffectiveWorker;
 pub use resolve::{ResolveError, resolve};

@@ -10,6 +10,7 @@ pub mod browser;
 pub mod chaos;
 pub mod daemon_harness;
 pub mod fixtures;
+pub mod idp;
 pub mod moto;
 pub mod pgbouncer;
 pub mod system;

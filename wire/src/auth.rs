@@ -1,9 +1,11 @@
 //! Roles and bearer tokens. Tokens are configured as SHA-256 hashes, never in plain text: a token is a long
 //! random secret, so a plain hash is enough (there is nothing to brute-force), and checking costs microseconds.
 
+use chrono::{DateTime, Utc};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use uuid::Uuid;
 
 use crate::{Named, named};
 
@@ -55,6 +57,51 @@ pub fn new_token() -> String {
 /// Compares two hashes in constant time, so response timing does not reveal how much of a hash matched.
 pub fn hashes_equal(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A service token an admin created through the API (`POST /api/tokens`), as listed: never its secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "sqlx", derive(sqlx::FromRow))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ServiceToken {
+    /// Its id, for `DELETE /api/tokens/{id}`.
+    pub id: Uuid,
+    /// Who holds it; recorded as the actor of every write made with it. Unique for good.
+    pub name: String,
+    /// What it may do.
+    pub role: Role,
+    /// The admin who created it.
+    pub created_by: String,
+    /// When (database clock).
+    pub created_at: DateTime<Utc>,
+    /// When it stops being accepted; never when `null`.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// When it was last accepted, within about a second (API processes record uses in batches).
+    pub last_used_at: Option<DateTime<Utc>>,
+    /// When it was revoked; it is refused from then on.
+    pub revoked_at: Option<DateTime<Utc>>,
+    /// The admin who revoked it.
+    pub revoked_by: Option<String>,
+}
+
+/// The answer to `POST /api/tokens`: the token, and its secret, shown this once.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CreatedToken {
+    /// The token as listed.
+    #[serde(flatten)]
+    pub token: ServiceToken,
+    /// The secret (`scr_…`) to send as `Authorization: Bearer <secret>`. Only its hash is stored: it cannot be
+    /// shown again.
+    pub secret: String,
+}
+
+/// The answer to `GET /api/tokens`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ServiceTokens {
+    /// Oldest first, revoked ones included.
+    pub tokens: Vec<ServiceToken>,
 }
 
 #[cfg(test)]

@@ -18,13 +18,17 @@ use crate::{
     catalogue::{Catalogue, Engine, WorkerSpec},
 };
 
+mod auth_oidc;
 mod logs;
 mod object_store;
 mod retention;
+mod webhooks;
 
+pub use auth_oidc::{OidcSettings, PanelSignIn, Peer, ProxySettings, auth_problems, role_of};
 pub use logs::{LogSettings, MIN_LOG_CAP};
 pub use object_store::{DEFAULT_REGION, ObjectStoreKind, ObjectStoreSettings, clean_endpoint, s3_problems};
 pub use retention::{RetentionSettings, retention_problems};
+pub use webhooks::{SECRET_PREFIX, Webhook, WebhookEvent, WebhookSettings, decode_secret, resolve_webhooks};
 
 /// The environment variable naming the configuration file when `--config` is not given.
 pub const CONFIG_ENV: &str = "SCRINALIA_CONFIG";
@@ -290,6 +294,12 @@ pub struct AuthSettings {
     pub anonymous_through_proxy: bool,
     /// The tokens.
     pub tokens: Vec<TokenSettings>,
+    /// `[auth.oidc]`: OpenID Connect access tokens from one issuer (off when absent).
+    pub oidc: Option<OidcSettings>,
+    /// `[auth.proxy]`: a trusted reverse proxy that signs people in (off when absent).
+    pub proxy: Option<ProxySettings>,
+    /// `[auth.groups]`: a person's group (claim value or proxy header value) → role; the highest wins.
+    pub groups: BTreeMap<String, Role>,
 }
 
 /// How the processes log.
@@ -359,6 +369,9 @@ pub struct SettingsFile {
     /// `[[resources]]`, shared by the workers that name them.
     #[serde(default)]
     pub resources: Vec<crate::catalogue::ResourceSpec>,
+    /// `[[webhooks]]`, where run outcomes are announced.
+    #[serde(default)]
+    pub webhooks: Vec<WebhookSettings>,
 }
 
 /// The whole, validated configuration of a process.
@@ -384,6 +397,8 @@ pub struct Settings {
     pub telemetry: TelemetrySettings,
     /// Workers and engines.
     pub catalogue: Catalogue,
+    /// Where run outcomes are announced, validated.
+    pub webhooks: Vec<Webhook>,
 }
 
 impl Settings {
@@ -507,6 +522,9 @@ impl Settings {
                 problems.push((format!("auth.tokens[{i}].name"), "must name who holds the token".into()));
             }
         }
+        let (webhooks, found) = resolve_webhooks(&raw.webhooks, &catalogue);
+        problems.extend(found);
+        problems.extend(auth_problems(raw.auth.oidc.as_ref(), raw.auth.proxy.as_ref(), &raw.auth.groups));
         if raw.api.body_limit_bytes < 1024 {
             problems.push(("api.body_limit_bytes".into(), "must be at least 1024".into()));
         }
@@ -524,6 +542,7 @@ impl Settings {
             auth: raw.auth,
             telemetry: raw.telemetry,
             catalogue,
+            webhooks,
         })
     }
 }

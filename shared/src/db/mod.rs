@@ -22,8 +22,10 @@ pub(crate) mod descriptions;
 pub(crate) mod dialect;
 pub(crate) mod ends;
 pub(crate) mod feed;
+pub(crate) mod history;
 pub(crate) mod overrides;
 pub(crate) mod pipelines;
+pub(crate) mod plans;
 pub(crate) mod pooler;
 pub(crate) mod queue_counts;
 pub(crate) mod resource_overrides;
@@ -31,6 +33,8 @@ pub(crate) mod resources;
 pub(crate) mod retention;
 pub(crate) mod runs;
 pub(crate) mod schedules;
+pub(crate) mod tokens;
+pub(crate) mod webhooks;
 
 use std::{
     str::FromStr,
