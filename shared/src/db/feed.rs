@@ -51,9 +51,9 @@ const PROBE_EVERY: Duration = Duration::from_millis(1);
 /// …and a second look follows, in case the first came too early.
 const SECOND_LOOK: Duration = Duration::from_millis(60);
 
-/// How far before the previous snapshot the PostgreSQL poller looks again for runs that ended: longer than any
-/// of the layer's write transactions takes.
-const POSTGRES_COMMIT_SLACK: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
+/// How far before the previous snapshot the poller looks again for runs that ended: longer than any of the
+/// layer's write transactions takes.
+const COMMIT_SLACK: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
 
 /// A deadline that never comes, for a timer that is off.
 fn far() -> Instant {
@@ -262,12 +262,11 @@ impl Snapshot {
     async fn read(db: &Database, since: Option<DateTime<Utc>>) -> Result<Self> {
         let read_at = db.now().await?;
         let since = since.unwrap_or(read_at);
-        // PostgreSQL stamps a row with its transaction's start (`now()`), which may be before the previous
-        // read although it committed after it: look that far back again (SQLite has one writer at a time).
-        let since = match db.pool() {
-            super::Pool::Postgres(_) => since - POSTGRES_COMMIT_SLACK,
-            super::Pool::Sqlite(_) => since,
-        };
+        // A row is stamped before its transaction commits (PostgreSQL's `now()` is the transaction's start;
+        // SQLite's clock is read inside the write), so a run may end before the previous read's clock and commit
+        // after its rows were read: look that far back again. The runs seen twice compare equal, so they make no
+        // second change.
+        let since = since - COMMIT_SLACK;
         let (runs, counts, daemons, overrides, workers, schedule_marks, pipeline_marks) = tokio::try_join!(
             runs::marks_since(db, since),
             queue_counts::list(db),
