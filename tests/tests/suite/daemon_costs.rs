@@ -18,7 +18,12 @@ async fn an_idle_daemon_makes_under_one_query_a_second(db: &TestDb) {
         daemon.output().contains("daemon started").then_some(())
     })
     .await;
-    // Let the start-up work (migrations, first queue counts) pass.
+    // Let the start-up work pass: migrations, first queue counts, and the first retention pass (two seconds
+    // after the start; the next look is a minute away, one statement).
+    eventually(Duration::from_secs(20), "the first retention pass", || async {
+        daemon.output().contains("retention pass").then_some(())
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = statements(&daemon.output());
     let window = Duration::from_secs(20);
