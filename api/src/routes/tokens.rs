@@ -67,7 +67,9 @@ impl From<TokenError> for ApiError {
     responses((status = 201, body = CreatedToken, description = "The token, with its secret: shown this once"),
         (status = 400, body = ErrorBody, description = "A bad name, role or expiry"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "Not an admin"),
-        (status = 409, body = ErrorBody, description = "`token_name_taken`: the name is taken")),
+        (status = 409, body = ErrorBody, description = "`token_name_taken`: the name is taken"),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 422, body = ErrorBody, description = "`invalid_body`: not JSON of this shape")),
     security(("bearer" = [])))]
 pub(crate) async fn create_token(
     Admin(caller): Admin,
