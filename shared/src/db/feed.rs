@@ -51,9 +51,9 @@ const PROBE_EVERY: Duration = Duration::from_millis(1);
 /// …and a second look follows, in case the first came too early.
 const SECOND_LOOK: Duration = Duration::from_millis(60);
 
-/// How far before the previous snapshot the poller looks again for runs that ended: longer than any of the
-/// layer's write transactions takes.
-const COMMIT_SLACK: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
+/// How far before the previous snapshot the PostgreSQL poller looks again for runs that ended: longer than any
+/// of the layer's write transactions takes. (SQLite needs none: see [`settled_now`].)
+const POSTGRES_COMMIT_SLACK: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
 
 /// A deadline that never comes, for a timer that is off.
 fn far() -> Instant {
@@ -239,6 +239,33 @@ async fn open_watcher(db: &Database) -> Result<SqliteConnection> {
     }
 }
 
+/// The database clock for a snapshot, read when every write stamped before it has committed, so that the next
+/// snapshot, taking the runs that ended since, misses none. On SQLite the clock is read under the write lock:
+/// every write of the layer takes that lock before it stamps a time (`BEGIN IMMEDIATE`, or a single statement)
+/// and holds it until it commits, so a write stamped earlier has committed by then. The lock is held for one
+/// `select`. (Without it, a run stamped before the clock read and committed after the rows were read fell
+/// between two snapshots; a fixed look-back instead re-read every run of its window at each poll, which a
+/// burst of thousands of ends a second turned into seconds per poll.) PostgreSQL's stamps are transaction
+/// starts, so its poller looks back instead.
+async fn settled_now(db: &Database) -> Result<DateTime<Utc>> {
+    const NOW: super::dialect::Sql = super::dialect::sql!("select ", now);
+    match db.pool() {
+        super::Pool::Postgres(_) => db.now().await,
+        super::Pool::Sqlite(pool) => {
+            super::retrying!(
+                db,
+                async {
+                    let mut tx = <sqlx::Sqlite as super::Dialect>::begin_write(pool).await?;
+                    let now = sqlx::query_scalar(NOW.sqlite).fetch_one(&mut *tx).await?;
+                    tx.rollback().await?;
+                    Ok::<_, super::DbError>(now)
+                }
+                .await
+            )
+        }
+    }
+}
+
 /// What the SQLite poller compares between two changes.
 #[derive(Debug)]
 struct Snapshot {
@@ -260,13 +287,15 @@ struct Snapshot {
 
 impl Snapshot {
     async fn read(db: &Database, since: Option<DateTime<Utc>>) -> Result<Self> {
-        let read_at = db.now().await?;
+        let read_at = settled_now(db).await?;
         let since = since.unwrap_or(read_at);
-        // A row is stamped before its transaction commits (PostgreSQL's `now()` is the transaction's start;
-        // SQLite's clock is read inside the write), so a run may end before the previous read's clock and commit
-        // after its rows were read: look that far back again. The runs seen twice compare equal, so they make no
-        // second change.
-        let since = since - COMMIT_SLACK;
+        // PostgreSQL stamps a row with its transaction's start (`now()`), which may be before the previous read
+        // although it committed after it: look that far back again. The runs seen twice compare equal, so they
+        // make no second change.
+        let since = match db.pool() {
+            super::Pool::Postgres(_) => since - POSTGRES_COMMIT_SLACK,
+            super::Pool::Sqlite(_) => since,
+        };
         let (runs, counts, daemons, overrides, workers, schedule_marks, pipeline_marks) = tokio::try_join!(
             runs::marks_since(db, since),
             queue_counts::list(db),
