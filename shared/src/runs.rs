@@ -385,7 +385,7 @@ impl Database {
     /// A page of the ledger, newest first.
     pub async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, DbError> {
         let limit = filter.limit.clamp(1, 500);
-        let mut runs = retrying!(self, db::runs::list(self, filter, limit + 1).await)?;
+        let mut runs = retrying!(self, db::ledger::list(self, filter, limit + 1).await)?;
         let next = (runs.len() > limit as usize).then(|| {
             runs.truncate(limit as usize);
             runs.last().map(|r| Cursor { requested_at: r.requested_at, id: r.id }.encode())

@@ -23,6 +23,7 @@ pub(crate) mod dialect;
 pub(crate) mod ends;
 pub(crate) mod feed;
 pub(crate) mod history;
+pub(crate) mod ledger;
 pub(crate) mod overrides;
 pub(crate) mod pipelines;
 pub(crate) mod plans;

@@ -15,7 +15,7 @@ use uuid::Uuid;
 use super::{
     Database, Pool, Result, daemons,
     dialect::{DbTime, Sql},
-    runs,
+    ledger, runs,
 };
 use crate::{
     RunState,
@@ -104,12 +104,12 @@ struct Read {
     params: Vec<Param>,
 }
 
-/// A runs-list page of `filter`, bound as [`runs::list`] binds it.
+/// A runs-list page of `filter`, bound as [`ledger::list`] binds it.
 fn page(name: &'static str, filter: &RunFilter) -> Read {
-    let (from, to, at, id) = runs::list_bounds(filter);
+    let (from, to, at, id) = ledger::list_bounds(filter);
     Read {
         name,
-        sql: runs::list_statement(filter),
+        sql: ledger::list_statement(filter),
         params: vec![
             Param::Text(filter.worker.clone()),
             Param::Text(filter.state.map(|s| s.as_str().to_owned())),

@@ -217,6 +217,47 @@ fn full_scans(read: &ExplainedRead, kind: &str, plan: &Value) -> Vec<String> {
     found
 }
 
+/// The equalities of a runs list's filter (`worker = $1`, `state = $2`) that its plan checks row by row instead of
+/// seeking them in the index, one sentence each. An index that serves only part of the filter still passes
+/// `full_scans`, yet visits every run the other part drops: a worker's index alone read ten times the page for
+/// one worker's failed runs at ten million runs.
+fn filtered_equalities(read: &ExplainedRead, kind: &str, plan: &Value) -> Vec<String> {
+    let columns: Vec<&str> = [("worker", "worker = $1"), ("state", "state = $2")]
+        .iter()
+        .filter(|(_, eq)| read.sql.contains(eq))
+        .map(|(c, _)| *c)
+        .collect();
+    if !read.name.starts_with("runs list") || columns.is_empty() {
+        return Vec::new();
+    }
+    let conditions: Vec<String> = if kind == "sqlite" {
+        plan.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .filter(|l| l.starts_with("SEARCH worker_runs"))
+            .map(|l| l.split_once(" (").map_or("", |(_, c)| c).replace(' ', ""))
+            .collect()
+    } else {
+        let root = plan.get(0).and_then(|p| p.get("Plan")).unwrap_or(plan);
+        // Index and bitmap index scans alike name their index (a bitmap index scan names no relation).
+        nodes(root)
+            .into_iter()
+            .filter(|n| n.get("Index Name").and_then(Value::as_str).is_some_and(|i| i.starts_with("worker_runs")))
+            .map(|n| n.get("Index Cond").and_then(Value::as_str).unwrap_or_default().replace(' ', ""))
+            .collect()
+    };
+    let sought = |column: &str| {
+        let (sqlite, postgres) = (format!("{column}=?"), format!("({column}="));
+        conditions.iter().any(|c| c.contains(&sqlite) || c.contains(&postgres))
+    };
+    columns
+        .into_iter()
+        .filter(|c| !sought(c))
+        .map(|c| format!("`{c}` is filtered row by row, not sought in an index"))
+        .collect()
+}
+
 /// The names of the indexes a plan reads.
 fn indexes_of(kind: &str, plan: &Value) -> Vec<String> {
     if kind == "sqlite" {
@@ -265,10 +306,11 @@ async fn every_panel_read_and_the_claim_are_index_served_on_a_million_analysed_r
     let mut failures = Vec::new();
     for read in &reads {
         for (kind, plan) in &read.plans {
-            let scans = full_scans(read, kind, plan);
+            let mut scans = full_scans(read, kind, plan);
+            scans.extend(filtered_equalities(read, kind, plan));
             if !scans.is_empty() {
                 failures.push(format!(
-                    "{} ({kind} plan) reads history without an index: {}\n  statement: {}\n  plan: {plan:#}",
+                    "{} ({kind} plan) reads history without a fitting index: {}\n  statement: {}\n  plan: {plan:#}",
                     read.name,
                     scans.join("; "),
                     read.sql
