@@ -149,7 +149,12 @@ fn probe(program: &str, name: &str) -> WorkerSpec {
     spec
 }
 
-/// A request by `bench` for `worker` with `options` over its catalogue defaults.
+/// The options that make a probe a no-op, given explicitly with every request of the bench: the probes declare
+/// their own defaults in their code (200 ms, and some output), which win over the catalogue's once a daemon has
+/// described them, so the catalogue's zeros alone steer only runs that start before that.
+pub const NO_OP: &str = r#"{"options": {"duration_ms": 0, "progress_steps": 0, "output_lines": 0}}"#;
+
+/// A request by `bench` for `worker`: a no-op ([`NO_OP`]) with `options` over it.
 pub fn request(worker: &str, options: serde_json::Value) -> RunRequest {
     RunRequest {
         worker: worker.to_owned(),
@@ -159,9 +164,11 @@ pub fn request(worker: &str, options: serde_json::Value) -> RunRequest {
     }
 }
 
+/// [`NO_OP`]'s arguments with `options` over them.
 fn arguments(options: serde_json::Value) -> ExplicitArgs {
-    let options = options.as_object().cloned().unwrap_or_default().into_iter().collect();
-    ExplicitArgs { options, ..ExplicitArgs::default() }
+    let mut arguments: ExplicitArgs = serde_json::from_str(NO_OP).expect("the no-op arguments");
+    arguments.options.extend(options.as_object().cloned().unwrap_or_default());
+    arguments
 }
 
 /// The configuration a request for `worker` with its catalogue defaults runs with, resolved as the API resolves

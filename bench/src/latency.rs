@@ -32,7 +32,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::{
-    env::{ConfigSpec, Env, OPERATOR, request, runs, sqlite_pool, with_db},
+    env::{ConfigSpec, Env, NO_OP, OPERATOR, request, runs, sqlite_pool, with_db},
     report::{Bound, Figure, Samples},
 };
 
@@ -343,7 +343,7 @@ async fn http_pass(client: &reqwest::Client, base: &str, opts: &Opts) -> anyhow:
     for i in 0..opts.warmup + opts.requests {
         tokio::time::sleep_until(start + spacing * u32::try_from(i)?).await;
         let url = format!("{base}/api/workers/probe-{}/runs", i % PROBES + 1);
-        let request = client.post(url).bearer_auth(OPERATOR).header("content-type", "application/json").body("{}");
+        let request = client.post(url).bearer_auth(OPERATOR).header("content-type", "application/json").body(NO_OP);
         let (before, before_wall) = (Instant::now(), Utc::now());
         let response = request.send().await?;
         let answered = Instant::now();
