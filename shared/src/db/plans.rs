@@ -136,9 +136,21 @@ fn reads(db: &Database, s: &PlanSample) -> Vec<Read> {
         to: Some(s.day + chrono::TimeDelta::days(1)),
         ..first.clone()
     };
-    let claim = match db.pool() {
+    let claim_sql = match db.pool() {
         Pool::Postgres(_) => runs::CLAIM_POSTGRES,
         Pool::Sqlite(_) => runs::CLAIM_SQLITE,
+    };
+    // A claim of four runs with a lease of a minute, any worker but `excluded`.
+    let claim = |name, excluded| Read {
+        name,
+        sql: claim_sql,
+        params: vec![
+            Param::Uuid(Some(s.daemon)),
+            Param::Float(60.0),
+            Param::Int(4),
+            Param::Texts(None),
+            Param::Texts(excluded),
+        ],
     };
     vec![
         Read { name: "worker view: runs in flight", sql: runs::IN_FLIGHT, params: vec![] },
@@ -164,28 +176,8 @@ fn reads(db: &Database, s: &PlanSample) -> Vec<Read> {
         Read { name: "run detail: the run", sql: runs::GET, params: vec![Param::Uuid(Some(s.run))] },
         Read { name: "run detail: progress history", sql: runs::PROGRESS, params: vec![Param::Uuid(Some(s.run))] },
         Read { name: "run detail: chain", sql: runs::CHAIN, params: vec![Param::Uuid(Some(s.run))] },
-        Read {
-            name: "claim: the oldest queued requests",
-            sql: claim,
-            params: vec![
-                Param::Uuid(Some(s.daemon)),
-                Param::Float(60.0),
-                Param::Int(4),
-                Param::Texts(None),
-                Param::Texts(None),
-            ],
-        },
-        Read {
-            name: "claim: the oldest queued requests, some workers excluded",
-            sql: claim,
-            params: vec![
-                Param::Uuid(Some(s.daemon)),
-                Param::Float(60.0),
-                Param::Int(4),
-                Param::Texts(None),
-                Param::Texts(Some(vec![s.worker.clone()])),
-            ],
-        },
+        claim("claim: the oldest queued requests", None),
+        claim("claim: the oldest queued requests, some workers excluded", Some(vec![s.worker.clone()])),
     ]
 }
 
