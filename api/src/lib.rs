@@ -24,7 +24,7 @@ use std::{
 
 use anyhow::Context;
 use axum::{Router, extract::DefaultBodyLimit};
-use scrinalia_shared::{Database, Pings, Settings, telemetry::Telemetry};
+use scrinalia_shared::{ApiStore, Settings, telemetry::Telemetry};
 pub use state::AppState;
 use tokio::{net::TcpListener, task::JoinSet};
 
@@ -86,7 +86,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let url = settings.database.redacted_url();
-    let db = Database::connect_as(&settings.database, "scrinalia-api", Pings::OnlyAfterUse)
+    let db = ApiStore::connect(&settings.database, "scrinalia-api")
         .await
         .with_context(|| format!("cannot connect to the database {url}"))?;
     db.migrate().await.context("cannot apply the database migrations")?;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use scrinalia_shared::{
-    Change, Database,
+    Change, ApiStore,
     changes::{ChangeFeed, Topic},
 };
 use tokio::sync::{broadcast, watch};
@@ -63,7 +63,7 @@ impl Live {
     }
 
     /// Relays `db`'s change feed of `topic` to the subscribers until `stop` is cancelled.
-    pub async fn relay_until(&self, db: Database, topic: Topic, stop: CancellationToken) {
+    pub async fn relay_until(&self, db: ApiStore, topic: Topic, stop: CancellationToken) {
         tokio::select! {
             () = stop.cancelled() => {}
             () = self.relay(db, topic) => {}
@@ -71,7 +71,7 @@ impl Live {
         tracing::debug!("live events: stopped");
     }
 
-    async fn relay(&self, db: Database, topic: Topic) {
+    async fn relay(&self, db: ApiStore, topic: Topic) {
         let mut feed: ChangeFeed = loop {
             match db.changes(topic) {
                 Ok(feed) => break feed,

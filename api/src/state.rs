@@ -3,7 +3,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use scrinalia_shared::{Catalogue, Database, Settings, changes::Topic, logstore::LogStore};
+use scrinalia_shared::{Catalogue, ApiStore, Settings, changes::Topic, logstore::LogStore};
 use tokio_util::sync::CancellationToken;
 
 use crate::{auth::AuthState, live::Live};
@@ -14,7 +14,7 @@ pub struct AppState(Arc<Inner>);
 
 struct Inner {
     settings: Settings,
-    db: Database,
+    db: ApiStore,
     logs: Result<LogStore, String>,
     http: reqwest::Client,
     live: Arc<Live>,
@@ -25,7 +25,7 @@ struct Inner {
 impl AppState {
     /// Builds the state. A run-log store that cannot be opened does not stop the API: the health check and the
     /// log endpoint report why.
-    pub fn new(settings: Settings, db: Database) -> Self {
+    pub fn new(settings: Settings, db: ApiStore) -> Self {
         let logs = LogStore::open(&settings.object_store).map_err(|e| e.to_string());
         if let Err(e) = &logs {
             tracing::warn!(error = %e, "run-log store unavailable");
@@ -51,7 +51,7 @@ impl AppState {
     }
 
     /// The database.
-    pub fn db(&self) -> &Database {
+    pub fn db(&self) -> &ApiStore {
         &self.0.db
     }
 

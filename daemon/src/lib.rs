@@ -30,7 +30,7 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use scrinalia_shared::{
-    Database, Pings, Settings, changes::Topic, logstore::LogStore, runs::Placement, telemetry::Telemetry,
+    DaemonStore, Settings, changes::Topic, logstore::LogStore, runs::Placement, telemetry::Telemetry,
 };
 use tokio::{sync::Notify, task::JoinSet};
 use tokio_util::sync::CancellationToken;
@@ -44,9 +44,9 @@ use crate::{main_loop::MainLoop, systemd::Notifier};
 #[derive(Debug)]
 pub struct Context {
     /// The database.
-    pub db: Database,
+    pub db: DaemonStore,
     /// A connection of its own for claims, so that a claim costs one round trip (PostgreSQL; on SQLite, `db`).
-    pub claims: Database,
+    pub claims: DaemonStore,
     /// The configuration.
     pub settings: Settings,
     /// This instance's id, fresh at every start.
@@ -99,10 +99,10 @@ pub async fn run(settings: Settings, telemetry: &Telemetry, shutdown: Shutdown) 
 }
 
 /// Connects, retrying while the database is unreachable (a daemon started before its database waits for it).
-async fn connect(settings: &Settings, shutdown: &Shutdown, systemd: &Notifier) -> anyhow::Result<Option<Database>> {
+async fn connect(settings: &Settings, shutdown: &Shutdown, systemd: &Notifier) -> anyhow::Result<Option<DaemonStore>> {
     let mut wait = Duration::from_millis(500);
     loop {
-        match Database::connect_as(&settings.database, "scrinalia-daemon", Pings::BeforeEachUse).await {
+        match DaemonStore::connect(&settings.database, "scrinalia-daemon").await {
             Ok(db) => return Ok(Some(db)),
             Err(e) if e.is_unavailable() => {
                 tracing::warn!(url = %settings.database.redacted_url(), error = %e, "the database is unreachable; retrying");

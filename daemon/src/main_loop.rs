@@ -5,7 +5,7 @@
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use scrinalia_shared::{
-    Backend, Change, Database, DbError, Run, changes::ChangeFeed, config::DaemonSettings, runs::Placement,
+    Backend, Change, DaemonStore, DbError, Run, changes::ChangeFeed, config::DaemonSettings, runs::Placement,
 };
 use tokio::{
     sync::{Notify, mpsc},
@@ -91,7 +91,7 @@ pub fn free_slots(capacity: u32, in_flight: usize) -> u32 {
 /// hold no shared resource, one short transaction per worker that does. Public so that the benchmark drives the
 /// daemon's own claim code.
 pub async fn claim_batch(
-    claims: &Database,
+    claims: &DaemonStore,
     daemon_id: Uuid,
     settings: &DaemonSettings,
     placement: &Placement,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use scrinalia_shared::{Database, DbError};
+use scrinalia_shared::{DaemonStore, DbError};
 use serde_json::Value;
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -76,7 +76,7 @@ impl Progress {
 
     /// Writes the pending report, if any. Only a lost lease is an error; other failures leave the report pending
     /// for the next attempt.
-    pub async fn write(&mut self, db: &Database) -> Result<(), DbError> {
+    pub async fn write(&mut self, db: &DaemonStore) -> Result<(), DbError> {
         self.next_write = far();
         let Some(value) = self.pending.take() else { return Ok(()) };
         self.last_write = Some(Instant::now());

@@ -7,28 +7,11 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::{
-    Daemon, Database, DbError,
-    db::{self, retrying},
+    Daemon, Store, DbError,
+    db,
 };
 
-/// What a daemon registers.
-#[derive(Debug, Clone)]
-pub struct NewDaemon {
-    /// Its fresh id.
-    pub id: Uuid,
-    /// Host name.
-    pub host: String,
-    /// Process id.
-    pub pid: i32,
-    /// Version.
-    pub version: String,
-    /// Capacity.
-    pub capacity: i32,
-    /// Workers it takes; empty means all.
-    pub workers: Vec<String>,
-    /// What it advertises, its host name included.
-    pub labels: Vec<String>,
-}
+pub use crate::db::daemons::NewDaemon;
 
 /// Why a drain was refused.
 #[derive(Debug, thiserror::Error)]
@@ -44,23 +27,23 @@ pub enum DrainError {
     Database(#[from] DbError),
 }
 
-impl Database {
+impl Store {
     /// Registers a daemon.
-    pub async fn register_daemon(&self, daemon: &NewDaemon) -> Result<Daemon, DbError> {
-        db::daemons::register(self, daemon).await
+    pub(crate) async fn register_daemon(&self, daemon: &NewDaemon) -> Result<Daemon, DbError> {
+        db::daemons::register(&self.db, daemon).await
     }
 
     /// Records a heartbeat; returns the daemon's row as stored (`state` says whether it was asked to drain), or
     /// `None` if the row is gone.
-    pub async fn heartbeat(&self, daemon: Uuid) -> Result<Option<Daemon>, DbError> {
-        let _own = self.own_writes().begin();
-        db::daemons::heartbeat(self, daemon).await
+    pub(crate) async fn heartbeat(&self, daemon: Uuid) -> Result<Option<Daemon>, DbError> {
+        let _own = self.db.own_write();
+        db::daemons::heartbeat(&self.db, daemon).await
     }
 
     /// Asks a daemon that is not gone (`gone_after` being the registry's silence limit) to drain: it finishes its
     /// runs and claims no more. Asking twice keeps the first request's time and actor.
-    pub async fn request_drain(&self, daemon: Uuid, actor: &str, gone_after: Duration) -> Result<Daemon, DrainError> {
-        if let Some(draining) = retrying!(self, db::daemons::request_drain(self, daemon, actor, gone_after).await)? {
+    pub(crate) async fn request_drain(&self, daemon: Uuid, actor: &str, gone_after: Duration) -> Result<Daemon, DrainError> {
+        if let Some(draining) = self.db.retrying(|| db::daemons::request_drain(&self.db, daemon, actor, gone_after)).await? {
             return Ok(draining);
         }
         match self.get_daemon(daemon, gone_after).await? {
@@ -70,23 +53,23 @@ impl Database {
     }
 
     /// Records that a daemon stopped cleanly.
-    pub async fn mark_daemon_stopped(&self, daemon: Uuid) -> Result<(), DbError> {
-        db::daemons::mark_stopped(self, daemon).await
+    pub(crate) async fn mark_daemon_stopped(&self, daemon: Uuid) -> Result<(), DbError> {
+        db::daemons::mark_stopped(&self.db, daemon).await
     }
 
     /// Marks gone every daemon whose heartbeat is older than `after`; returns their ids.
-    pub async fn mark_gone_daemons(&self, after: Duration) -> Result<Vec<Uuid>, DbError> {
-        db::daemons::mark_gone(self, after).await
+    pub(crate) async fn mark_gone_daemons(&self, after: Duration) -> Result<Vec<Uuid>, DbError> {
+        db::daemons::mark_gone(&self.db, after).await
     }
 
     /// Daemons that are alive, or stopped within the last day, newest first, each with its state as of the
     /// database clock (`gone` past `gone_after` without a heartbeat).
-    pub async fn list_daemons(&self, gone_after: Duration) -> Result<Vec<Daemon>, DbError> {
-        retrying!(self, db::daemons::list(self, gone_after).await)
+    pub(crate) async fn list_daemons(&self, gone_after: Duration) -> Result<Vec<Daemon>, DbError> {
+        self.db.retrying(|| db::daemons::list(&self.db, gone_after)).await
     }
 
     /// One daemon, with its state as of the database clock.
-    pub async fn get_daemon(&self, id: Uuid, gone_after: Duration) -> Result<Option<Daemon>, DbError> {
-        retrying!(self, db::daemons::get(self, id, gone_after).await)
+    pub(crate) async fn get_daemon(&self, id: Uuid, gone_after: Duration) -> Result<Option<Daemon>, DbError> {
+        self.db.retrying(|| db::daemons::get(&self.db, id, gone_after)).await
     }
 }

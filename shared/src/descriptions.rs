@@ -7,87 +7,46 @@ use std::{collections::HashMap, time::Duration};
 use uuid::Uuid;
 
 use crate::{
-    Catalogue, Chore, ChoreKind, Database, DbError, Description, EffectiveWorker, Readiness, WorkerDescription,
-    db::{self, retrying},
+    Catalogue, Chore, ChoreKind, DbError, EffectiveWorker, Store, Readiness, WorkerDescription,
+    db,
 };
 
-/// An attempt to describe a worker, as a daemon stores it.
-#[derive(Debug, Clone)]
-pub struct NewDescription {
-    /// The worker.
-    pub worker: String,
-    /// What it answered, or why the attempt failed (a sentence).
-    pub outcome: Result<Description, String>,
-    /// The daemon that asked.
-    pub described_by: Uuid,
-    /// The command that answered.
-    pub command: Vec<String>,
-    /// How long it took.
-    pub took_ms: i64,
-}
+pub use crate::db::{
+    chores::ChoreIntervals,
+    descriptions::{NewDescription, NewReadiness},
+};
 
-/// What a worker's `check` answered, as a daemon stores it.
-#[derive(Debug, Clone)]
-pub struct NewReadiness {
-    /// The worker.
-    pub worker: String,
-    /// Ready or not; `None` when the check failed.
-    pub ready: Option<bool>,
-    /// What is missing, as the worker said it.
-    pub reason: Option<String>,
-    /// Why the check failed.
-    pub error: Option<String>,
-    /// How long it took.
-    pub took_ms: i64,
-    /// The daemon that checked.
-    pub checked_by: Uuid,
-}
-
-/// How often a daemon's chores come due.
-#[derive(Debug, Clone, Copy)]
-pub struct ChoreIntervals {
-    /// A count is due this long after the last one started.
-    pub count: Duration,
-    /// A check is due this long after the last one started.
-    pub check: Duration,
-    /// A chore asked for is not started again sooner than this after its last start.
-    pub min_gap: Duration,
-    /// A request waits this long before its chore starts, so that requests made together (runs ending
-    /// together, an operator's clicks, several API processes) are answered by one start.
-    pub settle: Duration,
-}
-
-impl Database {
+impl Store {
     /// Stores an attempt to describe a worker (a failure keeps the last description that succeeded).
-    pub async fn store_description(&self, description: &NewDescription) -> Result<(), DbError> {
-        let _own = self.own_writes().begin();
-        db::descriptions::store(self, description).await
+    pub(crate) async fn store_description(&self, description: &NewDescription) -> Result<(), DbError> {
+        let _own = self.db.own_write();
+        db::descriptions::store(&self.db, description).await
     }
 
     /// Every worker's stored description.
-    pub async fn descriptions(&self) -> Result<Vec<WorkerDescription>, DbError> {
-        retrying!(self, db::descriptions::list(self).await)
+    pub(crate) async fn descriptions(&self) -> Result<Vec<WorkerDescription>, DbError> {
+        self.db.retrying(|| db::descriptions::list(&self.db)).await
     }
 
     /// One worker's stored description.
-    pub async fn description(&self, worker: &str) -> Result<Option<WorkerDescription>, DbError> {
-        retrying!(self, db::descriptions::get(self, worker).await)
+    pub(crate) async fn description(&self, worker: &str) -> Result<Option<WorkerDescription>, DbError> {
+        self.db.retrying(|| db::descriptions::get(&self.db, worker)).await
     }
 
     /// Stores what a worker's `check` answered.
-    pub async fn store_readiness(&self, readiness: &NewReadiness) -> Result<(), DbError> {
-        let _own = self.own_writes().begin();
-        db::descriptions::store_readiness(self, readiness).await
+    pub(crate) async fn store_readiness(&self, readiness: &NewReadiness) -> Result<(), DbError> {
+        let _own = self.db.own_write();
+        db::descriptions::store_readiness(&self.db, readiness).await
     }
 
     /// Every worker's last readiness.
-    pub async fn readiness(&self) -> Result<Vec<Readiness>, DbError> {
-        retrying!(self, db::descriptions::readiness(self).await)
+    pub(crate) async fn readiness(&self) -> Result<Vec<Readiness>, DbError> {
+        self.db.retrying(|| db::descriptions::readiness(&self.db)).await
     }
 
     /// The worker called `name` as runs see it now (its catalogue entry merged with its stored description);
     /// `None` when the catalogue has no such worker.
-    pub async fn effective_worker(
+    pub(crate) async fn effective_worker(
         &self,
         catalogue: &Catalogue,
         name: &str,
@@ -98,7 +57,7 @@ impl Database {
     }
 
     /// Every worker of the catalogue as runs see it now, in catalogue order.
-    pub async fn effective_workers(&self, catalogue: &Catalogue) -> Result<Vec<EffectiveWorker>, DbError> {
+    pub(crate) async fn effective_workers(&self, catalogue: &Catalogue) -> Result<Vec<EffectiveWorker>, DbError> {
         let mut stored: HashMap<String, WorkerDescription> =
             self.descriptions().await?.into_iter().map(|d| (d.worker.clone(), d)).collect();
         Ok(catalogue
@@ -112,18 +71,18 @@ impl Database {
     }
 
     /// Makes sure the chores of `workers` exist, so that the end of a run can ask for a count.
-    pub async fn prepare_chores(&self, workers: &[String]) -> Result<(), DbError> {
-        retrying!(self, db::chores::prepare(self, workers).await)
+    pub(crate) async fn prepare_chores(&self, workers: &[String]) -> Result<(), DbError> {
+        self.db.retrying(|| db::chores::prepare(&self.db, workers)).await
     }
 
     /// Asks for `chore` of `workers` now. Requests made before the chore's next start are answered by that one
     /// start, so a burst of requests costs one describe or count.
     pub async fn request_chore(&self, workers: &[String], chore: ChoreKind) -> Result<Vec<Chore>, DbError> {
-        retrying!(self, db::chores::request(self, workers, chore).await)
+        self.db.retrying(|| db::chores::request(&self.db, workers, chore)).await
     }
 
     /// Takes up to `limit` due chores of `workers` for `daemon`, each leased for `lease` (database clock).
-    pub async fn claim_chores(
+    pub(crate) async fn claim_chores(
         &self,
         daemon: Uuid,
         workers: &[String],
@@ -134,29 +93,29 @@ impl Database {
         if limit == 0 || workers.is_empty() {
             return Ok(Vec::new());
         }
-        let _own = self.own_writes().begin();
-        db::chores::claim(self, daemon, workers, intervals, lease, limit).await
+        let _own = self.db.own_write();
+        db::chores::claim(&self.db, daemon, workers, intervals, lease, limit).await
     }
 
     /// How long until a chore of `workers` may come due, on the database clock (zero when one is due now);
     /// `None` when none will until asked for.
-    pub async fn next_chore_in(
+    pub(crate) async fn next_chore_in(
         &self,
         workers: &[String],
         intervals: &ChoreIntervals,
     ) -> Result<Option<Duration>, DbError> {
-        let (now, next) = retrying!(self, db::chores::next_due(self, workers, intervals).await)?;
+        let (now, next) = self.db.retrying(|| db::chores::next_due(&self.db, workers, intervals)).await?;
         Ok(next.map(|at| (at - now).to_std().unwrap_or(Duration::ZERO)))
     }
 
     /// Ends `daemon`'s lease of a chore.
-    pub async fn finish_chore(&self, daemon: Uuid, worker: &str, chore: ChoreKind) -> Result<(), DbError> {
-        let _own = self.own_writes().begin();
-        retrying!(self, db::chores::finish(self, daemon, worker, chore).await)
+    pub(crate) async fn finish_chore(&self, daemon: Uuid, worker: &str, chore: ChoreKind) -> Result<(), DbError> {
+        let _own = self.db.own_write();
+        self.db.retrying(|| db::chores::finish(&self.db, daemon, worker, chore)).await
     }
 
     /// Every chore of `worker`.
-    pub async fn chores(&self, worker: &str) -> Result<Vec<Chore>, DbError> {
-        retrying!(self, db::chores::of(self, worker).await)
+    pub(crate) async fn chores(&self, worker: &str) -> Result<Vec<Chore>, DbError> {
+        self.db.retrying(|| db::chores::of(&self.db, worker)).await
     }
 }

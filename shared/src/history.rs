@@ -7,8 +7,8 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::{
-    Database, DbError, RunState,
-    db::{self, history::Durations, retrying},
+    Store, DbError, RunState,
+    db::{self, history::Durations},
 };
 
 /// The longest window a history covers, in days.
@@ -102,17 +102,17 @@ pub fn percentile_cont(sorted: &[i64], p: f64) -> Option<f64> {
     Some(a + (b - a) * (position - low))
 }
 
-impl Database {
+impl Store {
     /// The history of `worker` over the last `days` calendar days (UTC, today included; 1 to [`MAX_DAYS`]).
     /// The caller checks that the worker exists.
-    pub async fn worker_history(&self, worker: &str, days: u32) -> Result<WorkerHistory, DbError> {
+    pub(crate) async fn worker_history(&self, worker: &str, days: u32) -> Result<WorkerHistory, DbError> {
         let days = days.clamp(1, MAX_DAYS);
         let now = self.now().await?;
         let first = now.date_naive() - Duration::days(i64::from(days) - 1);
         let from = first.and_time(chrono::NaiveTime::MIN).and_utc();
         let (counts, durations) =
-            tokio::try_join!(async { retrying!(self, db::history::per_day(self, worker, from).await) }, async {
-                retrying!(self, db::history::durations(self, worker, from).await)
+            tokio::try_join!(async { self.db.retrying(|| db::history::per_day(&self.db, worker, from)).await }, async {
+                self.db.retrying(|| db::history::durations(&self.db, worker, from)).await
             },)?;
         let mut per_day: Vec<Day> = (0..days)
             .map(|i| Day { day: first + Duration::days(i64::from(i)), outcomes: Outcomes::default(), items: 0 })

@@ -1,8 +1,11 @@
 //! What the Scrinalia API and daemon share: the worker catalogue, layered configuration, configuration
-//! resolution, the domain operations on runs, overrides, daemons and queue measurements (over a private
-//! database layer for PostgreSQL and SQLite), the change feed, the run-log store, telemetry and metrics.
+//! resolution, the domain's workflows on runs, overrides, schedules, pipelines, daemons and queue measurements
+//! (over the database layer `scrinalia-db`), the run-log store, telemetry and metrics.
 //!
-//! The types that cross a process boundary as JSON come from `scrinalia-wire` and are re-exported here.
+//! Each process sees the database through a store made for its role: [`ApiStore`] (what an API process may
+//! do: request, cancel, continue and read) and [`DaemonStore`] (what a daemon does: claim, lease, finish,
+//! recover, fire, prune), both over the [`Store`] they share. The types that cross a process boundary as JSON
+//! come from `scrinalia-wire` and are re-exported here.
 #![warn(missing_docs)]
 
 pub mod catalogue;
@@ -10,9 +13,10 @@ pub mod changes;
 pub mod config;
 pub mod cron;
 pub mod daemons;
-mod db;
 pub mod descriptions;
 pub mod effective;
+#[cfg(test)]
+mod fixtures;
 pub mod history;
 pub mod logstore;
 pub mod metrics;
@@ -24,6 +28,7 @@ pub mod resources;
 pub mod retention;
 pub mod runs;
 pub mod schedules;
+pub mod store;
 pub mod telemetry;
 pub mod tokens;
 pub mod webhooks;
@@ -32,7 +37,13 @@ pub use catalogue::{Catalogue, Engine, OptionSpec, OptionType, ResourceSpec, Wor
 pub use config::{ConfigError, Settings};
 #[doc(hidden)]
 pub use db::plans::{ExplainedRead, PlanSample};
-pub use db::{Backend, Database, DbError, Pings};
+pub use db::{Backend, DbError, Pings};
+pub use store::{ApiStore, DaemonStore, Store};
+
+/// The database layer, under the name the domain modules use for it.
+use scrinalia_db as db;
+/// The pool handle the stores wrap; nothing outside this crate holds one.
+use scrinalia_db::Database;
 pub use effective::EffectiveWorker;
 pub use resolve::{ResolveError, resolve};
 pub use scrinalia_wire::{

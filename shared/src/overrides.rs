@@ -8,9 +8,10 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use crate::{
-    AuditEntry, Catalogue, Database, DbError, EffectiveWorker, ExplicitArgs, Override, OverrideValues, ResolveError,
+    Database, OverrideAction,
+    AuditEntry, Catalogue, Store, DbError, EffectiveWorker, ExplicitArgs, Override, OverrideValues, ResolveError,
     ResolvedConfig,
-    db::{self, retrying},
+    db,
     resolve,
     resolve::check_override,
 };
@@ -131,11 +132,45 @@ pub(crate) fn check_reason(reason: Option<&str>) -> Result<String, OverrideError
     Ok(reason.to_owned())
 }
 
-impl Database {
+/// Replaces `worker`'s override with what `next` makes of the current one (an empty result removes it) and
+/// appends the change to the audit trail, in one transaction under the override's lock, so that two concurrent
+/// partial changes do not lose each other. `next` may refuse, and then nothing is written.
+async fn replace(
+    db: &Database,
+    worker: &str,
+    actor: &str,
+    reason: &str,
+    next: impl Fn(Option<&OverrideValues>) -> Result<OverrideValues, ResolveError>,
+) -> Result<Option<Override>, OverrideError> {
+    let mut tx = db.begin_write().await?;
+    tx.lock(&format!("override.{worker}")).await?;
+    let before = db::overrides::get(&mut tx, worker).await?.map(|o| o.values);
+    let after = next(before.as_ref()).map_err(OverrideError::Invalid)?;
+    let stored = if after.is_empty() {
+        db::overrides::delete(&mut tx, worker).await?;
+        None
+    } else {
+        Some(db::overrides::upsert(&mut tx, worker, &after, actor).await?)
+    };
+    let action = if stored.is_some() { OverrideAction::Set } else { OverrideAction::Clear };
+    let entry = db::overrides::NewAuditEntry {
+        worker,
+        actor,
+        action,
+        before: before.as_ref(),
+        after: stored.as_ref().map(|o| &o.values),
+        reason,
+    };
+    db::overrides::audit(&mut tx, &entry).await?;
+    tx.commit().await?;
+    Ok(stored)
+}
+
+impl Store {
     /// Applies `change` to `worker`'s override as `actor`, under the override's lock (so two concurrent partial
     /// changes do not lose each other), checked by the same rules as a run's arguments, and appends it to the
     /// audit trail. A change that leaves nothing set removes the override.
-    pub async fn change_override(
+    pub(crate) async fn change_override(
         &self,
         catalogue: &Catalogue,
         worker: &str,
@@ -149,13 +184,12 @@ impl Database {
             let next = change.apply(current);
             check_override(&spec, &next).map(|()| next)
         };
-        let stored =
-            db::overrides::change(self, spec.name(), actor, &reason, next).await?.map_err(OverrideError::Invalid)?;
+        let stored = replace(&self.db, spec.name(), actor, &reason, next).await?;
         Ok(OverrideState::of(&spec, stored))
     }
 
     /// Removes `worker`'s override as `actor`, for `reason`; the change is audited even when there was none.
-    pub async fn clear_override(
+    pub(crate) async fn clear_override(
         &self,
         catalogue: &Catalogue,
         worker: &str,
@@ -166,23 +200,22 @@ impl Database {
         let spec = self.effective_worker(catalogue, worker).await?;
         let spec = spec.ok_or_else(|| OverrideError::UnknownWorker { worker: worker.to_owned() })?;
         let clear = |_: Option<&OverrideValues>| Ok::<_, ResolveError>(OverrideValues::default());
-        let stored =
-            db::overrides::change(self, spec.name(), actor, &reason, clear).await?.map_err(OverrideError::Invalid)?;
+        let stored = replace(&self.db, spec.name(), actor, &reason, clear).await?;
         Ok(OverrideState::of(&spec, stored))
     }
 
     /// One worker's override.
-    pub async fn get_override(&self, worker: &str) -> Result<Option<Override>, DbError> {
-        retrying!(self, db::overrides::get(self, worker).await)
+    pub(crate) async fn get_override(&self, worker: &str) -> Result<Option<Override>, DbError> {
+        self.db.retrying(|| db::overrides::get(&self.db, worker)).await
     }
 
     /// Every override.
-    pub async fn list_overrides(&self) -> Result<Vec<Override>, DbError> {
-        retrying!(self, db::overrides::list(self).await)
+    pub(crate) async fn list_overrides(&self) -> Result<Vec<Override>, DbError> {
+        self.db.retrying(|| db::overrides::list(&self.db)).await
     }
 
     /// A worker's audit trail, newest first (at most `limit` entries, 1 to 1000).
-    pub async fn audit_trail(&self, worker: &str, limit: u32) -> Result<Vec<AuditEntry>, DbError> {
-        retrying!(self, db::overrides::audit_trail(self, worker, limit.clamp(1, 1000)).await)
+    pub(crate) async fn audit_trail(&self, worker: &str, limit: u32) -> Result<Vec<AuditEntry>, DbError> {
+        self.db.retrying(|| db::overrides::audit_trail(&self.db, worker, limit.clamp(1, 1000))).await
     }
 }

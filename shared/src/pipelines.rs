@@ -1,16 +1,21 @@
 //! Pipelines, the domain: starting a pipeline run (every step's configuration resolved at once, as a run's is
 //! when it is requested; one run in flight per pipeline, enforced by the database), reading them with their
-//! steps' runs, cancelling one, and settling those whose current step waits for a busy worker.
+//! steps' runs, cancelling one, and settling those whose current step waits for a busy worker. What a pipeline
+//! run does next is one rule, in `advance`.
 
 use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    Catalogue, Database, DbError, ExplicitArgs, PipelineRun, PipelineRunView, PipelineView, ResolvedConfig,
+    Catalogue, Store, DbError, ExplicitArgs, PipelineRun, PipelineRunView, PipelineView, ResolvedConfig,
     catalogue::PipelineSpec,
-    db::{self, pipelines::NewPipelineRun, retrying},
+    db::{self, pipelines::NewPipelineRun},
     runs::{RequestError, Resolver},
 };
+
+mod advance;
+
+pub(crate) use advance::{advance, insert_and_start};
 
 /// Why a pipeline run could not be started or found; each displays as a sentence for people.
 #[derive(Debug, thiserror::Error)]
@@ -61,12 +66,12 @@ impl StepConfigs {
     /// Resolves each step of `spec` with its arguments from `arguments` (an object by step worker), against the
     /// overrides and descriptions as they are now.
     pub(crate) async fn resolve(
-        db: &Database,
+        store: &Store,
         catalogue: &Catalogue,
         spec: &PipelineSpec,
         arguments: &Value,
     ) -> Result<Self, PipelineError> {
-        Self::resolve_with(&db.resolver().await?, catalogue, spec, arguments)
+        Self::resolve_with(&store.resolver().await?, catalogue, spec, arguments)
     }
 
     /// [`StepConfigs::resolve`] against what `resolver` read.
@@ -117,11 +122,11 @@ impl StepConfigs {
     }
 }
 
-impl Database {
+impl Store {
     /// Starts a run of `pipeline` for `requested_by`, with `arguments` by step worker, and requests its first
     /// step in the same transaction. Refused with [`PipelineError::InFlight`] while another run of it is in
     /// flight.
-    pub async fn start_pipeline(
+    pub(crate) async fn start_pipeline(
         &self,
         catalogue: &Catalogue,
         pipeline: &str,
@@ -140,9 +145,9 @@ impl Database {
             requested_by,
             fire: None,
         };
-        match db::pipelines::start(self, &new).await? {
+        match advance::start(&self.db, &new).await? {
             Some(started) => self.pipeline_view(started).await.map_err(PipelineError::from),
-            None => match retrying!(self, db::pipelines::in_flight_of(self, &spec.name).await)? {
+            None => match self.db.retrying(|| db::pipelines::in_flight_of(&self.db, &spec.name)).await? {
                 Some(blocking) => Err(PipelineError::InFlight {
                     pipeline: spec.name.clone(),
                     pipeline_run: blocking.id,
@@ -156,28 +161,28 @@ impl Database {
     }
 
     /// The pipeline run with its steps' runs. Its `waiting` needs the catalogue and the live daemons, so it is
-    /// left to whoever shows it: [`Database::pipeline_waiting`].
+    /// left to whoever shows it: [`Store::pipeline_waiting`].
     async fn pipeline_view(&self, pipeline_run: PipelineRun) -> Result<PipelineRunView, DbError> {
-        let runs = retrying!(self, db::pipelines::step_runs(self, pipeline_run.id).await)?;
+        let runs = self.db.retrying(|| db::pipelines::step_runs(&self.db, pipeline_run.id)).await?;
         Ok(PipelineRunView { pipeline_run, runs, waiting: None })
     }
 
     /// One pipeline run with its steps' runs.
-    pub async fn pipeline_run(&self, id: Uuid) -> Result<Option<PipelineRunView>, DbError> {
-        match retrying!(self, db::pipelines::get(self, id).await)? {
+    pub(crate) async fn pipeline_run(&self, id: Uuid) -> Result<Option<PipelineRunView>, DbError> {
+        match self.db.retrying(|| db::pipelines::get(&self.db, id)).await? {
             Some(run) => Ok(Some(self.pipeline_view(run).await?)),
             None => Ok(None),
         }
     }
 
     /// Runs of `pipeline` (of all pipelines when `None`), newest first (1 to 500).
-    pub async fn pipeline_runs(&self, pipeline: Option<&str>, limit: u32) -> Result<Vec<PipelineRun>, DbError> {
-        retrying!(self, db::pipelines::list(self, pipeline, limit.clamp(1, 500)).await)
+    pub(crate) async fn pipeline_runs(&self, pipeline: Option<&str>, limit: u32) -> Result<Vec<PipelineRun>, DbError> {
+        self.db.retrying(|| db::pipelines::list(&self.db, pipeline, limit.clamp(1, 500))).await
     }
 
     /// The catalogue's pipelines with their last runs.
-    pub async fn pipelines(&self, catalogue: &Catalogue) -> Result<Vec<PipelineView>, DbError> {
-        let last = retrying!(self, db::pipelines::last_of_each(self).await)?;
+    pub(crate) async fn pipelines(&self, catalogue: &Catalogue) -> Result<Vec<PipelineView>, DbError> {
+        let last = self.db.retrying(|| db::pipelines::last_of_each(&self.db)).await?;
         Ok(catalogue
             .pipelines
             .iter()
@@ -192,8 +197,8 @@ impl Database {
 
     /// Asks for a pipeline run to be cancelled by `actor`: its current step is cancelled, and the pipeline run
     /// ends `cancelled` once that step has ended. `None` when there is no such pipeline run.
-    pub async fn cancel_pipeline_run(&self, id: Uuid, actor: &str) -> Result<Option<PipelineRunView>, DbError> {
-        if db::pipelines::request_cancel(self, id, actor).await?.is_none() {
+    pub(crate) async fn cancel_pipeline_run(&self, id: Uuid, actor: &str) -> Result<Option<PipelineRunView>, DbError> {
+        if !advance::cancel(&self.db, id, actor).await? {
             return Ok(None);
         }
         self.pipeline_run(id).await
@@ -201,10 +206,10 @@ impl Database {
 
     /// Moves on every pipeline run whose current step is not in flight (waiting for a busy worker, or left
     /// behind by an end that did not move it); how many were looked at.
-    pub async fn settle_pipelines(&self) -> Result<usize, DbError> {
-        let stalled = db::pipelines::stalled(self).await?;
+    pub(crate) async fn settle_pipelines(&self) -> Result<usize, DbError> {
+        let stalled = db::pipelines::stalled(&self.db).await?;
         for id in &stalled {
-            db::pipelines::advance(self, *id).await?;
+            advance::settle(&self.db, *id).await?;
         }
         Ok(stalled.len())
     }

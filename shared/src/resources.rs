@@ -11,8 +11,9 @@ pub use scrinalia_wire::resource::{
 };
 
 use crate::{
-    Catalogue, Database, DbError, ResourceSpec,
-    db::{self, retrying},
+    Database,
+    Catalogue, Store, DbError, ResourceSpec,
+    db,
     overrides::{OverrideError, check_reason},
 };
 
@@ -104,11 +105,39 @@ fn view(
     view
 }
 
-impl Database {
+/// Sets `resource`'s capacity to `capacity` (`None`: removes the override) as `actor`, and appends the change
+/// with its `reason` to the audit trail, in one transaction under the resource's lock (the one a claim takes
+/// before counting its holders, so a change of capacity and a claim of the resource are serialised). The
+/// stored override.
+async fn set_capacity(
+    db: &Database,
+    resource: &str,
+    capacity: Option<u32>,
+    actor: &str,
+    reason: &str,
+) -> Result<Option<db::resource_overrides::Stored>, DbError> {
+    // The capacity is bounded far below i32::MAX; saturating keeps the column's check the last word.
+    let capacity = capacity.map(|c| i32::try_from(c).unwrap_or(i32::MAX));
+    let mut tx = db.begin_write().await?;
+    tx.lock(&db::resource_overrides::lock_key(resource)).await?;
+    let before = db::resource_overrides::capacity(&mut tx, resource).await?;
+    let stored = match capacity {
+        Some(capacity) => Some(db::resource_overrides::upsert(&mut tx, resource, capacity, actor).await?),
+        None => {
+            db::resource_overrides::delete(&mut tx, resource).await?;
+            None
+        }
+    };
+    db::resource_overrides::audit(&mut tx, resource, actor, (before, capacity), reason).await?;
+    tx.commit().await?;
+    Ok(stored)
+}
+
+impl Store {
     /// Sets the capacity of the catalogue's resource `name` to `capacity` (`None`: back to the catalogue's) as
     /// `actor`, for `reason`, under the resource's lock, and appends the change to the audit trail. The next claim
     /// of the resource counts against it; runs already holding it go on.
-    pub async fn set_resource_capacity(
+    pub(crate) async fn set_resource_capacity(
         &self,
         catalogue: &Catalogue,
         name: &str,
@@ -120,13 +149,13 @@ impl Database {
             catalogue.resource(name).ok_or_else(|| ResourceError::UnknownResource { resource: name.to_owned() })?;
         let capacity = capacity.map(|c| check_capacity(&spec.name, c)).transpose()?;
         let reason = checked_reason(reason)?;
-        let stored = db::resource_overrides::change(self, &spec.name, capacity, actor, &reason).await?;
-        let holders = retrying!(self, db::resources::holders(self).await)?;
+        let stored = set_capacity(&self.db, &spec.name, capacity, actor, &reason).await?;
+        let holders = self.db.retrying(|| db::resources::holders(&self.db)).await?;
         Ok(view(spec, stored.as_ref(), &holders))
     }
 
-    /// Applies `change`, as an operator sent it, to the resource `name` (see [`Database::set_resource_capacity`]).
-    pub async fn change_resource(
+    /// Applies `change`, as an operator sent it, to the resource `name` (see [`Store::set_resource_capacity`]).
+    pub(crate) async fn change_resource(
         &self,
         catalogue: &Catalogue,
         name: &str,
@@ -142,9 +171,9 @@ impl Database {
 
     /// Every catalogue resource, in catalogue order, with its effective capacity, where that comes from and its
     /// holders.
-    pub async fn resources(&self, catalogue: &Catalogue) -> Result<Vec<ResourceView>, DbError> {
-        let stored = async { retrying!(self, db::resource_overrides::list(self).await) };
-        let holders = async { retrying!(self, db::resources::holders(self).await) };
+    pub(crate) async fn resources(&self, catalogue: &Catalogue) -> Result<Vec<ResourceView>, DbError> {
+        let stored = async { self.db.retrying(|| db::resource_overrides::list(&self.db)).await };
+        let holders = async { self.db.retrying(|| db::resources::holders(&self.db)).await };
         let (stored, holders) = tokio::try_join!(stored, holders)?;
         Ok(catalogue
             .resources
@@ -154,7 +183,7 @@ impl Database {
     }
 
     /// The audit trail of the resource `name`, newest first (at most `limit` entries, 1 to 1000).
-    pub async fn resource_audit(
+    pub(crate) async fn resource_audit(
         &self,
         catalogue: &Catalogue,
         name: &str,
@@ -163,16 +192,16 @@ impl Database {
         let spec =
             catalogue.resource(name).ok_or_else(|| ResourceError::UnknownResource { resource: name.to_owned() })?;
         let limit = limit.clamp(1, 1000);
-        Ok(retrying!(self, db::resource_overrides::audit_trail(self, &spec.name, limit).await)?)
+        Ok(self.db.retrying(|| db::resource_overrides::audit_trail(&self.db, &spec.name, limit)).await?)
     }
 
     /// `catalogue` with each resource's capacity replaced by its override, for readers that reason about claims
     /// from the catalogue (why a run waits). Borrowed, and nothing is read, when it declares no resource.
-    pub async fn with_effective_capacities<'a>(&self, catalogue: &'a Catalogue) -> Result<Cow<'a, Catalogue>, DbError> {
+    pub(crate) async fn with_effective_capacities<'a>(&self, catalogue: &'a Catalogue) -> Result<Cow<'a, Catalogue>, DbError> {
         if catalogue.resources.is_empty() {
             return Ok(Cow::Borrowed(catalogue));
         }
-        let stored = retrying!(self, db::resource_overrides::list(self).await)?;
+        let stored = self.db.retrying(|| db::resource_overrides::list(&self.db)).await?;
         if stored.is_empty() {
             return Ok(Cow::Borrowed(catalogue));
         }

@@ -28,7 +28,7 @@ use object_store::path::Path;
 use uuid::Uuid;
 
 use crate::{
-    Database, DbError, Run,
+    Database, DbError, Run, Store,
     config::RetentionSettings,
     db::{self, retention::Policy},
     logstore::LogStore,
@@ -74,11 +74,11 @@ async fn rest(batch_started: Instant) {
     tokio::time::sleep(batch_started.elapsed().min(MAX_REST)).await;
 }
 
-impl Database {
+impl Store {
     /// One prune pass as `holder`, if the lease is free and a pass is due: `None` when another daemon prunes or
     /// the last pass was less than an interval ago. `stop` is asked between batches; a pass stopped early ends
     /// cleanly (what it did is committed, the rest is for the next pass).
-    pub async fn prune_pass(
+    pub(crate) async fn prune_pass(
         &self,
         settings: &RetentionSettings,
         logs: &LogStore,
@@ -86,17 +86,17 @@ impl Database {
         stop: &(dyn Fn() -> bool + Sync),
     ) -> Result<Option<PruneCounts>, DbError> {
         let ttl = LEASE.as_secs_f64();
-        if !db::retention::acquire(self, holder, ttl, settings.interval().as_secs_f64()).await? {
+        if !db::retention::acquire(&self.db, holder, ttl, settings.interval().as_secs_f64()).await? {
             return Ok(None);
         }
-        let pass = db::retention::begin_pass(self, holder).await?;
+        let pass = db::retention::begin_pass(&self.db, holder).await?;
         let outcome = self.prune_batches(settings, logs, holder, stop).await;
         let counts = outcome.as_ref().copied().unwrap_or_default();
         let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let recorded = [as_i64(counts.runs), as_i64(counts.progress), as_i64(counts.daemons), as_i64(counts.logs)];
         // The pass is recorded as ended before the lease is released, so no two recorded passes overlap.
-        let finished = db::retention::finish_pass(self, pass, recorded).await;
-        let released = db::retention::release(self, holder).await;
+        let finished = db::retention::finish_pass(&self.db, pass, recorded).await;
+        let released = db::retention::release(&self.db, holder).await;
         let counts = outcome?;
         finished?;
         released?;
@@ -116,19 +116,19 @@ impl Database {
         let mut counts = PruneCounts::default();
         let mut logs_ok = true;
         // Logs left by an earlier pass first.
-        delete_pending_logs(self, logs, batch, &mut counts, &mut logs_ok).await?;
+        delete_pending_logs(&self.db, logs, batch, &mut counts, &mut logs_ok).await?;
         loop {
-            if stop() || !db::retention::renew(self, holder, ttl).await? {
+            if stop() || !db::retention::renew(&self.db, holder, ttl).await? {
                 return Ok(counts);
             }
             let started = Instant::now();
             let pruned = {
-                let _own = self.own_writes().begin();
-                db::retention::prune_runs(self, &policy, batch).await?
+                let _own = self.db.own_write();
+                prune_runs(&self.db, &policy, batch).await?
             };
             counts.runs += pruned;
             if logs_ok {
-                delete_pending_logs(self, logs, batch, &mut counts, &mut logs_ok).await?;
+                delete_pending_logs(&self.db, logs, batch, &mut counts, &mut logs_ok).await?;
             }
             if pruned < batch as u64 {
                 break;
@@ -137,13 +137,13 @@ impl Database {
         }
         let points = i64::from(settings.progress_points);
         loop {
-            if stop() || !db::retention::renew(self, holder, ttl).await? {
+            if stop() || !db::retention::renew(&self.db, holder, ttl).await? {
                 return Ok(counts);
             }
             let started = Instant::now();
             let (runs, thinned) = {
-                let _own = self.own_writes().begin();
-                db::retention::thin_progress(self, holder, points, batch).await?
+                let _own = self.db.own_write();
+                thin_progress(&self.db, holder, points, batch).await?
             };
             counts.progress += thinned;
             if runs < batch as u64 {
@@ -153,10 +153,10 @@ impl Database {
         }
         let gone_after = f64::from(settings.gone_daemons_days) * DAY;
         loop {
-            if stop() || !db::retention::renew(self, holder, ttl).await? {
+            if stop() || !db::retention::renew(&self.db, holder, ttl).await? {
                 return Ok(counts);
             }
-            let removed = db::retention::prune_daemons(self, gone_after, batch).await?;
+            let removed = db::retention::prune_daemons(&self.db, gone_after, batch).await?;
             counts.daemons += removed;
             if removed < batch as u64 {
                 return Ok(counts);
@@ -167,7 +167,7 @@ impl Database {
     /// Up to `limit` runs that a prune pass with `settings` would delete now, oldest finished first: after the
     /// keyset `after` (a previous page's last finished time and id), finished before `before` and of `worker`
     /// when given. The export writes these for an archive before they go.
-    pub async fn prunable_runs(
+    pub(crate) async fn prunable_runs(
         &self,
         settings: &RetentionSettings,
         before: Option<DateTime<Utc>>,
@@ -176,8 +176,36 @@ impl Database {
         limit: u32,
     ) -> Result<Vec<Run>, DbError> {
         let policy = policy(settings);
-        db::retention::prunable_runs(self, &policy, before, worker, after, i64::from(limit)).await
+        db::retention::prunable_runs(&self.db, &policy, before, worker, after, i64::from(limit)).await
     }
+}
+
+/// Deletes up to `limit` prunable runs (their progress and resource rows go with them, by cascade), sets to null
+/// the links of the finished runs that retried or continued them, and records their log prefixes as pending
+/// deletes, in one short transaction; how many runs went.
+async fn prune_runs(db: &Database, policy: &db::retention::Policy, limit: i64) -> Result<u64, DbError> {
+    let mut tx = db.begin_write().await?;
+    let gone = db::retention::delete_prunable(&mut tx, policy, limit).await?;
+    let ids: Vec<Uuid> = gone.iter().map(|g| g.0).collect();
+    db::retention::unlink(&mut tx, &ids).await?;
+    let keys: Vec<String> = gone.into_iter().filter_map(|g| g.1).collect();
+    db::retention::pend_log_deletes(&mut tx, &keys).await?;
+    tx.commit().await?;
+    Ok(ids.len() as u64)
+}
+
+/// Thins the progress history of the next `limit` finished runs after the lease's watermark to at most `points`
+/// reports each (keeping the first and the last), and moves the watermark, in one transaction; `(runs looked
+/// at, reports deleted)`. Fewer runs than `limit` means the thinning has caught up.
+async fn thin_progress(db: &Database, holder: Uuid, points: i64, limit: i64) -> Result<(u64, u64), DbError> {
+    let mut tx = db.begin_write().await?;
+    let Some(after) = db::retention::thinned_after(&mut tx, holder).await? else { return Ok((0, 0)) };
+    let next = db::retention::next_to_thin(&mut tx, after, limit).await?;
+    let Some(&last) = next.last() else { return Ok((0, 0)) };
+    let thinned = db::retention::thin(&mut tx, after, last, points).await?;
+    db::retention::move_thinned_after(&mut tx, holder, last).await?;
+    tx.commit().await?;
+    Ok((next.len() as u64, thinned))
 }
 
 /// Deletes the objects of up to `batch` pending log prefixes and forgets those that went. A failure is logged,

@@ -9,21 +9,21 @@ use serde_json::Value;
 use uuid::Uuid;
 
 mod diff;
+mod end;
 mod follow;
 mod placement;
 mod resolver;
-mod search;
 mod waiting;
 
 pub use diff::config_changes;
 pub use follow::FollowError;
 pub use placement::Placement;
 pub(crate) use resolver::Resolver;
-pub use search::{IdRange, contains_pattern};
+pub use scrinalia_db::ledger::{Cursor, IdRange, RunFilter, contains_pattern};
 
 use crate::{
-    Catalogue, Database, DbError, EndReason, ExplicitArgs, ProgressEntry, ResolveError, Run, RunPage, RunState,
-    db::{self, retrying},
+    Catalogue, Store, DbError, EndReason, ExplicitArgs, ProgressEntry, ResolveError, Run, RunPage, RunState,
+    db,
 };
 
 /// A run request as a person or a program makes it.
@@ -137,57 +137,11 @@ pub enum CancelOutcome {
     AlreadyFinished(Run),
 }
 
-/// A position in the ledger, newest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cursor {
-    /// The last row's request time.
-    pub requested_at: DateTime<Utc>,
-    /// The last row's id.
-    pub id: Uuid,
-}
-
-impl Cursor {
-    /// The opaque text form used in URLs.
-    pub fn encode(&self) -> String {
-        format!("{}_{}", self.requested_at.timestamp_micros(), self.id.simple())
-    }
-
-    /// Parses [`Cursor::encode`]'s output.
-    pub fn decode(s: &str) -> Option<Self> {
-        let (micros, id) = s.split_once('_')?;
-        let requested_at = DateTime::from_timestamp_micros(micros.parse().ok()?)?;
-        Some(Self { requested_at, id: Uuid::parse_str(id).ok()? })
-    }
-}
-
-/// Filters of the ledger.
-#[derive(Debug, Clone, Default)]
-pub struct RunFilter {
-    /// Only this worker.
-    pub worker: Option<String>,
-    /// Only this state.
-    pub state: Option<RunState>,
-    /// Requested at or after.
-    pub from: Option<DateTime<Utc>>,
-    /// Requested before.
-    pub to: Option<DateTime<Utc>>,
-    /// Continue after this position.
-    pub after: Option<Cursor>,
-    /// Page size (at most 500).
-    pub limit: u32,
-    /// Only runs requested by this caller (the exact name).
-    pub requested_by: Option<String>,
-    /// Only runs whose error contains this text (case-insensitive; on SQLite for ASCII letters only).
-    pub error_contains: Option<String>,
-    /// Only runs whose id is in this range (a whole id, or the ids that start with some hex digits).
-    pub ids: Option<IdRange>,
-}
-
-impl Database {
+impl Store {
     /// Requests a run: resolves the configuration it will run with (explicit argument > persisted override >
     /// catalogue default, the same resolution as the worker view's) and queues it. A worker with a run in flight
     /// refuses it ([`RequestError::InFlight`], naming that run).
-    pub async fn request_run(&self, catalogue: &Catalogue, request: RunRequest) -> Result<Run, RequestError> {
+    pub(crate) async fn request_run(&self, catalogue: &Catalogue, request: RunRequest) -> Result<Run, RequestError> {
         let spec = catalogue
             .worker(&request.worker)
             .ok_or_else(|| RequestError::UnknownWorker { worker: request.worker.clone() })?;
@@ -205,7 +159,7 @@ impl Database {
             Ok(run) => Ok(run),
             Err(Refused::InFlight(e)) => Err(e),
             Err(Refused::Continued(..)) => {
-                Err(DbError::Sqlx(sqlx::Error::Protocol("a plain request continues no run".into())).into())
+                Err(DbError::Unexpected("a plain request continues no run".into()).into())
             }
         }
     }
@@ -217,11 +171,11 @@ impl Database {
     pub(crate) async fn insert_request(&self, new: &db::runs::NewRun<'_>) -> Result<Result<Run, Refused>, DbError> {
         let continues = new.links.follows.filter(|(_, how)| *how != crate::FollowKind::Rerun).map(|(id, _)| id);
         for _ in 0..3 {
-            if let Some(run) = retrying!(self, db::runs::insert(self, new).await)? {
+            if let Some(run) = self.db.retrying(|| db::runs::insert(&self.db, new)).await? {
                 return Ok(Ok(run));
             }
             if let Some(earlier) = continues
-                && let Some((by, how)) = retrying!(self, db::runs::continued_by(self, earlier).await)?
+                && let Some((by, how)) = self.db.retrying(|| db::runs::continued_by(&self.db, earlier)).await?
             {
                 if by != new.id {
                     return Ok(Err(Refused::Continued(by, how)));
@@ -230,7 +184,7 @@ impl Database {
                     return Ok(Ok(run));
                 }
             }
-            if let Some(blocking) = retrying!(self, db::runs::in_flight_of(self, new.worker).await)? {
+            if let Some(blocking) = self.db.retrying(|| db::runs::in_flight_of(&self.db, new.worker)).await? {
                 if blocking.id == new.id {
                     return Ok(Ok(blocking));
                 }
@@ -242,7 +196,7 @@ impl Database {
                 })));
             }
         }
-        Err(DbError::Sqlx(sqlx::Error::Protocol("the in-flight run kept changing during the insert".into())))
+        Err(DbError::Unexpected("the in-flight run kept changing during the insert".into()))
     }
 
     /// The configuration a run of `spec` with `arguments` resolves to now: explicit argument > persisted override >
@@ -265,7 +219,7 @@ impl Database {
 
     /// Claims up to `limit` of the oldest queued requests for `daemon`, with a lease of `lease` from now
     /// (database clock), optionally only for `workers`. Committed at once; no transaction is held for the run.
-    pub async fn claim_runs(
+    pub(crate) async fn claim_runs(
         &self,
         daemon: Uuid,
         lease: Duration,
@@ -275,22 +229,22 @@ impl Database {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let mut runs = db::runs::claim(self, daemon, lease, limit, workers, None).await?;
+        let mut runs = db::runs::claim(&self.db, daemon, lease, limit, workers, None).await?;
         runs.sort_by_key(|r| (r.requested_at, r.id));
         Ok(runs)
     }
 
     /// Records that the worker process of a claimed run started, and where its log goes.
-    pub async fn mark_started(&self, run: Uuid, daemon: Uuid, log_key: &str) -> Result<Run, DbError> {
-        db::runs::mark_started(self, run, daemon, log_key)
+    pub(crate) async fn mark_started(&self, run: Uuid, daemon: Uuid, log_key: &str) -> Result<Run, DbError> {
+        db::runs::mark_started(&self.db, run, daemon, log_key)
             .await?
             .ok_or(DbError::LeaseLost { run_id: run, daemon_id: daemon })
     }
 
     /// Stores the configuration the worker of a run held by `daemon` reported it uses (fenced like every owner
     /// write: refused with [`DbError::LeaseLost`] when the run is no longer this daemon's).
-    pub async fn report_config(&self, run: Uuid, daemon: Uuid, config: &serde_json::Value) -> Result<(), DbError> {
-        if db::runs::report_config(self, run, daemon, config).await? {
+    pub(crate) async fn report_config(&self, run: Uuid, daemon: Uuid, config: &serde_json::Value) -> Result<(), DbError> {
+        if db::runs::report_config(&self.db, run, daemon, config).await? {
             Ok(())
         } else {
             Err(DbError::LeaseLost { run_id: run, daemon_id: daemon })
@@ -299,8 +253,8 @@ impl Database {
 
     /// Stores the latest checkpoint a run's worker reported (fenced: refused with [`DbError::LeaseLost`] when the
     /// run is no longer running under `daemon`). The caller checks its size ([`crate::MAX_CHECKPOINT_BYTES`]).
-    pub async fn store_checkpoint(&self, run: Uuid, daemon: Uuid, checkpoint: &Value) -> Result<(), DbError> {
-        if db::runs::store_checkpoint(self, run, daemon, checkpoint).await? {
+    pub(crate) async fn store_checkpoint(&self, run: Uuid, daemon: Uuid, checkpoint: &Value) -> Result<(), DbError> {
+        if db::runs::store_checkpoint(&self.db, run, daemon, checkpoint).await? {
             Ok(())
         } else {
             Err(DbError::LeaseLost { run_id: run, daemon_id: daemon })
@@ -309,13 +263,13 @@ impl Database {
 
     /// Extends the lease of a run held by `daemon` to `lease` from now. Refused ([`DbError::LeaseLost`]) when the
     /// run is no longer running under this daemon or its lease already expired.
-    pub async fn renew_lease(&self, run: Uuid, daemon: Uuid, lease: Duration) -> Result<DateTime<Utc>, DbError> {
-        db::runs::renew(self, run, daemon, lease).await?.ok_or(DbError::LeaseLost { run_id: run, daemon_id: daemon })
+    pub(crate) async fn renew_lease(&self, run: Uuid, daemon: Uuid, lease: Duration) -> Result<DateTime<Utc>, DbError> {
+        db::runs::renew(&self.db, run, daemon, lease).await?.ok_or(DbError::LeaseLost { run_id: run, daemon_id: daemon })
     }
 
     /// Stores a progress report of a run held by `daemon`, and appends it to the run's progress history.
-    pub async fn record_progress(&self, run: Uuid, daemon: Uuid, progress: &Value) -> Result<(), DbError> {
-        if db::runs::record_progress(self, run, daemon, progress).await? {
+    pub(crate) async fn record_progress(&self, run: Uuid, daemon: Uuid, progress: &Value) -> Result<(), DbError> {
+        if db::runs::record_progress(&self.db, run, daemon, progress).await? {
             Ok(())
         } else {
             Err(DbError::LeaseLost { run_id: run, daemon_id: daemon })
@@ -324,14 +278,14 @@ impl Database {
 
     /// Ends a run held by `daemon`. Refused ([`DbError::LeaseLost`]) when the daemon no longer holds it, so a
     /// zombie cannot overwrite the ledger.
-    pub async fn finish_run(&self, run: Uuid, daemon: Uuid, finish: &Finish) -> Result<Run, DbError> {
-        db::ends::finish(self, run, daemon, finish).await?.ok_or(DbError::LeaseLost { run_id: run, daemon_id: daemon })
+    pub(crate) async fn finish_run(&self, run: Uuid, daemon: Uuid, finish: &Finish) -> Result<Run, DbError> {
+        end::finish(&self.db, run, daemon, finish).await?.ok_or(DbError::LeaseLost { run_id: run, daemon_id: daemon })
     }
 
     /// Asks for a run to be cancelled by `actor`: a queued run is cancelled at once; a running one is flagged
     /// for its daemon. `None` if there is no such run.
-    pub async fn request_cancel(&self, run: Uuid, actor: &str) -> Result<Option<CancelOutcome>, DbError> {
-        if let Some(changed) = retrying!(self, db::ends::request_cancel(self, run, actor).await)? {
+    pub(crate) async fn request_cancel(&self, run: Uuid, actor: &str) -> Result<Option<CancelOutcome>, DbError> {
+        if let Some(changed) = self.db.retrying(|| end::cancel(&self.db, run, actor)).await? {
             return Ok(Some(if changed.state == RunState::Cancelled {
                 CancelOutcome::Cancelled(changed)
             } else {
@@ -342,50 +296,43 @@ impl Database {
     }
 
     /// Runs held by `daemon` whose cancellation was requested.
-    pub async fn cancel_requests(&self, daemon: Uuid) -> Result<Vec<Uuid>, DbError> {
-        retrying!(self, db::runs::cancel_requests(self, daemon).await)
+    pub(crate) async fn cancel_requests(&self, daemon: Uuid) -> Result<Vec<Uuid>, DbError> {
+        self.db.retrying(|| db::runs::cancel_requests(&self.db, daemon)).await
     }
 
     /// Moves every running run whose lease expired to `interrupted` ([`EndReason::OwnerLost`]), with a sentence
     /// naming the daemon and the lease's expiry. A run with a live lease is never touched, whoever holds it.
-    pub async fn recover_expired(&self) -> Result<Vec<Run>, DbError> {
-        db::ends::recover_expired(self).await
-    }
-
-    /// How long until the first lease of a running run expires (database clock; zero if one already has), or
-    /// `None` when nothing runs: recovery is due then, not a whole period later.
-    pub async fn next_lease_expiry(&self) -> Result<Option<Duration>, DbError> {
-        let seconds = db::runs::next_lease_expiry(self).await?;
-        Ok(seconds.map(|s| Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)))
+    pub(crate) async fn recover_expired(&self) -> Result<Vec<Run>, DbError> {
+        end::recover_expired(&self.db).await
     }
 
     /// What the recovery sweep has to do now, read in one statement (a sweep that finds nothing costs no more).
-    pub async fn recovery_due(&self, gone_after: Duration) -> Result<RecoveryDue, DbError> {
-        let (seconds, daemons_gone) = db::runs::recovery_due(self, gone_after).await?;
-        let next_lease_expiry = seconds.map(|s| Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX));
+    pub(crate) async fn recovery_due(&self, gone_after: Duration) -> Result<RecoveryDue, DbError> {
+        let (seconds, daemons_gone) = db::runs::recovery_due(&self.db, gone_after).await?;
+        let next_lease_expiry = crate::store::wait_of(seconds);
         Ok(RecoveryDue { next_lease_expiry, daemons_gone })
     }
 
     /// One run.
     pub async fn get_run(&self, id: Uuid) -> Result<Option<Run>, DbError> {
-        retrying!(self, db::runs::get(self, id).await)
+        self.db.retrying(|| db::runs::get(&self.db, id)).await
     }
 
     /// The retry chain `id` belongs to, first attempt first (just the run when it was never retried; empty
     /// when there is no such run).
-    pub async fn run_chain(&self, id: Uuid) -> Result<Vec<Run>, DbError> {
-        retrying!(self, db::runs::chain(self, id).await)
+    pub(crate) async fn run_chain(&self, id: Uuid) -> Result<Vec<Run>, DbError> {
+        self.db.retrying(|| db::runs::chain(&self.db, id)).await
     }
 
     /// A run's progress history, oldest first.
-    pub async fn run_progress(&self, id: Uuid) -> Result<Vec<ProgressEntry>, DbError> {
-        retrying!(self, db::runs::progress_of(self, id).await)
+    pub(crate) async fn run_progress(&self, id: Uuid) -> Result<Vec<ProgressEntry>, DbError> {
+        self.db.retrying(|| db::runs::progress_of(&self.db, id)).await
     }
 
     /// A page of the ledger, newest first.
-    pub async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, DbError> {
+    pub(crate) async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, DbError> {
         let limit = filter.limit.clamp(1, 500);
-        let mut runs = retrying!(self, db::ledger::list(self, filter, limit + 1).await)?;
+        let mut runs = self.db.retrying(|| db::ledger::list(&self.db, filter, limit + 1)).await?;
         let next = (runs.len() > limit as usize).then(|| {
             runs.truncate(limit as usize);
             runs.last().map(|r| Cursor { requested_at: r.requested_at, id: r.id }.encode())
@@ -394,12 +341,12 @@ impl Database {
     }
 
     /// Every run queued or running.
-    pub async fn runs_in_flight(&self) -> Result<Vec<Run>, DbError> {
-        retrying!(self, db::runs::in_flight(self).await)
+    pub(crate) async fn runs_in_flight(&self) -> Result<Vec<Run>, DbError> {
+        self.db.retrying(|| db::runs::in_flight(&self.db)).await
     }
 
     /// The last finished run of each of `workers`.
-    pub async fn last_finished(&self, workers: &[String]) -> Result<Vec<Run>, DbError> {
-        retrying!(self, db::runs::last_finished(self, workers).await)
+    pub(crate) async fn last_finished(&self, workers: &[String]) -> Result<Vec<Run>, DbError> {
+        self.db.retrying(|| db::runs::last_finished(&self.db, workers)).await
     }
 }

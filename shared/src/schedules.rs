@@ -7,19 +7,18 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    Catalogue, Database, DbError, ExplicitArgs, MissedPolicy, OverlapPolicy, Schedule, ScheduleAction,
+    Catalogue, Store, DbError, ExplicitArgs, MissedPolicy, OverlapPolicy, Schedule, ScheduleAction,
     ScheduleAuditEntry, ScheduleFire, ScheduleInput, SchedulePreview, ScheduleView, TargetKind,
     cron::{CronError, CronSchedule},
-    db::{
-        self, retrying,
-        schedules::{ScheduleRow, WriteRefused},
-    },
+    db::{self, schedules::ScheduleRow},
     overrides::{OverrideError, check_reason},
     pipelines::StepConfigs,
     runs::RequestError,
 };
 
 mod firing;
+mod pass;
+
 pub use firing::FirePass;
 
 /// How many fire times a preview and a schedule's view show.
@@ -96,7 +95,40 @@ struct Checked {
     missed: MissedPolicy,
 }
 
-impl Database {
+/// The row a change `action` of a schedule writes, given the schedule as it is (`current`) and the database
+/// clock: `None` deletes it. A resumed schedule fires from now on: what fell while it was paused is not a
+/// missed fire.
+fn row_after(
+    action: ScheduleAction,
+    checked: Option<&Checked>,
+    current: Option<&Schedule>,
+    name: &str,
+    now: DateTime<Utc>,
+) -> Result<Option<ScheduleRow>, ScheduleError> {
+    Ok(match (action, checked, current) {
+        (ScheduleAction::Delete, _, _) => None,
+        (ScheduleAction::Create | ScheduleAction::Change, Some(c), _) => Some(row_of(name, c, now)),
+        (ScheduleAction::Pause | ScheduleAction::Resume, _, Some(current)) => {
+            let enabled = action == ScheduleAction::Resume;
+            let cron = CronSchedule::parse(&current.cron, &current.time_zone)?;
+            Some(ScheduleRow {
+                name: current.name.clone(),
+                target_kind: current.target_kind,
+                target: current.target.clone(),
+                cron: current.cron.clone(),
+                time_zone: current.time_zone.clone(),
+                arguments: current.arguments.clone(),
+                enabled,
+                overlap: current.overlap,
+                missed: current.missed,
+                next_fire_at: if enabled { cron.next_after(now) } else { None },
+            })
+        }
+        _ => None,
+    })
+}
+
+impl Store {
     async fn check_input(&self, catalogue: &Catalogue, input: &ScheduleInput) -> Result<Checked, ScheduleError> {
         if !is_schedule_name(&input.name) {
             return Err(ScheduleError::InvalidName(input.name.clone()));
@@ -137,8 +169,8 @@ impl Database {
     /// The schedule whose id or name is `key`.
     async fn find_schedule(&self, key: &str) -> Result<Schedule, ScheduleError> {
         let found = match Uuid::parse_str(key) {
-            Ok(id) => retrying!(self, db::schedules::get(self, id).await)?,
-            Err(_) => retrying!(self, db::schedules::by_name(self, key).await)?,
+            Ok(id) => self.db.retrying(|| db::schedules::get(&self.db, id)).await?,
+            Err(_) => self.db.retrying(|| db::schedules::by_name(&self.db, key)).await?,
         };
         found.ok_or_else(|| ScheduleError::NotFound(key.to_owned()))
     }
@@ -159,40 +191,41 @@ impl Database {
             _ => ScheduleError::ReasonRequired,
         })?;
         let now = self.now().await?;
-        let next = |current: Option<&Schedule>| {
-            let row = match (action, checked, current) {
-                (ScheduleAction::Delete, _, _) => None,
-                (ScheduleAction::Create | ScheduleAction::Change, Some(c), _) => Some(row_of(name, c, now)),
-                (ScheduleAction::Pause | ScheduleAction::Resume, _, Some(current)) => {
-                    let enabled = action == ScheduleAction::Resume;
-                    let cron = CronSchedule::parse(&current.cron, &current.time_zone)?;
-                    Some(ScheduleRow {
-                        name: current.name.clone(),
-                        target_kind: current.target_kind,
-                        target: current.target.clone(),
-                        cron: current.cron.clone(),
-                        time_zone: current.time_zone.clone(),
-                        arguments: current.arguments.clone(),
-                        enabled,
-                        overlap: current.overlap,
-                        missed: current.missed,
-                        // A resumed schedule fires from now on: what fell while it was paused is not a missed fire.
-                        next_fire_at: if enabled { cron.next_after(now) } else { None },
-                    })
-                }
-                _ => None,
-            };
-            Ok::<_, ScheduleError>((action, row))
-        };
-        match db::schedules::change(self, id, actor, &reason, next).await?? {
-            Ok(written) => Ok(written),
-            Err(WriteRefused::NameTaken) => Err(ScheduleError::NameTaken(name.to_owned())),
-            Err(WriteRefused::NotFound) => Err(ScheduleError::NotFound(id.to_string())),
+        let mut tx = self.db.begin_write().await?;
+        tx.lock(&format!("schedule.{id}")).await?;
+        let current = db::schedules::get(&mut tx, id).await?;
+        if current.is_none() && action != ScheduleAction::Create {
+            return Err(ScheduleError::NotFound(id.to_string()));
         }
+        let written = match row_after(action, checked, current.as_ref(), name, now)? {
+            Some(row) => {
+                let taken = db::schedules::by_name(&mut tx, &row.name).await?;
+                if taken.is_some_and(|other| other.id != id) {
+                    return Err(ScheduleError::NameTaken(name.to_owned()));
+                }
+                Some(db::schedules::upsert(&mut tx, id, &row, actor).await?)
+            }
+            None => {
+                db::schedules::delete(&mut tx, id).await?;
+                None
+            }
+        };
+        // A fire that waited for its target does not wait past a pause or a deletion: it is recorded skipped.
+        if let Some(waiting) = current.as_ref().and_then(|c| c.waiting_fire_at)
+            && written.as_ref().is_none_or(|w| !w.enabled)
+        {
+            let how = if written.is_some() { "paused" } else { "deleted" };
+            db::schedules::drop_waiting_fire(&mut tx, id, waiting, how).await?;
+        }
+        let as_json = |s: &Option<Schedule>| s.as_ref().and_then(|s| serde_json::to_value(s).ok());
+        let (before, after) = (as_json(&current), as_json(&written));
+        db::schedules::audit(&mut tx, id, actor, action, (before.as_ref(), after.as_ref()), &reason).await?;
+        tx.commit().await?;
+        Ok(written)
     }
 
     /// Creates a schedule as `actor`, for the reason in `input`.
-    pub async fn create_schedule(
+    pub(crate) async fn create_schedule(
         &self,
         catalogue: &Catalogue,
         actor: &str,
@@ -209,7 +242,7 @@ impl Database {
 
     /// Replaces the definition of the schedule `key` (id or name) as `actor`. Its next fire time is computed
     /// again from now.
-    pub async fn replace_schedule(
+    pub(crate) async fn replace_schedule(
         &self,
         catalogue: &Catalogue,
         key: &str,
@@ -234,7 +267,7 @@ impl Database {
     }
 
     /// Pauses (`enabled: false`) or resumes the schedule `key` as `actor`.
-    pub async fn set_schedule_enabled(
+    pub(crate) async fn set_schedule_enabled(
         &self,
         key: &str,
         enabled: bool,
@@ -250,7 +283,7 @@ impl Database {
     }
 
     /// Deletes the schedule `key` as `actor`; its fire history and audit trail are kept.
-    pub async fn delete_schedule(
+    pub(crate) async fn delete_schedule(
         &self,
         key: &str,
         actor: &str,
@@ -262,9 +295,9 @@ impl Database {
     }
 
     /// Every schedule with its next fire times and last fire, by name.
-    pub async fn schedules(&self) -> Result<Vec<ScheduleView>, DbError> {
-        let (schedules, fires) = tokio::try_join!(async { retrying!(self, db::schedules::list(self).await) }, async {
-            retrying!(self, db::schedules::last_fires(self).await)
+    pub(crate) async fn schedules(&self) -> Result<Vec<ScheduleView>, DbError> {
+        let (schedules, fires) = tokio::try_join!(async { self.db.retrying(|| db::schedules::list(&self.db)).await }, async {
+            self.db.retrying(|| db::schedules::last_fires(&self.db)).await
         })?;
         Ok(schedules
             .into_iter()
@@ -276,9 +309,9 @@ impl Database {
     }
 
     /// One schedule, by id or name.
-    pub async fn schedule(&self, key: &str) -> Result<ScheduleView, ScheduleError> {
+    pub(crate) async fn schedule(&self, key: &str) -> Result<ScheduleView, ScheduleError> {
         let schedule = self.find_schedule(key).await?;
-        let last = retrying!(self, db::schedules::fires(self, schedule.id, 1).await)?.into_iter().next();
+        let last = self.db.retrying(|| db::schedules::fires(&self.db, schedule.id, 1)).await?.into_iter().next();
         Ok(self.view_of(schedule, last))
     }
 
@@ -295,21 +328,21 @@ impl Database {
     }
 
     /// A schedule's fires, newest first (1 to 1000).
-    pub async fn schedule_fires(&self, key: &str, limit: u32) -> Result<Vec<ScheduleFire>, ScheduleError> {
+    pub(crate) async fn schedule_fires(&self, key: &str, limit: u32) -> Result<Vec<ScheduleFire>, ScheduleError> {
         let schedule = match Uuid::parse_str(key) {
             Ok(id) => id,
             Err(_) => self.find_schedule(key).await?.id,
         };
-        Ok(retrying!(self, db::schedules::fires(self, schedule, limit.clamp(1, 1000)).await)?)
+        Ok(self.db.retrying(|| db::schedules::fires(&self.db, schedule, limit.clamp(1, 1000))).await?)
     }
 
     /// A schedule's audit trail, newest first (1 to 1000); kept after the schedule is deleted (by id).
-    pub async fn schedule_audit(&self, key: &str, limit: u32) -> Result<Vec<ScheduleAuditEntry>, ScheduleError> {
+    pub(crate) async fn schedule_audit(&self, key: &str, limit: u32) -> Result<Vec<ScheduleAuditEntry>, ScheduleError> {
         let schedule = match Uuid::parse_str(key) {
             Ok(id) => id,
             Err(_) => self.find_schedule(key).await?.id,
         };
-        Ok(retrying!(self, db::schedules::audit_trail(self, schedule, limit.clamp(1, 1000)).await)?)
+        Ok(self.db.retrying(|| db::schedules::audit_trail(&self.db, schedule, limit.clamp(1, 1000))).await?)
     }
 }
 

@@ -25,9 +25,9 @@ use chrono::{DateTime, NaiveDate, Utc};
 use uuid::Uuid;
 
 use crate::{
-    Database, DbError, Role,
+    Store, DbError, Role,
     auth::{CreatedToken, ServiceToken, hash_token, new_token},
-    db::{self, retrying},
+    db,
 };
 
 /// How often an API process re-reads the tokens.
@@ -117,10 +117,10 @@ pub struct NewToken {
     pub expires_at: Option<DateTime<Utc>>,
 }
 
-impl Database {
+impl Store {
     /// Creates a service token by `actor`; `reserved` are the names it may not take (the configured tokens').
     /// Answers the secret, which is stored only as its hash.
-    pub async fn create_token(
+    pub(crate) async fn create_token(
         &self,
         token: &NewToken,
         actor: &str,
@@ -137,29 +137,24 @@ impl Database {
         }
         let secret = new_token();
         let hash = hash_token(&secret);
-        let created = db::tokens::insert(self, Uuid::now_v7(), &token.name, token.role, &hash, actor, token.expires_at)
-            .await
-            .map_err(|e| {
-                if db::tokens::is_name_taken(&e) {
-                    TokenError::NameTaken(token.name.clone())
-                } else {
-                    TokenError::Database(e.into())
-                }
-            })?;
+        let created =
+            db::tokens::insert(&self.db, Uuid::now_v7(), &token.name, token.role, &hash, actor, token.expires_at)
+                .await?
+                .ok_or_else(|| TokenError::NameTaken(token.name.clone()))?;
         Ok(CreatedToken { token: created, secret })
     }
 
     /// Every service token, oldest first, revoked ones included; never a secret.
-    pub async fn list_tokens(&self) -> Result<Vec<ServiceToken>, DbError> {
-        retrying!(self, db::tokens::list(self).await)
+    pub(crate) async fn list_tokens(&self) -> Result<Vec<ServiceToken>, DbError> {
+        self.db.retrying(|| db::tokens::list(&self.db)).await
     }
 
     /// Revokes a service token by `actor`: it is refused from then on (by every API process within a second).
-    pub async fn revoke_token(&self, id: Uuid, actor: &str) -> Result<ServiceToken, TokenError> {
-        if let Some(revoked) = db::tokens::revoke(self, id, actor).await? {
+    pub(crate) async fn revoke_token(&self, id: Uuid, actor: &str) -> Result<ServiceToken, TokenError> {
+        if let Some(revoked) = db::tokens::revoke(&self.db, id, actor).await? {
             return Ok(revoked);
         }
-        match db::tokens::get(self, id).await? {
+        match db::tokens::get(&self.db, id).await? {
             Some(ServiceToken { name, revoked_at: Some(at), revoked_by, .. }) => {
                 Err(TokenError::AlreadyRevoked { name, at, by: revoked_by.unwrap_or_default() })
             }
@@ -245,8 +240,8 @@ impl TokenMap {
     }
 
     /// Re-reads every token from the database.
-    pub async fn refresh(&self, db: &Database) -> Result<(), DbError> {
-        let (rows, db_now) = db::tokens::snapshot(db).await?;
+    pub async fn refresh(&self, store: &Store) -> Result<(), DbError> {
+        let (rows, db_now) = db::tokens::snapshot(&store.db).await?;
         let offset = db_now - Utc::now();
         let by_hash = rows
             .into_iter()
@@ -278,13 +273,13 @@ impl TokenMap {
     }
 
     /// Writes the uses counted since the last call (`last_used_at`); on failure they are counted again next time.
-    pub async fn flush_uses(&self, db: &Database) -> Result<(), DbError> {
+    pub async fn flush_uses(&self, store: &Store) -> Result<(), DbError> {
         let ids: Vec<Uuid> =
             std::mem::take(&mut *self.used.lock().unwrap_or_else(PoisonError::into_inner)).into_iter().collect();
         if ids.is_empty() {
             return Ok(());
         }
-        if let Err(e) = db::tokens::touch(db, &ids).await {
+        if let Err(e) = db::tokens::touch(&store.db, &ids).await {
             self.used.lock().unwrap_or_else(PoisonError::into_inner).extend(ids);
             return Err(e);
         }

@@ -2,8 +2,8 @@
 //! a failure, per worker), announced by the daemons as Standard Webhooks, at least once, every attempt recorded.
 //!
 //! Why an outbox written in the run's end transaction, not a scan of the ledger: every end of a run (its daemon
-//! finishing it, recovery interrupting it) goes through one transaction with what follows it (see `db::ends`),
-//! and the event row is written there, so an outcome is recorded exactly when the run's end is, whichever
+//! finishing it, recovery interrupting it) goes through one transaction with what follows it (see
+//! `runs::end`), and the event row is written there ([`record_event`]), so an outcome is recorded exactly when the run's end is, whichever
 //! process ended it and whatever happens next. A watermark scan over `worker_runs` would need one scanner at a
 //! time (a lease) and a margin for ends that commit out of order, and a run pruned before the scan would be
 //! missed. The end transaction cannot know the webhooks configured, so the row records the outcome only; any
@@ -33,9 +33,9 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::{
-    Database, DbError, Run,
+    DbError, Run, RunState, Store,
     config::{Webhook, WebhookEvent},
-    db::{self, dialect::DbTime},
+    db::{self, DbTime, Tx},
 };
 
 /// Events older than this when first looked at are not delivered (see the module's documentation).
@@ -233,40 +233,80 @@ fn names(hooks: &[Webhook]) -> Vec<String> {
     hooks.iter().map(|h| h.name.clone()).collect()
 }
 
-impl Database {
+/// In the transaction `tx` that ended the run `ended`, records the webhook event its outcome is, if it is one:
+/// failed, interrupted, or succeeded after a failed or interrupted run of the same worker (recovered). Written
+/// whatever the webhooks configured, since the transaction does not know them; the fan-out decides who hears
+/// of it.
+pub(crate) async fn record_event(tx: &mut Tx, ended: &Run) -> db::Result<()> {
+    let event = match ended.state {
+        RunState::Failed => Some((WebhookEvent::Failed, None)),
+        RunState::Interrupted => Some((WebhookEvent::Interrupted, None)),
+        RunState::Succeeded => db::webhooks::previous_outcome(&mut *tx, &ended.worker, ended.id)
+            .await?
+            .filter(|(_, state)| matches!(state, RunState::Failed | RunState::Interrupted))
+            .map(|previous| (WebhookEvent::Recovered, Some(previous))),
+        _ => None,
+    };
+    let Some((event, previous)) = event else { return Ok(()) };
+    let id = Uuid::now_v7();
+    let payload = run_payload(id, event, ended, previous.map(|(run, state)| (run, state.as_str())));
+    let new = db::webhooks::NewEvent {
+        id,
+        kind: event.as_str(),
+        run: Some(ended.id),
+        worker: Some(&ended.worker),
+        payload: &payload,
+    };
+    db::webhooks::insert_event(tx, &new).await
+}
+
+/// The webhooks among `hooks` that an event waiting for its fan-out goes to: none for a test event (it has
+/// its one delivery already) or one older than [`FAN_OUT_HORIZON`].
+fn route(hooks: &[Webhook], (_, kind, worker, stale): &db::webhooks::Unfanned) -> Vec<String> {
+    let event = match kind.as_str() {
+        "failed" => WebhookEvent::Failed,
+        "interrupted" => WebhookEvent::Interrupted,
+        "recovered" => WebhookEvent::Recovered,
+        _ => return Vec::new(),
+    };
+    if *stale {
+        return Vec::new();
+    }
+    hooks.iter().filter(|h| h.wants(event, worker.as_deref())).map(|h| h.name.clone()).collect()
+}
+
+impl Store {
     /// What waits for a notifier with `hooks`, in one read (an idle notifier writes nothing).
-    pub async fn webhooks_due(&self, hooks: &[Webhook]) -> Result<WebhooksDue, DbError> {
-        let (events, since) = db::webhooks::due(self, &names(hooks)).await?;
+    pub(crate) async fn webhooks_due(&self, hooks: &[Webhook]) -> Result<WebhooksDue, DbError> {
+        let (events, since) = db::webhooks::due(&self.db, &names(hooks)).await?;
         let next_delivery = since.map(|s| if s >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-s) });
         Ok(WebhooksDue { events, next_delivery })
     }
 
-    /// Fans out the events waiting into deliveries to the `hooks` that want them; how many events.
-    pub async fn fan_out_webhook_events(&self, hooks: &[Webhook]) -> Result<u64, DbError> {
-        let route = |(_, kind, worker, stale): &db::webhooks::Unfanned| -> Vec<String> {
-            let event = match kind.as_str() {
-                "failed" => WebhookEvent::Failed,
-                "interrupted" => WebhookEvent::Interrupted,
-                "recovered" => WebhookEvent::Recovered,
-                _ => return Vec::new(),
-            };
-            if *stale {
-                return Vec::new();
+    /// Fans out the events waiting into deliveries to the `hooks` that want them; how many events. In one
+    /// transaction (PostgreSQL skips the events another daemon is fanning out).
+    pub(crate) async fn fan_out_webhook_events(&self, hooks: &[Webhook]) -> Result<u64, DbError> {
+        let mut tx = self.db.begin_write().await?;
+        let events = db::webhooks::unfanned(&mut tx, FAN_OUT_HORIZON.as_secs_f64(), FAN_OUT_BATCH).await?;
+        for event in &events {
+            for hook in route(hooks, event) {
+                db::webhooks::insert_delivery(&mut tx, event.0, &hook).await?;
             }
-            hooks.iter().filter(|h| h.wants(event, worker.as_deref())).map(|h| h.name.clone()).collect()
-        };
-        db::webhooks::fan_out(self, FAN_OUT_HORIZON.as_secs_f64(), FAN_OUT_BATCH, &route).await
+            db::webhooks::mark_fanned_out(&mut tx, event.0).await?;
+        }
+        tx.commit().await?;
+        Ok(events.len() as u64)
     }
 
     /// Claims up to `limit` due deliveries to `hooks` for `daemon`, each not due again for `lease`.
-    pub async fn claim_webhook_deliveries(
+    pub(crate) async fn claim_webhook_deliveries(
         &self,
         daemon: Uuid,
         hooks: &[Webhook],
         lease: Duration,
         limit: u32,
     ) -> Result<Vec<Claimed>, DbError> {
-        let claimed = db::webhooks::claim(self, daemon, &names(hooks), lease.as_secs_f64(), i64::from(limit)).await?;
+        let claimed = db::webhooks::claim(&self.db, daemon, &names(hooks), lease.as_secs_f64(), i64::from(limit)).await?;
         Ok(claimed
             .into_iter()
             .map(|((id, event_id, webhook, attempt, at), payload)| Claimed {
@@ -282,7 +322,7 @@ impl Database {
 
     /// Records an attempt of `claimed` by `daemon` and what follows it; false when the delivery was claimed
     /// again meanwhile (the attempt is recorded, the delivery is the later claim's).
-    pub async fn record_webhook_attempt(
+    pub(crate) async fn record_webhook_attempt(
         &self,
         claimed: &Claimed,
         daemon: Uuid,
@@ -302,11 +342,17 @@ impl Database {
         };
         let attempt_no = i32::try_from(claimed.attempt).unwrap_or(i32::MAX);
         let key = (claimed.id, attempt_no, DbTime(claimed.at), daemon);
-        db::webhooks::record(self, key, &attempt, state, retry.as_secs_f64()).await
+        // The attempt and the delivery's next state, in one transaction: the delivery moves only if no later
+        // attempt was claimed meanwhile.
+        let mut tx = self.db.begin_write().await?;
+        db::webhooks::insert_attempt(&mut tx, key, &attempt).await?;
+        let moved = db::webhooks::move_delivery(&mut tx, claimed.id, attempt_no, state, retry.as_secs_f64()).await?;
+        tx.commit().await?;
+        Ok(moved)
     }
 
     /// Queues a test event for `hook`, delivered as every other; its event id.
-    pub async fn queue_webhook_test(&self, hook: &Webhook, actor: &str) -> Result<Uuid, DbError> {
+    pub(crate) async fn queue_webhook_test(&self, hook: &Webhook, actor: &str) -> Result<Uuid, DbError> {
         let id = Uuid::now_v7();
         let now = self.now().await?;
         let payload = json!({
@@ -315,18 +361,21 @@ impl Database {
             "data": {"event_id": id, "webhook": hook.name, "requested_by": actor},
         })
         .to_string();
-        db::webhooks::queue_test(self, id, &hook.name, &payload).await?;
+        let mut tx = self.db.begin_write().await?;
+        db::webhooks::insert_test_event(&mut tx, id, &payload).await?;
+        db::webhooks::insert_delivery(&mut tx, id, &hook.name).await?;
+        tx.commit().await?;
         Ok(id)
     }
 
     /// The newest `limit` deliveries, of `webhook` and of events of `run` when given, newest first.
-    pub async fn webhook_deliveries(
+    pub(crate) async fn webhook_deliveries(
         &self,
         webhook: Option<&str>,
         run: Option<Uuid>,
         limit: u32,
     ) -> Result<Vec<Delivery>, DbError> {
-        let (listed, attempts) = db::webhooks::list(self, webhook, run, i64::from(limit)).await?;
+        let (listed, attempts) = db::webhooks::list(&self.db, webhook, run, i64::from(limit)).await?;
         Ok(listed
             .into_iter()
             .map(|(id, event_id, kind, webhook, run_id, worker, state, made, created, next, finished, payload)| {
@@ -368,8 +417,8 @@ impl Database {
     }
 
     /// Forgets test events (and their deliveries) older than `age`; how many.
-    pub async fn prune_webhook_tests(&self, age: Duration) -> Result<u64, DbError> {
-        db::webhooks::prune_tests(self, age).await
+    pub(crate) async fn prune_webhook_tests(&self, age: Duration) -> Result<u64, DbError> {
+        db::webhooks::prune_tests(&self.db, age).await
     }
 }
 

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::{
-    AuditEntry, ConfigChange, Database, DbError, FollowKind, Origin, OverrideValues, ResolvedConfig, Run, Source,
+    AuditEntry, ConfigChange, Store, DbError, FollowKind, Origin, OverrideValues, ResolvedConfig, Run, Source,
 };
 
 /// The most audit entries read to find who set a field; a worker changed more often than this since the
@@ -96,10 +96,10 @@ pub fn config_changes(
         .collect()
 }
 
-impl Database {
+impl Store {
     /// For a rerun: what of its configuration differs from the run it reruns (see [`config_changes`]); `None`
     /// for any other run, or when the original is no longer in the ledger.
-    pub async fn rerun_changes(&self, run: &Run) -> Result<Option<Vec<ConfigChange>>, DbError> {
+    pub(crate) async fn rerun_changes(&self, run: &Run) -> Result<Option<Vec<ConfigChange>>, DbError> {
         let (Some(original), Some(FollowKind::Rerun)) = (run.follows, run.follows_as) else {
             return Ok(None);
         };

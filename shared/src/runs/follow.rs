@@ -6,7 +6,7 @@
 use uuid::Uuid;
 
 use super::{Refused, RequestError};
-use crate::{Catalogue, Database, DbError, FollowKind, Run, RunState, db};
+use crate::{Catalogue, Store, DbError, FollowKind, Run, RunState, db};
 
 /// Why a run could not be continued; each displays as a sentence for people.
 #[derive(Debug, thiserror::Error)]
@@ -64,12 +64,12 @@ fn allowed(how: FollowKind) -> &'static str {
     }
 }
 
-impl Database {
+impl Store {
     /// Requests a run that continues run `id` as `how`, for `requested_by`. A resume starts from the run's last
     /// checkpoint (handed to its worker) and a restart from nothing, both with the run's configuration; a rerun
     /// resolves the run's explicit arguments again. The new run is queued like any other: refused while its
     /// worker has a run in flight ([`RequestError::InFlight`]).
-    pub async fn continue_run(
+    pub(crate) async fn continue_run(
         &self,
         catalogue: &Catalogue,
         id: Uuid,

@@ -13,7 +13,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use uuid::Uuid;
 
 use crate::{
-    Catalogue, Daemon, DaemonState, Database, DbError, PipelineRunView, PipelineState, Run, RunState, WaitCode, Waiting,
+    Catalogue, Daemon, DaemonState, Store, DbError, PipelineRunView, PipelineState, Run, RunState, WaitCode, Waiting,
 };
 
 fn waiting(code: WaitCode, message: String) -> Waiting {
@@ -210,7 +210,7 @@ impl WaitFacts {
     }
 }
 
-impl Database {
+impl Store {
     /// The facts of every reason; `in_flight`, the runs in flight, when the caller has just read them.
     async fn wait_facts(&self, gone_after: Duration, in_flight: Option<Vec<Run>>) -> Result<WaitFacts, DbError> {
         let in_flight = async {
@@ -226,7 +226,7 @@ impl Database {
 
     /// Why the run `run` waits, if it is queued; `None` otherwise. `gone_after` is the heartbeat age past which a
     /// daemon counts as gone.
-    pub async fn why_waiting(
+    pub(crate) async fn why_waiting(
         &self,
         catalogue: &Catalogue,
         run: &Run,
@@ -242,7 +242,7 @@ impl Database {
     /// Why the queued run of each of `workers` waits, by run id: `in_flight` is every run in flight, as the caller
     /// has just read them. One read of the daemons and the resources' holders serves them all, and nothing is
     /// read when none of them is queued.
-    pub async fn why_each_waits(
+    pub(crate) async fn why_each_waits(
         &self,
         catalogue: &Catalogue,
         in_flight: &[Run],
@@ -260,7 +260,7 @@ impl Database {
     }
 
     /// Why the pipeline run of `view` waits, if it does (see [`PipelineRunView::waiting`]).
-    pub async fn pipeline_waiting(
+    pub(crate) async fn pipeline_waiting(
         &self,
         catalogue: &Catalogue,
         view: &PipelineRunView,

@@ -5,16 +5,13 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::CATCH_UP;
+use super::{
+    CATCH_UP,
+    pass::{self, Fire, Plan, Target},
+};
 use crate::{
-    Catalogue, Database, DbError, ExplicitArgs, FireOutcome, MissedPolicy, Schedule, TargetKind,
-    cron::CronSchedule,
-    db::{
-        self,
-        schedules::{Fire, Plan, Target},
-    },
-    pipelines::StepConfigs,
-    runs::Resolver,
+    Catalogue, DbError, ExplicitArgs, FireOutcome, MissedPolicy, Schedule, Store, TargetKind, cron::CronSchedule, db,
+    pipelines::StepConfigs, runs::Resolver,
 };
 
 /// The most schedules one pass takes (the rest are taken by the next pass, at once).
@@ -40,7 +37,7 @@ pub struct FirePass {
 }
 
 /// What a fire of `schedule` requests, resolved with `resolver`, or why it cannot request anything.
-fn target_of(catalogue: &Catalogue, resolver: &Resolver, schedule: &Schedule) -> Result<Target, String> {
+pub(super) fn target_of(catalogue: &Catalogue, resolver: &Resolver, schedule: &Schedule) -> Result<Target, String> {
     match schedule.target_kind {
         TargetKind::Worker => {
             let spec = catalogue
@@ -74,7 +71,7 @@ fn target_of(catalogue: &Catalogue, resolver: &Resolver, schedule: &Schedule) ->
 /// The fires of `schedule`, due at its `next_fire_at`, when the database clock reads `now`: every fire time up
 /// to now (at most [`CATCH_UP`]), those later than `missed_after` handled by its `missed` policy, and the next
 /// fire time after them.
-fn plan(
+pub(super) fn plan(
     catalogue: &Catalogue,
     resolver: &Resolver,
     schedule: &Schedule,
@@ -133,39 +130,36 @@ fn plan(
     Plan { fires, next }
 }
 
-impl Database {
+impl Store {
     /// Fires every schedule due now (database clock), as `daemon`, in one transaction. A fire later than
     /// `missed_after` is one no daemon was running for: its schedule's `missed` policy applies. The transaction
     /// takes only the due schedules no other daemon holds, so two daemons never fire the same (schedule, fire
     /// time); a unique index on the runs' (schedule, fire time) backs that up.
-    pub async fn fire_due_schedules(
+    pub(crate) async fn fire_due_schedules(
         &self,
         catalogue: &Catalogue,
         daemon: Uuid,
         missed_after: std::time::Duration,
     ) -> Result<FirePass, DbError> {
         let missed_after = chrono::Duration::from_std(missed_after).unwrap_or(chrono::Duration::MAX);
-        let fired = db::schedules::fire_due(self, daemon, PASS, |schedule, now, resolver| {
-            plan(catalogue, resolver, schedule, now, missed_after)
-        })
-        .await?;
-        let mut pass = FirePass { schedules: u32::try_from(fired.len()).unwrap_or(u32::MAX), ..FirePass::default() };
+        let fired = pass::fire_pass(&self.db, catalogue, daemon, PASS, missed_after).await?;
+        let mut totals = FirePass { schedules: u32::try_from(fired.len()).unwrap_or(u32::MAX), ..FirePass::default() };
         for f in &fired {
-            pass.attempted += f.attempted();
-            pass.requested += f.requested;
-            pass.skipped += f.skipped;
-            pass.missed += f.missed;
-            pass.waiting += f.waiting;
-            pass.refused_by_constraint += f.refused_by_constraint;
+            totals.attempted += f.attempted();
+            totals.requested += f.requested;
+            totals.skipped += f.skipped;
+            totals.missed += f.missed;
+            totals.waiting += f.waiting;
+            totals.refused_by_constraint += f.refused_by_constraint;
             tracing::info!(schedule = %f.schedule, fire_at = %f.expected, fires = f.attempted(), requested = f.requested,
                 skipped = f.skipped, missed = f.missed, waiting = f.waiting, next_fire_at = ?f.next, "schedule fired");
         }
-        Ok(pass)
+        Ok(totals)
     }
 
     /// Requests every fire that waits for its target (overlap `queue`) whose target is free now; how many.
-    pub async fn release_waiting_fires(&self, catalogue: &Catalogue) -> Result<u32, DbError> {
-        let waiting = db::schedules::waiting(self).await?;
+    pub(crate) async fn release_waiting_fires(&self, catalogue: &Catalogue) -> Result<u32, DbError> {
+        let waiting = db::schedules::fires::waiting(&self.db).await?;
         if waiting.is_empty() {
             return Ok(0);
         }
@@ -174,7 +168,7 @@ impl Database {
         for schedule in waiting {
             let Some(at) = schedule.waiting_fire_at else { continue };
             let Ok(target) = target_of(catalogue, &resolver, &schedule) else { continue };
-            if db::schedules::release_waiting(self, &schedule, at, &target).await? {
+            if pass::release_waiting(&self.db, &schedule, at, &target).await? {
                 tracing::info!(schedule = %schedule.name, fire_at = %at, "a waiting fire was requested: its target is free");
                 released += 1;
             }
@@ -184,11 +178,8 @@ impl Database {
 
     /// How long until the next schedule fires and until the first queued run's backoff ends (zero when due
     /// already); `None` for either when there is none.
-    pub async fn next_due(&self) -> Result<(Option<std::time::Duration>, Option<std::time::Duration>), DbError> {
-        let (fire, not_before) = db::schedules::next_due(self).await?;
-        let wait = |s: Option<f64>| {
-            s.map(|s| std::time::Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(std::time::Duration::MAX))
-        };
-        Ok((wait(fire), wait(not_before)))
+    pub(crate) async fn next_due(&self) -> Result<(Option<std::time::Duration>, Option<std::time::Duration>), DbError> {
+        let (fire, not_before) = db::schedules::fires::next_due(&self.db).await?;
+        Ok((crate::store::wait_of(fire), crate::store::wait_of(not_before)))
     }
 }

@@ -1,0 +1,422 @@
+//! The statements of `worker_runs` (the queue and the ledger in one table) and `run_progress`. Owner writes
+//! (start, renewal, progress, finish) are fenced: they match only a row still `running` under the writing daemon.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use scrinalia_wire::{ExplicitArgs, FollowKind, ProgressEntry, ResolvedConfig, Run, RunState};
+
+use crate::{
+    Backend, Database, On, Result,
+    database::Pool,
+    dialect::{DbTime, Sql, sql},
+    is_in_flight_violation, run,
+};
+
+/// The columns of a run, for every statement that returns runs.
+macro_rules! run_columns {
+    ($d:ident;) => {
+        "id, worker, state, requested_by, requested_at, arguments, config, reported_config, claimed_by, claimed_at, \
+         lease_expires_at, started_at, finished_at, duration_ms, exit_code, end_reason, error, progress, result, \
+         cancel_requested_at, cancel_requested_by, trace_context, log_key, attempt, retry_of, not_before, schedule_id, \
+         fire_at, pipeline_run_id, pipeline_step, checkpoint, checkpoint_at, follows, follows_as"
+    };
+}
+
+pub(crate) use run_columns;
+
+/// A request as inserted.
+pub struct NewRun<'a> {
+    pub id: Uuid,
+    pub worker: &'a str,
+    pub requested_by: &'a str,
+    pub arguments: &'a ExplicitArgs,
+    pub config: &'a ResolvedConfig,
+    pub trace_context: Option<&'a str>,
+    /// What else links it: a schedule's fire, a retry, a pipeline step, the run it continues.
+    pub links: Links<'a>,
+}
+
+/// How a run is linked to what made it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Links<'a> {
+    /// The schedule and its fire time.
+    pub fire: Option<(Uuid, chrono::DateTime<chrono::Utc>)>,
+    /// The run it retries, and its attempt number.
+    pub retry: Option<(Uuid, i32)>,
+    /// Not claimed until this many seconds from now (database clock).
+    pub delay_seconds: Option<f64>,
+    /// The pipeline run and the step's index.
+    pub step: Option<(Uuid, i32)>,
+    /// The earlier run it continues, and how.
+    pub follows: Option<(Uuid, FollowKind)>,
+    /// The checkpoint it starts from (a resume's predecessor's), with the time it was reported.
+    pub checkpoint: Option<(&'a Value, chrono::DateTime<chrono::Utc>)>,
+}
+
+/// Inserts a request, `on conflict do nothing`: `None` when a unique index refuses it (the one in flight per
+/// worker, one per (schedule, fire time), one retry per run). Both dialects speak it, and on PostgreSQL a refusal
+/// does not abort the transaction it runs in.
+pub async fn insert(on: impl Into<On<'_>>, new: &NewRun<'_>) -> Result<Option<Run>> {
+    const INSERT: Sql = sql!(
+        "insert into worker_runs (id, worker, requested_by, arguments, config, trace_context, schedule_id, fire_at, \
+             retry_of, attempt, not_before, pipeline_run_id, pipeline_step, follows, follows_as, checkpoint, \
+             checkpoint_at) \
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, 1), ",
+        now_plus(11),
+        ", $12, $13, $14, $15, $16, $17) on conflict do nothing returning ",
+        run_columns!()
+    );
+    let inserted = run!(on, INSERT, |pool, sql| sqlx::query_as::<_, Run>(sql)
+        .bind(new.id)
+        .bind(new.worker)
+        .bind(new.requested_by)
+        .bind(Json(new.arguments))
+        .bind(Json(new.config))
+        .bind(new.trace_context)
+        .bind(new.links.fire.map(|f| f.0))
+        .bind(new.links.fire.map(|f| DbTime(f.1)))
+        .bind(new.links.retry.map(|r| r.0))
+        .bind(new.links.retry.map(|r| r.1))
+        .bind(new.links.delay_seconds)
+        .bind(new.links.step.map(|s| s.0))
+        .bind(new.links.step.map(|s| s.1))
+        .bind(new.links.follows.map(|f| f.0))
+        .bind(new.links.follows.map(|f| f.1))
+        .bind(new.links.checkpoint.map(|c| Json(c.0)))
+        .bind(new.links.checkpoint.map(|c| DbTime(c.1)))
+        .fetch_optional(pool)
+        .await);
+    match inserted {
+        Ok(run) => Ok(run),
+        // The in-flight index's refusal may also come as an error rather than as no row: the same refusal.
+        Err(crate::DbError::Sqlx(e)) if is_in_flight_violation(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The run of `worker` queued or running, if any.
+pub async fn in_flight_of(on: impl Into<On<'_>>, worker: &str) -> Result<Option<Run>> {
+    const IN_FLIGHT_OF: Sql =
+        sql!("select ", run_columns!(), " from worker_runs where worker = $1 and state in ('queued', 'running')");
+    Ok(run!(on, IN_FLIGHT_OF, |pool, sql| sqlx::query_as(sql).bind(worker).fetch_optional(pool).await)?)
+}
+
+/// The run that retries run `id`, if one was requested.
+pub async fn retry_of(on: impl Into<On<'_>>, id: Uuid) -> Result<Option<Uuid>> {
+    const RETRY_OF: Sql = sql!("select id from worker_runs where retry_of = $1");
+    run!(on, RETRY_OF, |pool, sql| sqlx::query_scalar(sql).bind(id).fetch_optional(pool).await)
+}
+
+/// Claims up to `limit` of the oldest queued requests (of `workers` only, when given; never of `exclude`) for
+/// `daemon`, with a lease of `lease` from now. One autocommitted statement: no transaction is held for the run.
+pub async fn claim(
+    db: &Database,
+    daemon: Uuid,
+    lease: Duration,
+    limit: u32,
+    workers: Option<&[String]>,
+    exclude: Option<&[String]>,
+) -> Result<Vec<Run>> {
+    let (lease, limit) = (lease.as_secs_f64(), i64::from(limit));
+    let claimed = match db.pool() {
+        Pool::Postgres(pool) => {
+            sqlx::query_as::<_, Run>(CLAIM_POSTGRES.postgres)
+                .bind(daemon)
+                .bind(lease)
+                .bind(limit)
+                .bind(workers)
+                .bind(exclude)
+                .fetch_all(pool)
+                .await
+        }
+        Pool::Sqlite(pool) => {
+            sqlx::query_as::<_, Run>(CLAIM_SQLITE.sqlite)
+                .bind(daemon)
+                .bind(lease)
+                .bind(limit)
+                .bind(workers.map(Json))
+                .bind(exclude.map(Json))
+                .fetch_all(pool)
+                .await
+        }
+    };
+    Ok(claimed?)
+}
+
+/// The claim on PostgreSQL. It locks the candidates with `skip locked`, so concurrent claimers take different
+/// rows instead of waiting for each other; `= any(array(…))` evaluates the locking subquery exactly once. The
+/// candidates come from the partial index of queued rows, never from the ledger.
+pub(crate) const CLAIM_POSTGRES: Sql = sql!(
+    "update worker_runs set state = 'running', claimed_by = $1, claimed_at = now(), \
+             lease_expires_at = now() + make_interval(secs => $2) \
+         where id = any(array(select id from worker_runs where state = 'queued' \
+             and ($4::text[] is null or worker = any($4)) and ($5::text[] is null or worker <> all($5)) \
+             and (not_before is null or not_before <= now()) \
+             order by requested_at, id for update skip locked limit $3)) \
+         returning ",
+    run_columns!()
+);
+/// The claim on SQLite, which serialises writers: the same claim is one plain `update … returning`.
+pub(crate) const CLAIM_SQLITE: Sql = sql!(
+    "update worker_runs set state = 'running', claimed_by = $1, claimed_at = ",
+    now,
+    ", \
+             lease_expires_at = ",
+    now_plus(2),
+    " \
+         where id in (select id from worker_runs where state = 'queued' \
+             and ($4 is null or worker in (select value from json_each($4))) \
+             and ($5 is null or worker not in (select value from json_each($5))) \
+             and (not_before is null or not_before <= ",
+    now,
+    ") \
+             order by requested_at, id limit $3) \
+         returning ",
+    run_columns!()
+);
+
+/// Stores the configuration the worker of a run held by `daemon` reported; `false` when the lease is lost.
+pub async fn report_config(on: impl Into<On<'_>>, run: Uuid, daemon: Uuid, config: &serde_json::Value) -> Result<bool> {
+    const REPORT: Sql =
+        sql!("update worker_runs set reported_config = $3 where id = $1 and claimed_by = $2 and state = 'running'");
+    let updated = run!(on, REPORT, |pool, sql| sqlx::query(sql)
+        .bind(run)
+        .bind(daemon)
+        .bind(Json(config))
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))?;
+    Ok(updated == 1)
+}
+
+/// The run that resumed or restarted run `id`, and how, if one did.
+pub async fn continued_by(on: impl Into<On<'_>>, id: Uuid) -> Result<Option<(Uuid, FollowKind)>> {
+    const BY: Sql =
+        sql!("select id, follows_as from worker_runs where follows = $1 and follows_as in ('resume', 'restart')");
+    Ok(run!(on, BY, |pool, sql| sqlx::query_as(sql).bind(id).fetch_optional(pool).await)?)
+}
+
+/// Stores the latest checkpoint of a run held by `daemon`, with the database clock's time; `false` when the
+/// lease is lost (a recovered run's checkpoint is never overwritten by its old owner).
+pub async fn store_checkpoint(on: impl Into<On<'_>>, run: Uuid, daemon: Uuid, checkpoint: &Value) -> Result<bool> {
+    const STORE: Sql = sql!(
+        "update worker_runs set checkpoint = $3, checkpoint_at = ",
+        now,
+        " where id = $1 and claimed_by = $2 and state = 'running'"
+    );
+    let updated = run!(on, STORE, |pool, sql| sqlx::query(sql)
+        .bind(run)
+        .bind(daemon)
+        .bind(Json(checkpoint))
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))?;
+    Ok(updated == 1)
+}
+
+/// Records that the worker of a run held by `daemon` started, and where its log goes.
+pub async fn mark_started(on: impl Into<On<'_>>, run: Uuid, daemon: Uuid, log_key: &str) -> Result<Option<Run>> {
+    const STARTED: Sql = sql!(
+        "update worker_runs set started_at = ",
+        now,
+        ", log_key = $3 \
+         where id = $1 and claimed_by = $2 and state = 'running' returning ",
+        run_columns!()
+    );
+    Ok(run!(on, STARTED, |pool, sql| sqlx::query_as(sql)
+        .bind(run)
+        .bind(daemon)
+        .bind(log_key)
+        .fetch_optional(pool)
+        .await)?)
+}
+
+/// Extends a live lease held by `daemon`; `None` when it is no longer its own or has expired.
+pub async fn renew(
+    on: impl Into<On<'_>>,
+    run: Uuid,
+    daemon: Uuid,
+    lease: Duration,
+) -> Result<Option<chrono::DateTime<chrono::Utc>>> {
+    const RENEW: Sql = sql!(
+        "update worker_runs set lease_expires_at = ",
+        now_plus(3),
+        " \
+         where id = $1 and claimed_by = $2 and state = 'running' and lease_expires_at > ",
+        now,
+        " \
+         returning lease_expires_at"
+    );
+    Ok(run!(on, RENEW, |pool, sql| sqlx::query_scalar(sql)
+        .bind(run)
+        .bind(daemon)
+        .bind(lease.as_secs_f64())
+        .fetch_optional(pool)
+        .await)?)
+}
+
+/// Stores a progress report of a run held by `daemon` and appends it to the history; `false` when the run is
+/// no longer its own.
+pub async fn record_progress(db: &Database, run: Uuid, daemon: Uuid, progress: &Value) -> Result<bool> {
+    // PostgreSQL: one statement, the history row written only when the fenced update matched.
+    const POSTGRES: Sql = sql!(
+        "with updated as (update worker_runs set progress = $3 \
+             where id = $1 and claimed_by = $2 and state = 'running' returning id) \
+         insert into run_progress (run_id, seq, progress) \
+         select id, coalesce((select max(seq) from run_progress where run_id = $1), 0) + 1, $3 from updated"
+    );
+    // SQLite has no writing CTE: the same two writes in one transaction.
+    const SQLITE_UPDATE: Sql =
+        sql!("update worker_runs set progress = $3 where id = $1 and claimed_by = $2 and state = 'running'");
+    const SQLITE_APPEND: Sql = sql!(
+        "insert into run_progress (run_id, seq, progress) \
+         values ($1, coalesce((select max(seq) from run_progress where run_id = $1), 0) + 1, $2)"
+    );
+    match db.backend() {
+        Backend::Postgres => {
+            let written = run!(db, POSTGRES, |pool, sql| sqlx::query(sql)
+                .bind(run)
+                .bind(daemon)
+                .bind(Json(progress))
+                .execute(pool)
+                .await
+                .map(|r| r.rows_affected()))?;
+            Ok(written == 1)
+        }
+        Backend::Sqlite => {
+            let mut tx = db.begin_write().await?;
+            let updated = run!(&mut tx, SQLITE_UPDATE, |pool, sql| sqlx::query(sql)
+                .bind(run)
+                .bind(daemon)
+                .bind(Json(progress))
+                .execute(pool)
+                .await
+                .map(|r| r.rows_affected()))?;
+            if updated != 1 {
+                return Ok(false);
+            }
+            run!(&mut tx, SQLITE_APPEND, |pool, sql| sqlx::query(sql)
+                .bind(run)
+                .bind(Json(progress))
+                .execute(pool)
+                .await
+                .map(drop))?;
+            tx.commit().await?;
+            Ok(true)
+        }
+    }
+}
+
+/// The runs held by `daemon` whose cancellation was requested.
+pub async fn cancel_requests(on: impl Into<On<'_>>, daemon: Uuid) -> Result<Vec<Uuid>> {
+    const REQUESTS: Sql = sql!(
+        "select id from worker_runs where claimed_by = $1 and state = 'running' and cancel_requested_at is not null"
+    );
+    Ok(run!(on, REQUESTS, |pool, sql| sqlx::query_scalar(sql).bind(daemon).fetch_all(pool).await)?)
+}
+
+/// In one statement, what the recovery sweep has to do: seconds until the first lease of a running run expires
+/// (negative when one already has; `None` when nothing runs), and whether a daemon not marked gone has sent no
+/// heartbeat for `gone_after`.
+pub async fn recovery_due(on: impl Into<On<'_>>, gone_after: Duration) -> Result<(Option<f64>, bool)> {
+    const DUE: Sql = sql!(
+        "select (select -",
+        seconds_since(min(lease_expires_at)),
+        " from worker_runs where state = 'running'), \
+             exists (select 1 from daemons where state <> 'gone' and heartbeat_at < ",
+        now_minus(1),
+        ")"
+    );
+    Ok(run!(on, DUE, |pool, sql| sqlx::query_as(sql).bind(gone_after.as_secs_f64()).fetch_one(pool).await)?)
+}
+
+/// One run, by id.
+pub(crate) const GET: Sql = sql!("select ", run_columns!(), " from worker_runs where id = $1");
+
+/// One run.
+pub async fn get(on: impl Into<On<'_>>, id: Uuid) -> Result<Option<Run>> {
+    Ok(run!(on, GET, |pool, sql| sqlx::query_as(sql).bind(id).fetch_optional(pool).await)?)
+}
+
+/// A run's progress history, oldest first (the primary key (run_id, seq) serves it).
+pub(crate) const PROGRESS: Sql = sql!("select seq, at, progress from run_progress where run_id = $1 order by seq");
+
+/// A run's progress history, oldest first.
+pub async fn progress_of(on: impl Into<On<'_>>, id: Uuid) -> Result<Vec<ProgressEntry>> {
+    Ok(run!(on, PROGRESS, |pool, sql| sqlx::query_as(sql).bind(id).fetch_all(pool).await)?)
+}
+
+/// Every run queued or running, oldest first (the partial index of the runs in flight serves it).
+pub(crate) const IN_FLIGHT: Sql =
+    sql!("select ", run_columns!(), " from worker_runs where state in ('queued', 'running') order by requested_at");
+
+/// Every run queued or running, oldest first.
+pub async fn in_flight(on: impl Into<On<'_>>) -> Result<Vec<Run>> {
+    Ok(run!(on, IN_FLIGHT, |pool, sql| sqlx::query_as(sql).fetch_all(pool).await)?)
+}
+
+/// The last finished run of each of the workers in the JSON list `$1` (each found through the index on
+/// (worker, finished_at)).
+pub(crate) const LAST_FINISHED: Sql = sql!(
+    "select ",
+    run_columns!(),
+    " from worker_runs where id in (select (select r.id from worker_runs r \
+             where r.worker = w.value and r.finished_at is not null order by r.finished_at desc limit 1) \
+         from ",
+    json_list(1, w),
+    ")"
+);
+
+/// The last finished run of each of `workers`.
+pub async fn last_finished(on: impl Into<On<'_>>, workers: &[String]) -> Result<Vec<Run>> {
+    Ok(run!(on, LAST_FINISHED, |pool, sql| sqlx::query_as(sql).bind(Json(workers)).fetch_all(pool).await)?)
+}
+
+/// What the SQLite change feed compares between two looks at the ledger.
+#[derive(Debug, sqlx::FromRow)]
+pub struct RunMark {
+    pub id: Uuid,
+    pub worker: String,
+    pub state: RunState,
+    #[sqlx(json(nullable))]
+    pub progress: Option<Value>,
+}
+
+/// Every run in flight, and every run that ended at `since` or later.
+pub async fn marks_since(on: impl Into<On<'_>>, since: chrono::DateTime<chrono::Utc>) -> Result<Vec<RunMark>> {
+    // Two index-served halves: the in-flight rows, and the recently finished ones.
+    const MARKS: Sql = sql!(
+        "select id, worker, state, progress from worker_runs where state in ('queued', 'running') \
+         union all select id, worker, state, progress from worker_runs where finished_at >= $1"
+    );
+    Ok(run!(on, MARKS, |pool, sql| sqlx::query_as(sql).bind(DbTime(since)).fetch_all(pool).await)?)
+}
+
+/// Whether a queued request is visible on `conn` (a read on the index of queued rows, which takes no lock).
+pub(crate) async fn any_queued(conn: &mut sqlx::SqliteConnection) -> Result<bool> {
+    const ANY: Sql = sql!("select exists (select 1 from worker_runs where state = 'queued')");
+    Ok(sqlx::query_scalar(ANY.sqlite).fetch_one(conn).await?)
+}
+
+/// The chain run `$1` belongs to, oldest first. Going down, a run's parent is its `retry_of`, else its `follows`:
+/// spelled as two equalities (not one `coalesce`), so that the indexes on each serve every step.
+pub(crate) const CHAIN: Sql = sql!(
+    "with recursive up (id, parent) as (select id, coalesce(retry_of, follows) from worker_runs where id = $1 \
+             union all select r.id, coalesce(r.retry_of, r.follows) from worker_runs r join up on r.id = up.parent), \
+         down (id) as (select id from up where parent is null \
+             union all select r.id from worker_runs r join down \
+             on r.retry_of = down.id or (r.retry_of is null and r.follows = down.id)) \
+         select ",
+    run_columns!(),
+    " from worker_runs where id in (select id from down) order by requested_at, id"
+);
+
+/// The chain a run belongs to, oldest first: the runs it retries or continues (resume, restart, rerun), and the
+/// runs that retry or continue it.
+pub async fn chain(on: impl Into<On<'_>>, id: Uuid) -> Result<Vec<Run>> {
+    Ok(run!(on, CHAIN, |pool, sql| sqlx::query_as(sql).bind(id).fetch_all(pool).await)?)
+}

@@ -1,0 +1,108 @@
+//! The statements of `service_tokens`: insert one, list them, read what the API's in-memory map needs (with the
+//! database clock, so that expiry is judged by it), revoke one, and record a batch of uses.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use scrinalia_wire::{Role, auth::ServiceToken};
+
+use crate::{
+    Database, DbError, On, Result,
+    dialect::{DbTime, Sql, sql},
+    run,
+};
+
+/// What an API process keeps of a token to check bearers against.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct TokenRow {
+    pub id: Uuid,
+    pub name: String,
+    pub role: Role,
+    pub hash: String,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// Whether `e` is the unique violation of a token's name (as opposed to its hash, which cannot collide).
+fn is_name_taken(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.is_unique_violation()
+        && d.constraint().is_none_or(|c| c == "service_tokens_name_key")
+        && !d.message().contains("service_tokens.hash"))
+}
+
+/// Inserts a token; `None` when its name is taken (the database's unique violation).
+pub async fn insert(
+    on: impl Into<On<'_>>,
+    id: Uuid,
+    name: &str,
+    role: Role,
+    hash: &str,
+    created_by: &str,
+    expires_at: Option<DateTime<Utc>>,
+) -> Result<Option<ServiceToken>> {
+    const INSERT: Sql = sql!(
+        "insert into service_tokens (id, name, role, hash, created_by, expires_at) values ($1, $2, $3, $4, $5, $6) \
+         returning id, name, role, created_by, created_at, expires_at, last_used_at, revoked_at, revoked_by"
+    );
+    let inserted = run!(on, INSERT, |pool, sql| sqlx::query_as(sql)
+        .bind(id)
+        .bind(name)
+        .bind(role)
+        .bind(hash)
+        .bind(created_by)
+        .bind(expires_at.map(DbTime))
+        .fetch_one(pool)
+        .await);
+    match inserted {
+        Ok(token) => Ok(Some(token)),
+        Err(DbError::Sqlx(e)) if is_name_taken(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Every token, oldest first.
+pub async fn list(on: impl Into<On<'_>>) -> Result<Vec<ServiceToken>> {
+    const LIST: Sql = sql!(
+        "select id, name, role, created_by, created_at, expires_at, last_used_at, revoked_at, revoked_by \
+         from service_tokens order by created_at, id"
+    );
+    Ok(run!(on, LIST, |pool, sql| sqlx::query_as(sql).fetch_all(pool).await)?)
+}
+
+/// What the in-memory map holds, and the database clock at the moment it was read.
+pub async fn snapshot(db: &Database) -> Result<(Vec<TokenRow>, DateTime<Utc>)> {
+    const ROWS: Sql = sql!("select id, name, role, hash, expires_at, revoked_at from service_tokens order by id");
+    const NOW: Sql = sql!("select ", now);
+    let rows = run!(db, ROWS, |pool, sql| sqlx::query_as(sql).fetch_all(pool).await)?;
+    let now: DbTime = run!(db, NOW, |pool, sql| sqlx::query_scalar(sql).fetch_one(pool).await)?;
+    Ok((rows, now.0))
+}
+
+/// Revokes a token that is not revoked yet; `None` when there is no such token or it was revoked already.
+pub async fn revoke(on: impl Into<On<'_>>, id: Uuid, actor: &str) -> Result<Option<ServiceToken>> {
+    const REVOKE: Sql = sql!(
+        "update service_tokens set revoked_at = ",
+        now,
+        ", revoked_by = $2 where id = $1 and revoked_at is null \
+         returning id, name, role, created_by, created_at, expires_at, last_used_at, revoked_at, revoked_by"
+    );
+    Ok(run!(on, REVOKE, |pool, sql| sqlx::query_as(sql).bind(id).bind(actor).fetch_optional(pool).await)?)
+}
+
+/// One token, revoked or not.
+pub async fn get(on: impl Into<On<'_>>, id: Uuid) -> Result<Option<ServiceToken>> {
+    const GET: Sql = sql!(
+        "select id, name, role, created_by, created_at, expires_at, last_used_at, revoked_at, revoked_by \
+         from service_tokens where id = $1"
+    );
+    Ok(run!(on, GET, |pool, sql| sqlx::query_as(sql).bind(id).fetch_optional(pool).await)?)
+}
+
+/// Records that the tokens `ids` were used, now (one statement per token; a batch is the uses of about a second).
+pub async fn touch(db: &Database, ids: &[Uuid]) -> Result<()> {
+    const TOUCH: Sql = sql!("update service_tokens set last_used_at = ", now, " where id = $1");
+    for id in ids {
+        run!(db, TOUCH, |pool, sql| sqlx::query(sql).bind(*id).execute(pool).await.map(drop))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,41 @@
+//! Values of the wire types for the unit tests of the domain's rules, which need no database.
+
+use chrono::Utc;
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::{EndReason, PipelineRun, PipelineState, ResolvedConfig, Run, RunState};
+
+/// A run of worker `b` in `state`, first attempt, whose cancellation `bob` asked for only if a test says so.
+pub(crate) fn run(state: RunState) -> Run {
+    serde_json::from_value(json!({
+        "id": Uuid::now_v7(), "worker": "b", "state": state, "requested_by": "ada", "requested_at": Utc::now(),
+        "arguments": {}, "config": ResolvedConfig::empty(), "daemon_id": null, "claimed_at": null,
+        "lease_expires_at": null, "started_at": null, "finished_at": null, "duration_ms": null, "exit_code": null,
+        "end_reason": state.is_terminal().then_some(EndReason::ExitStatus), "error": "exit status 2",
+        "progress": null, "result": null, "cancel_requested_at": null, "cancel_requested_by": "bob",
+        "trace_context": null, "log_key": null, "attempt": 1
+    }))
+    .expect("a run")
+}
+
+/// A running pipeline run of steps `a`, `b`, `c`, at step `step` (0-based).
+pub(crate) fn pipeline(step: i32) -> PipelineRun {
+    PipelineRun {
+        id: Uuid::now_v7(),
+        pipeline: "p".into(),
+        state: PipelineState::Running,
+        steps: vec!["a".into(), "b".into(), "c".into()],
+        step,
+        current_run: None,
+        arguments: json!({}),
+        requested_by: "ada".into(),
+        requested_at: Utc::now(),
+        finished_at: None,
+        error: None,
+        schedule_id: None,
+        fire_at: None,
+        cancel_requested_at: None,
+        cancel_requested_by: None,
+    }
+}

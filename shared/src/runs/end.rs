@@ -1,0 +1,134 @@
+//! Every way a run ends (its daemon finishes it, a person cancels it while queued, recovery interrupts it after
+//! its lease expired), each in one transaction with what follows the end ([`follow`]): the webhook event its
+//! outcome is, the release of its resource slots, its retry when its policy asks for one, and its pipeline's
+//! next step or the pipeline's end. A daemon that dies between the two cannot leave a retry unrequested or a
+//! pipeline waiting forever, because there is no "between".
+
+use uuid::Uuid;
+
+use super::Finish;
+use crate::{
+    RetryOn, Run, RunState,
+    db::{self, Database, Tx, ends::Ending},
+    pipelines, webhooks,
+};
+
+/// Ends run `run` held by `daemon` as `finish` says, and requests what follows; `None` when the run is no
+/// longer the daemon's (another daemon recovered it, or its lease expired), and then nothing is written.
+pub(crate) async fn finish(db: &Database, run: Uuid, daemon: Uuid, finish: &Finish) -> db::Result<Option<Run>> {
+    let ending = Ending {
+        state: finish.state(),
+        reason: finish.reason,
+        exit_code: finish.exit_code,
+        error: finish.error.as_deref(),
+        result: finish.result.as_ref(),
+    };
+    let mut tx = db.begin_write().await?;
+    let Some(ended) = db::ends::finish(&mut tx, run, daemon, &ending).await? else { return Ok(None) };
+    follow(&mut tx, &ended).await?;
+    tx.commit().await?;
+    Ok(Some(ended))
+}
+
+/// Cancels run `run` as `actor`: at once when it is queued (and what follows it, its pipeline's end, with it),
+/// or flags it for its daemon when it is running. The run as changed; `None` when it is not in flight.
+pub(crate) async fn cancel(db: &Database, run: Uuid, actor: &str) -> db::Result<Option<Run>> {
+    let mut tx = db.begin_write().await?;
+    let changed = db::ends::cancel(&mut tx, run, actor).await?;
+    if let Some(ended) = changed.as_ref().filter(|r| r.state == RunState::Cancelled) {
+        follow(&mut tx, ended).await?;
+    }
+    tx.commit().await?;
+    Ok(changed)
+}
+
+/// Interrupts every running run whose lease has expired, one transaction per run with what follows it (a retry
+/// on `interrupted`, its pipeline's end). A run with a live lease is never touched.
+pub(crate) async fn recover_expired(db: &Database) -> db::Result<Vec<Run>> {
+    let mut recovered = Vec::new();
+    // Bounded, so that a sweep always ends even if the clock or a bug kept producing rows.
+    for _ in 0..1000 {
+        let mut tx = db.begin_write().await?;
+        let Some(ended) = db::ends::interrupt_one_expired(&mut tx).await? else { break };
+        follow(&mut tx, &ended).await?;
+        tx.commit().await?;
+        recovered.push(ended);
+    }
+    Ok(recovered)
+}
+
+/// What follows the end of `ended`, in the transaction `tx` that ended it: the webhook event its outcome is,
+/// the release of its resource slots (free for the next claim the moment the end commits), its retry, and its
+/// pipeline's next step.
+pub(crate) async fn follow(tx: &mut Tx, ended: &Run) -> db::Result<()> {
+    webhooks::record_event(tx, ended).await?;
+    db::resources::release(&mut *tx, ended.id).await?;
+    if let Some(retry) = retry_of(ended, rand::random::<f64>()) {
+        let new = retry.new_run(ended);
+        if let Some(requested) = db::runs::insert(&mut *tx, &new).await? {
+            tracing::info!(run_id = %requested.id, retry_of = %ended.id, worker = %ended.worker,
+                attempt = requested.attempt, not_before = ?requested.not_before, "retry requested");
+        }
+    }
+    if let Some(pipeline) = ended.pipeline_run_id {
+        pipelines::advance(tx, pipeline).await?;
+    }
+    Ok(())
+}
+
+/// The retry a run's end asks for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Retry {
+    /// Its attempt number.
+    pub attempt: i32,
+    /// Seconds from the end before it may be claimed.
+    pub delay_seconds: f64,
+    /// Whether it resumes from the ended run's last checkpoint (else it starts over).
+    pub resume: bool,
+}
+
+impl Retry {
+    /// The request of this retry of `ended`: its arguments and configuration, its pipeline step, and (when it
+    /// resumes) the checkpoint it starts from.
+    fn new_run<'a>(&self, ended: &'a Run) -> db::runs::NewRun<'a> {
+        let checkpoint = ended.checkpoint.as_ref().zip(ended.checkpoint_at).filter(|_| self.resume);
+        db::runs::NewRun {
+            id: Uuid::now_v7(),
+            worker: &ended.worker,
+            requested_by: &ended.requested_by,
+            arguments: &ended.arguments,
+            config: &ended.config,
+            trace_context: ended.trace_context.as_deref(),
+            links: db::runs::Links {
+                fire: None,
+                retry: Some((ended.id, self.attempt)),
+                delay_seconds: Some(self.delay_seconds),
+                step: ended.pipeline_run_id.zip(ended.pipeline_step),
+                follows: checkpoint.map(|_| (ended.id, crate::FollowKind::Resume)),
+                checkpoint,
+            },
+        }
+    }
+}
+
+/// The retry that follows `ended`, if its policy asks for one: the next attempt, not claimed before its backoff
+/// ends (`unit`, uniform in 0..1, picks the jitter); a resume of it (from its checkpoint) when it was
+/// interrupted with one and the policy resumes. A run whose cancellation was asked for is never retried,
+/// whatever it ended in.
+pub(crate) fn retry_of(ended: &Run, unit: f64) -> Option<Retry> {
+    let outcome = match ended.state {
+        RunState::Failed => RetryOn::Failed,
+        RunState::Interrupted => RetryOn::Interrupted,
+        _ => return None,
+    };
+    let policy = &ended.config.retry.as_ref()?.value;
+    if ended.cancel_requested_at.is_some() || !policy.retries(ended.attempt, outcome) {
+        return None;
+    }
+    // An interrupted run continues from its last checkpoint when the policy says so; a failed one starts over.
+    let resume = outcome == RetryOn::Interrupted && policy.resume && ended.checkpoint.is_some() && ended.checkpoint_at.is_some();
+    Some(Retry { attempt: ended.attempt + 1, delay_seconds: policy.delay(ended.attempt, unit), resume })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,277 @@
+//! What an API process may do with the database: request runs and pipeline runs, cancel and continue them,
+//! change overrides, capacities and schedules, manage tokens, and read everything the panel shows. It never
+//! claims, leases, finishes or recovers a run.
+
+use std::{collections::HashMap, time::Duration};
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::{Store, forward};
+use crate::{
+    AuditEntry, Catalogue, ConfigChange, Daemon, DbError, EffectiveWorker, FollowKind, Override, Pings,
+    PipelineRun, PipelineRunView, PipelineView, ProgressEntry, QueueCount, Readiness, Run, RunPage, Schedule,
+    ScheduleAuditEntry, ScheduleFire, ScheduleInput, ScheduleView, Waiting, WorkerDescription,
+    auth::{CreatedToken, ServiceToken},
+    config::{DatabaseSettings, RetentionSettings, Webhook},
+    daemons::DrainError,
+    history::WorkerHistory,
+    overrides::{OverrideChange, OverrideError, OverrideState},
+    pipelines::PipelineError,
+    resources::ResourceError,
+    runs::{CancelOutcome, FollowError, RequestError, RunFilter, RunRequest},
+    schedules::ScheduleError,
+    tokens::{NewToken, TokenError},
+    webhooks::Delivery,
+};
+use scrinalia_wire::resource::{ResourceAuditEntry, ResourceChange, ResourceView};
+
+/// The database as an API process sees it: the operations below, and the shared [`Store`] it derefs to.
+#[derive(Debug, Clone)]
+pub struct ApiStore {
+    pub(super) store: Store,
+}
+
+impl ApiStore {
+    /// The API's view of `store`.
+    pub fn new(store: Store) -> Self {
+        Self { store }
+    }
+
+    /// Opens a pool for an API process: its connections are not pinged before each use, since every API
+    /// statement is retried on a cut connection or begins with a step that is safe to repeat.
+    pub async fn connect(settings: &DatabaseSettings, application_name: &str) -> Result<Self, DbError> {
+        Ok(Self::new(Store::connect(settings, application_name, Pings::OnlyAfterUse).await?))
+    }
+
+    forward! {
+        // daemons.rs
+        /// One daemon, with its state as of the database clock.
+        pub async fn get_daemon(&self, id: Uuid, gone_after: Duration) -> Result<Option<Daemon>, DbError>;
+        /// Daemons that are alive, or stopped within the last day, newest first, each with its state as of the database
+        /// clock (`gone` past `gone_after` without a heartbeat).
+        pub async fn list_daemons(&self, gone_after: Duration) -> Result<Vec<Daemon>, DbError>;
+        /// Asks a daemon that is not gone (`gone_after` being the registry's silence limit) to drain:
+        pub async fn request_drain(
+            &self,
+            daemon: Uuid,
+            actor: &str,
+            gone_after: Duration,
+        ) -> Result<Daemon, DrainError>;
+
+        // descriptions.rs
+        /// One worker's stored description.
+        pub async fn description(&self, worker: &str) -> Result<Option<WorkerDescription>, DbError>;
+        /// Every worker's stored description.
+        pub async fn descriptions(&self) -> Result<Vec<WorkerDescription>, DbError>;
+        /// Every worker of the catalogue as runs see it now, in catalogue order.
+        pub async fn effective_workers(&self, catalogue: &Catalogue) -> Result<Vec<EffectiveWorker>, DbError>;
+        /// Every worker's last readiness.
+        pub async fn readiness(&self) -> Result<Vec<Readiness>, DbError>;
+
+        // history.rs
+        /// The history of `worker` over the last `days` calendar days (UTC, today included; 1 to [`MAX_DAYS`]).
+        pub async fn worker_history(&self, worker: &str, days: u32) -> Result<WorkerHistory, DbError>;
+
+        // overrides.rs
+        /// A worker's audit trail, newest first (at most `limit` entries, 1 to 1000).
+        pub async fn audit_trail(&self, worker: &str, limit: u32) -> Result<Vec<AuditEntry>, DbError>;
+        /// Applies `change` to `worker`'s override as `actor`, under the override's lock (so two concurrent partial
+        /// changes do not lose each other), checked by the same rules as a run's arguments, and appends it to the audit
+        /// trail.
+        pub async fn change_override(
+            &self,
+            catalogue: &Catalogue,
+            worker: &str,
+            actor: &str,
+            change: &OverrideChange,
+        ) -> Result<OverrideState, OverrideError>;
+        /// Removes `worker`'s override as `actor`, for `reason`; the change is audited even when there was none.
+        pub async fn clear_override(
+            &self,
+            catalogue: &Catalogue,
+            worker: &str,
+            actor: &str,
+            reason: Option<&str>,
+        ) -> Result<OverrideState, OverrideError>;
+        /// Every override.
+        pub async fn list_overrides(&self) -> Result<Vec<Override>, DbError>;
+
+        // pipelines.rs
+        /// Asks for a pipeline run to be cancelled by `actor`:
+        pub async fn cancel_pipeline_run(&self, id: Uuid, actor: &str) -> Result<Option<PipelineRunView>, DbError>;
+        /// One pipeline run with its steps' runs.
+        pub async fn pipeline_run(&self, id: Uuid) -> Result<Option<PipelineRunView>, DbError>;
+        /// Runs of `pipeline` (of all pipelines when `None`), newest first (1 to 500).
+        pub async fn pipeline_runs(&self, pipeline: Option<&str>, limit: u32) -> Result<Vec<PipelineRun>, DbError>;
+        /// The catalogue's pipelines with their last runs.
+        pub async fn pipelines(&self, catalogue: &Catalogue) -> Result<Vec<PipelineView>, DbError>;
+        /// Starts a run of `pipeline` for `requested_by`, with `arguments` by step worker, and requests its first step
+        /// in the same transaction.
+        pub async fn start_pipeline(
+            &self,
+            catalogue: &Catalogue,
+            pipeline: &str,
+            requested_by: &str,
+            arguments: &Value,
+        ) -> Result<PipelineRunView, PipelineError>;
+
+        // queue.rs
+        /// For each running run, its worker and the seconds (database clock) since its last progress report, or since
+        /// it started when it has reported none.
+        pub async fn progress_ages(&self) -> Result<Vec<(String, f64)>, DbError>;
+        /// Every worker's last queue measurement, with its age on the database clock.
+        pub async fn queue_counts(&self) -> Result<Vec<QueueCount>, DbError>;
+
+        // resources.rs
+        /// Applies `change`, as an operator sent it, to the resource `name` (see [`Store::set_resource_capacity`]).
+        pub async fn change_resource(
+            &self,
+            catalogue: &Catalogue,
+            name: &str,
+            actor: &str,
+            change: &ResourceChange,
+        ) -> Result<ResourceView, ResourceError>;
+        /// The audit trail of the resource `name`, newest first (at most `limit` entries, 1 to 1000).
+        pub async fn resource_audit(
+            &self,
+            catalogue: &Catalogue,
+            name: &str,
+            limit: u32,
+        ) -> Result<Vec<ResourceAuditEntry>, ResourceError>;
+        /// Every catalogue resource, in catalogue order, with its effective capacity, where that comes from and its
+        /// holders.
+        pub async fn resources(&self, catalogue: &Catalogue) -> Result<Vec<ResourceView>, DbError>;
+
+        // retention.rs
+        /// Up to `limit` runs that a prune pass with `settings` would delete now, oldest finished first:
+        pub async fn prunable_runs(
+            &self,
+            settings: &RetentionSettings,
+            before: Option<DateTime<Utc>>,
+            worker: Option<&str>,
+            after: Option<(DateTime<Utc>, Uuid)>,
+            limit: u32,
+        ) -> Result<Vec<Run>, DbError>;
+
+        // runs.rs
+        /// The last finished run of each of `workers`.
+        pub async fn last_finished(&self, workers: &[String]) -> Result<Vec<Run>, DbError>;
+        /// A page of the ledger, newest first.
+        pub async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, DbError>;
+        /// Asks for a run to be cancelled by `actor`:
+        pub async fn request_cancel(&self, run: Uuid, actor: &str) -> Result<Option<CancelOutcome>, DbError>;
+        /// Requests a run:
+        pub async fn request_run(&self, catalogue: &Catalogue, request: RunRequest) -> Result<Run, RequestError>;
+        /// The retry chain `id` belongs to, first attempt first (just the run when it was never retried; empty when
+        /// there is no such run).
+        pub async fn run_chain(&self, id: Uuid) -> Result<Vec<Run>, DbError>;
+        /// A run's progress history, oldest first.
+        pub async fn run_progress(&self, id: Uuid) -> Result<Vec<ProgressEntry>, DbError>;
+        /// Every run queued or running.
+        pub async fn runs_in_flight(&self) -> Result<Vec<Run>, DbError>;
+
+        // runs/diff.rs
+        /// For a rerun:
+        pub async fn rerun_changes(&self, run: &Run) -> Result<Option<Vec<ConfigChange>>, DbError>;
+
+        // runs/follow.rs
+        /// Requests a run that continues run `id` as `how`, for `requested_by`.
+        pub async fn continue_run(
+            &self,
+            catalogue: &Catalogue,
+            id: Uuid,
+            how: FollowKind,
+            requested_by: &str,
+        ) -> Result<Run, FollowError>;
+
+        // runs/waiting.rs
+        /// Why the pipeline run of `view` waits, if it does (see [`PipelineRunView::waiting`]).
+        pub async fn pipeline_waiting(
+            &self,
+            catalogue: &Catalogue,
+            view: &PipelineRunView,
+            gone_after: Duration,
+        ) -> Result<Option<Waiting>, DbError>;
+        /// Why the queued run of each of `workers` waits, by run id:
+        pub async fn why_each_waits(
+            &self,
+            catalogue: &Catalogue,
+            in_flight: &[Run],
+            workers: &[String],
+            gone_after: Duration,
+        ) -> Result<HashMap<Uuid, Waiting>, DbError>;
+        /// Why the run `run` waits, if it is queued; `None` otherwise.
+        pub async fn why_waiting(
+            &self,
+            catalogue: &Catalogue,
+            run: &Run,
+            gone_after: Duration,
+        ) -> Result<Option<Waiting>, DbError>;
+
+        // schedules.rs
+        /// Creates a schedule as `actor`, for the reason in `input`.
+        pub async fn create_schedule(
+            &self,
+            catalogue: &Catalogue,
+            actor: &str,
+            input: &ScheduleInput,
+        ) -> Result<ScheduleView, ScheduleError>;
+        /// Deletes the schedule `key` as `actor`; its fire history and audit trail are kept.
+        pub async fn delete_schedule(
+            &self,
+            key: &str,
+            actor: &str,
+            reason: Option<&str>,
+        ) -> Result<Schedule, ScheduleError>;
+        /// Replaces the definition of the schedule `key` (id or name) as `actor`.
+        pub async fn replace_schedule(
+            &self,
+            catalogue: &Catalogue,
+            key: &str,
+            actor: &str,
+            input: &ScheduleInput,
+        ) -> Result<ScheduleView, ScheduleError>;
+        /// One schedule, by id or name.
+        pub async fn schedule(&self, key: &str) -> Result<ScheduleView, ScheduleError>;
+        /// A schedule's audit trail, newest first (1 to 1000); kept after the schedule is deleted (by id).
+        pub async fn schedule_audit(&self, key: &str, limit: u32) -> Result<Vec<ScheduleAuditEntry>, ScheduleError>;
+        /// A schedule's fires, newest first (1 to 1000).
+        pub async fn schedule_fires(&self, key: &str, limit: u32) -> Result<Vec<ScheduleFire>, ScheduleError>;
+        /// Every schedule with its next fire times and last fire, by name.
+        pub async fn schedules(&self) -> Result<Vec<ScheduleView>, DbError>;
+        /// Pauses (`enabled:
+        pub async fn set_schedule_enabled(
+            &self,
+            key: &str,
+            enabled: bool,
+            actor: &str,
+            reason: Option<&str>,
+        ) -> Result<ScheduleView, ScheduleError>;
+
+        // tokens.rs
+        /// Creates a service token by `actor`; `reserved` are the names it may not take (the configured tokens').
+        pub async fn create_token(
+            &self,
+            token: &NewToken,
+            actor: &str,
+            reserved: &[&str],
+        ) -> Result<CreatedToken, TokenError>;
+        /// Every service token, oldest first, revoked ones included; never a secret.
+        pub async fn list_tokens(&self) -> Result<Vec<ServiceToken>, DbError>;
+        /// Revokes a service token by `actor`:
+        pub async fn revoke_token(&self, id: Uuid, actor: &str) -> Result<ServiceToken, TokenError>;
+
+        // webhooks.rs
+        /// Queues a test event for `hook`, delivered as every other; its event id.
+        pub async fn queue_webhook_test(&self, hook: &Webhook, actor: &str) -> Result<Uuid, DbError>;
+        /// The newest `limit` deliveries, of `webhook` and of events of `run` when given, newest first.
+        pub async fn webhook_deliveries(
+            &self,
+            webhook: Option<&str>,
+            run: Option<Uuid>,
+            limit: u32,
+        ) -> Result<Vec<Delivery>, DbError>;
+    }
+}

@@ -1,0 +1,203 @@
+//! What a daemon may do with the database: register and heartbeat, claim runs (with their resources), write a
+//! run's start, lease, progress, checkpoints and end, recover runs whose owner died, fire schedules, move
+//! pipelines on, do the workers' chores, deliver webhooks, and prune old history. It never serves the panel.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::{Store, forward};
+use crate::{
+    Catalogue, Chore, ChoreKind, Daemon, DbError, EffectiveWorker, Override, Pings, Run,
+    config::{DatabaseSettings, RetentionSettings, Webhook},
+    daemons::NewDaemon,
+    descriptions::{ChoreIntervals, NewDescription, NewReadiness},
+    logstore::LogStore,
+    queue::NewQueueCount,
+    retention::PruneCounts,
+    runs::{Finish, Placement, RecoveryDue},
+    schedules::FirePass,
+    webhooks::{AttemptOutcome, Claimed, Next, WebhooksDue},
+};
+
+/// The database as a daemon sees it: the operations below, and the shared [`Store`] it derefs to.
+#[derive(Debug, Clone)]
+pub struct DaemonStore {
+    pub(super) store: Store,
+}
+
+impl DaemonStore {
+    /// The daemon's view of `store`.
+    pub fn new(store: Store) -> Self {
+        Self { store }
+    }
+
+    /// Opens a pool for a daemon: its connections are pinged before each use, since not every fenced write of
+    /// a daemon is safe to repeat.
+    pub async fn connect(settings: &DatabaseSettings, application_name: &str) -> Result<Self, DbError> {
+        Ok(Self::new(Store::connect(settings, application_name, Pings::BeforeEachUse).await?))
+    }
+
+    /// A store of its own holding one connection that is not pinged before each use, for the claims (a claim
+    /// then costs one round trip, not two); on SQLite, the same pool.
+    pub async fn dedicated(&self) -> Result<Self, DbError> {
+        Ok(Self::new(Store { db: self.store.db.dedicated().await? }))
+    }
+
+    forward! {
+        // daemons.rs
+        /// Records a heartbeat; returns the daemon's row as stored (`state` says whether it was asked to drain), or
+        /// `None` if the row is gone.
+        pub async fn heartbeat(&self, daemon: Uuid) -> Result<Option<Daemon>, DbError>;
+        /// Records that a daemon stopped cleanly.
+        pub async fn mark_daemon_stopped(&self, daemon: Uuid) -> Result<(), DbError>;
+        /// Marks gone every daemon whose heartbeat is older than `after`; returns their ids.
+        pub async fn mark_gone_daemons(&self, after: Duration) -> Result<Vec<Uuid>, DbError>;
+        /// Registers a daemon.
+        pub async fn register_daemon(&self, daemon: &NewDaemon) -> Result<Daemon, DbError>;
+
+        // descriptions.rs
+        /// Takes up to `limit` due chores of `workers` for `daemon`, each leased for `lease` (database clock).
+        pub async fn claim_chores(
+            &self,
+            daemon: Uuid,
+            workers: &[String],
+            intervals: &ChoreIntervals,
+            lease: Duration,
+            limit: u32,
+        ) -> Result<Vec<Chore>, DbError>;
+        /// The worker called `name` as runs see it now (its catalogue entry merged with its stored description); `None`
+        /// when the catalogue has no such worker.
+        pub async fn effective_worker(
+            &self,
+            catalogue: &Catalogue,
+            name: &str,
+        ) -> Result<Option<EffectiveWorker>, DbError>;
+        /// Every chore of `worker`.
+        pub async fn chores(&self, worker: &str) -> Result<Vec<Chore>, DbError>;
+        /// Ends `daemon`'s lease of a chore.
+        pub async fn finish_chore(&self, daemon: Uuid, worker: &str, chore: ChoreKind) -> Result<(), DbError>;
+        /// How long until a chore of `workers` may come due, on the database clock (zero when one is due now); `None`
+        /// when none will until asked for.
+        pub async fn next_chore_in(
+            &self,
+            workers: &[String],
+            intervals: &ChoreIntervals,
+        ) -> Result<Option<Duration>, DbError>;
+        /// Makes sure the chores of `workers` exist, so that the end of a run can ask for a count.
+        pub async fn prepare_chores(&self, workers: &[String]) -> Result<(), DbError>;
+        /// Stores an attempt to describe a worker (a failure keeps the last description that succeeded).
+        pub async fn store_description(&self, description: &NewDescription) -> Result<(), DbError>;
+        /// Stores what a worker's `check` answered.
+        pub async fn store_readiness(&self, readiness: &NewReadiness) -> Result<(), DbError>;
+
+        // overrides.rs
+        /// One worker's override.
+        pub async fn get_override(&self, worker: &str) -> Result<Option<Override>, DbError>;
+
+        // pipelines.rs
+        /// Moves on every pipeline run whose current step is not in flight (waiting for a busy worker, or left behind
+        /// by an end that did not move it); how many were looked at.
+        pub async fn settle_pipelines(&self) -> Result<usize, DbError>;
+
+        // queue.rs
+        /// Stores a queue measurement (replacing the previous one).
+        pub async fn store_queue_count(&self, count: &NewQueueCount) -> Result<(), DbError>;
+
+        // retention.rs
+        /// One prune pass as `holder`, if the lease is free and a pass is due.
+        pub async fn prune_pass(
+            &self,
+            settings: &RetentionSettings,
+            logs: &LogStore,
+            holder: Uuid,
+            stop: &(dyn Fn() -> bool + Sync),
+        ) -> Result<Option<PruneCounts>, DbError>;
+
+        // runs.rs
+        /// Runs held by `daemon` whose cancellation was requested.
+        pub async fn cancel_requests(&self, daemon: Uuid) -> Result<Vec<Uuid>, DbError>;
+        /// Claims up to `limit` of the oldest queued requests for `daemon`, with a lease of `lease` from now (database
+        /// clock), optionally only for `workers`.
+        pub async fn claim_runs(
+            &self,
+            daemon: Uuid,
+            lease: Duration,
+            limit: u32,
+            workers: Option<&[String]>,
+        ) -> Result<Vec<Run>, DbError>;
+        /// Ends a run held by `daemon`.
+        pub async fn finish_run(&self, run: Uuid, daemon: Uuid, finish: &Finish) -> Result<Run, DbError>;
+        /// Records that the worker process of a claimed run started, and where its log goes.
+        pub async fn mark_started(&self, run: Uuid, daemon: Uuid, log_key: &str) -> Result<Run, DbError>;
+        /// Stores a progress report of a run held by `daemon`, and appends it to the run's progress history.
+        pub async fn record_progress(&self, run: Uuid, daemon: Uuid, progress: &Value) -> Result<(), DbError>;
+        /// Moves every running run whose lease expired to `interrupted` ([`EndReason::OwnerLost`]), with a sentence
+        /// naming the daemon and the lease's expiry.
+        pub async fn recover_expired(&self) -> Result<Vec<Run>, DbError>;
+        /// What the recovery sweep has to do now, read in one statement (a sweep that finds nothing costs no more).
+        pub async fn recovery_due(&self, gone_after: Duration) -> Result<RecoveryDue, DbError>;
+        /// Extends the lease of a run held by `daemon` to `lease` from now.
+        pub async fn renew_lease(&self, run: Uuid, daemon: Uuid, lease: Duration) -> Result<DateTime<Utc>, DbError>;
+        /// Stores the configuration the worker of a run held by `daemon` reported it uses (fenced like every owner
+        /// write:
+        pub async fn report_config(&self, run: Uuid, daemon: Uuid, config: &serde_json::Value) -> Result<(), DbError>;
+        /// Stores the latest checkpoint a run's worker reported (fenced:
+        pub async fn store_checkpoint(&self, run: Uuid, daemon: Uuid, checkpoint: &Value) -> Result<(), DbError>;
+
+        // runs/placement.rs
+        /// Claims up to `limit` of the oldest queued requests this daemon may place (of `workers` only, when given),
+        /// with a lease of `lease`:
+        pub async fn claim_placed(
+            &self,
+            daemon: Uuid,
+            lease: Duration,
+            limit: u32,
+            workers: Option<&[String]>,
+            placement: &Placement,
+        ) -> Result<Vec<Run>, DbError>;
+        /// Every resource held now:
+        pub async fn resource_holders(&self) -> Result<Vec<(String, Uuid)>, DbError>;
+
+        // schedules/firing.rs
+        /// Fires every schedule due now (database clock), as `daemon`, in one transaction.
+        pub async fn fire_due_schedules(
+            &self,
+            catalogue: &Catalogue,
+            daemon: Uuid,
+            missed_after: std::time::Duration,
+        ) -> Result<FirePass, DbError>;
+        /// How long until the next schedule fires and until the first queued run's backoff ends (zero when due
+        /// already); `None` for either when there is none.
+        pub async fn next_due(&self) -> Result<(Option<std::time::Duration>, Option<std::time::Duration>), DbError>;
+        /// Requests every fire that waits for its target (overlap `queue`) whose target is free now; how many.
+        pub async fn release_waiting_fires(&self, catalogue: &Catalogue) -> Result<u32, DbError>;
+
+        // webhooks.rs
+        /// Claims up to `limit` due deliveries to `hooks` for `daemon`, each not due again for `lease`.
+        pub async fn claim_webhook_deliveries(
+            &self,
+            daemon: Uuid,
+            hooks: &[Webhook],
+            lease: Duration,
+            limit: u32,
+        ) -> Result<Vec<Claimed>, DbError>;
+        /// Fans out the events waiting into deliveries to the `hooks` that want them; how many events.
+        pub async fn fan_out_webhook_events(&self, hooks: &[Webhook]) -> Result<u64, DbError>;
+        /// Forgets test events (and their deliveries) older than `age`; how many.
+        pub async fn prune_webhook_tests(&self, age: Duration) -> Result<u64, DbError>;
+        /// Records an attempt of `claimed` by `daemon` and what follows it; false when the delivery was claimed again
+        /// meanwhile (the attempt is recorded, the delivery is the later claim's).
+        pub async fn record_webhook_attempt(
+            &self,
+            claimed: &Claimed,
+            daemon: Uuid,
+            outcome: &AttemptOutcome,
+            next: Next,
+        ) -> Result<bool, DbError>;
+        /// What waits for a notifier with `hooks`, in one read (an idle notifier writes nothing).
+        pub async fn webhooks_due(&self, hooks: &[Webhook]) -> Result<WebhooksDue, DbError>;
+    }
+}
