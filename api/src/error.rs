@@ -11,23 +11,11 @@ use scrinalia_shared::{
     DbError, Role, cron::CronError, daemons::DrainError, overrides::OverrideError, pipelines::PipelineError,
     runs::RequestError, schedules::ScheduleError,
 };
+pub use scrinalia_wire::ErrorBody;
+use scrinalia_wire::ReasonError;
 use serde::Serialize;
 use serde_json::{Map, Value};
-use utoipa::ToSchema;
 use uuid::Uuid;
-
-/// The body of every error response.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorBody {
-    /// A stable, machine-readable code such as `run_in_flight`.
-    pub code: String,
-    /// A sentence a person can read.
-    pub message: String,
-    /// Extra fields that depend on the code (for `run_in_flight`: `run_id`, `state`, `daemon_id`).
-    #[serde(flatten)]
-    #[schema(value_type = Object)]
-    pub details: Map<String, Value>,
-}
 
 /// An error answered to a client.
 #[derive(Debug)]
@@ -165,20 +153,19 @@ impl From<RequestError> for ApiError {
     }
 }
 
+impl From<ReasonError> for ApiError {
+    fn from(e: ReasonError) -> Self {
+        Self::bad_request(e.code(), e.to_string())
+    }
+}
+
 impl From<OverrideError> for ApiError {
     fn from(e: OverrideError) -> Self {
         match e {
             OverrideError::UnknownWorker { worker } => Self::unknown_worker(&worker),
+            OverrideError::Reason(e) => e.into(),
             OverrideError::Database(e) => e.into(),
-            refused => {
-                let code = match refused {
-                    OverrideError::ReasonRequired => "reason_required",
-                    OverrideError::ReasonHasNul => "reason_invalid",
-                    OverrideError::ReasonTooLong => "reason_too_long",
-                    _ => "invalid_override",
-                };
-                Self::bad_request(code, refused.to_string())
-            }
+            invalid @ OverrideError::Invalid(_) => Self::bad_request("invalid_override", invalid.to_string()),
         }
     }
 }
@@ -198,9 +185,7 @@ impl From<ScheduleError> for ApiError {
                 Self::bad_request("invalid_cron", message).with("field", field)
             }
             ScheduleError::Cron(CronError::TimeZone { message }) => Self::bad_request("invalid_time_zone", message),
-            ScheduleError::ReasonRequired => Self::bad_request("reason_required", e.to_string()),
-            ScheduleError::ReasonHasNul => Self::bad_request("reason_invalid", e.to_string()),
-            ScheduleError::ReasonTooLong => Self::bad_request("reason_too_long", e.to_string()),
+            ScheduleError::Reason(e) => e.into(),
             ScheduleError::Database(e) => e.into(),
             invalid @ (ScheduleError::InvalidName(_)
             | ScheduleError::Target

@@ -1,5 +1,5 @@
 //! Extractors whose rejections are [`ApiError`]s: a JSON body (an empty body means "all defaults"), a query
-//! string, and the W3C trace context of a request.
+//! string, a page size (`?limit=`), and the W3C trace context of a request.
 
 use axum::{
     body::Bytes,
@@ -7,10 +7,17 @@ use axum::{
     http::{StatusCode, header, request::Parts},
 };
 use scrinalia_shared::telemetry;
-use serde::de::DeserializeOwned;
+use serde::{Deserialize, de::DeserializeOwned};
+use utoipa::{
+    IntoParams,
+    openapi::{
+        KnownFormat, ObjectBuilder, SchemaFormat, Type,
+        path::{Parameter, ParameterBuilder, ParameterIn},
+    },
+};
 
 use crate::{
-    error::{ApiError, sentence},
+    error::{ApiError, ApiResult, quote, sentence},
     state::AppState,
 };
 
@@ -83,6 +90,64 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for QueryAr
     }
 }
 
+/// How many entries a list answers: `?limit=`, a whole number from 1 to `MAX`, `DEFAULT` when absent. Every
+/// route that takes a limit takes it through this, so each says and refuses it with the same words; a route
+/// reads it beside its other query fields (it reads only `limit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit<const DEFAULT: u32, const MAX: u32>(pub u32);
+
+/// The size of a page of runs, pipeline runs or webhook deliveries.
+pub type PageLimit = Limit<50, 500>;
+
+/// How many entries of an audit trail or a schedule's fires.
+pub type TrailLimit = Limit<100, 1000>;
+
+impl<const DEFAULT: u32, const MAX: u32> Limit<DEFAULT, MAX> {
+    /// The limit `given` in a query string (absent: the default), or a 400 that says what is allowed.
+    pub fn parse(given: Option<&str>) -> ApiResult<Self> {
+        let Some(text) = given else { return Ok(Self(DEFAULT)) };
+        text.parse::<u32>().ok().filter(|n| (1..=MAX).contains(n)).map(Self).ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_query",
+                format!("`limit` must be a whole number from 1 to {MAX}, not {}.", quote(text)),
+            )
+        })
+    }
+}
+
+/// The one field of the query string a [`Limit`] reads, as text so that a bad value gets its sentence.
+#[derive(Debug, Default, Deserialize)]
+struct LimitQuery {
+    limit: Option<String>,
+}
+
+impl<S: Send + Sync, const DEFAULT: u32, const MAX: u32> FromRequestParts<S> for Limit<DEFAULT, MAX> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let QueryArgs(query) = QueryArgs::<LimitQuery>::from_request_parts(parts, state).await?;
+        Self::parse(query.limit.as_deref())
+    }
+}
+
+impl<const DEFAULT: u32, const MAX: u32> IntoParams for Limit<DEFAULT, MAX> {
+    // Always in the query, whatever the operation would guess: a limit is never a path segment or a header.
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        let schema = ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int32)))
+            .minimum(Some(1))
+            .maximum(Some(MAX))
+            .default(Some(DEFAULT.into()));
+        let parameter = ParameterBuilder::new()
+            .name("limit")
+            .parameter_in(ParameterIn::Query)
+            .description(Some(format!("How many entries, 1 to {MAX} (default {DEFAULT}).")))
+            .schema(Some(schema));
+        vec![parameter.build()]
+    }
+}
+
 /// The W3C trace context a run stores. When spans are exported, the request's own span (a child of the caller's
 /// `traceparent`, if any), so the daemon's run span becomes its child; otherwise the caller's `traceparent` when
 /// it is valid, else a new trace.
@@ -134,6 +199,19 @@ pub fn new_traceparent() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_limit_has_its_default_and_its_bounds() {
+        assert_eq!(PageLimit::parse(None).ok(), Some(Limit(50)));
+        assert_eq!(TrailLimit::parse(Some("1000")).ok(), Some(Limit(1000)));
+        for bad in ["0", "501", "ten", "", "-1", " 5"] {
+            let Err(ApiError::Client { code, message, .. }) = PageLimit::parse(Some(bad)) else {
+                panic!("{bad:?} is refused")
+            };
+            assert_eq!(code, "invalid_query");
+            assert!(message.starts_with("`limit` must be a whole number from 1 to 500, not \""), "{message}");
+        }
+    }
 
     #[test]
     fn traceparents_are_checked_as_the_w3c_spec_says() {

@@ -1,6 +1,7 @@
 //! The command line's grammar (clap derive), with the exit codes in `scrinalia --help`.
 
 use clap::{Args, Parser, Subcommand};
+use scrinalia_wire::Reason;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -255,8 +256,8 @@ pub struct ScheduleCreateArgs {
     #[arg(long)]
     pub paused: bool,
     /// Why (required; kept in the audit trail).
-    #[arg(long, value_name = "REASON")]
-    pub reason: String,
+    #[arg(long, value_name = "REASON", value_parser = parse_reason)]
+    pub reason: Reason,
 }
 
 /// The fields of a schedule that `create` and `edit` share.
@@ -306,8 +307,8 @@ pub struct ScheduleEditArgs {
     #[arg(long)]
     pub enabled: bool,
     /// Why (required; kept in the audit trail).
-    #[arg(long, value_name = "REASON")]
-    pub reason: String,
+    #[arg(long, value_name = "REASON", value_parser = parse_reason)]
+    pub reason: Reason,
 }
 
 /// `scrinalia schedules pause|resume|delete`.
@@ -316,8 +317,8 @@ pub struct ScheduleReasonArgs {
     /// The schedule's name or id.
     pub key: String,
     /// Why (required; kept in the audit trail).
-    #[arg(long, value_name = "REASON")]
-    pub reason: String,
+    #[arg(long, value_name = "REASON", value_parser = parse_reason)]
+    pub reason: Reason,
 }
 
 /// `scrinalia pipelines …`.
@@ -416,6 +417,11 @@ pub struct TriggerArgs {
     /// Print the run's output until it ends, and exit with its outcome (8 unless it succeeded).
     #[arg(short, long)]
     pub follow: bool,
+}
+
+/// Checks a `--reason` as the API would, so that one it would refuse is a usage error before any request.
+pub fn parse_reason(s: &str) -> Result<Reason, String> {
+    Reason::new(Some(s), "it").map_err(|e| e.to_string())
 }
 
 /// Parses `name=value`: the value as JSON when it is valid JSON (numbers, booleans, quoted strings, …), else

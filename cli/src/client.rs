@@ -10,6 +10,7 @@ use reqwest::{
     Method, RequestBuilder, Response, Url,
     header::{AUTHORIZATION, HeaderValue},
 };
+use scrinalia_wire::ErrorBody;
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
@@ -170,14 +171,13 @@ async fn read(response: Response) -> anyhow::Result<Body> {
     Ok(Body { status, text })
 }
 
-/// An error answer as an [`ApiFailure`]: the API's `{code, message}` when it sent one, else the status and the
+/// An error answer as an [`ApiFailure`]: the API's [`ErrorBody`] when it sent one, else the status and the
 /// start of the body (e.g. from a proxy).
 async fn failure(response: Response) -> anyhow::Error {
     let status = response.status();
     let text = response.text().await.unwrap_or_default();
-    let parsed: Option<Value> = serde_json::from_str(&text).ok();
-    let field = |name: &str| parsed.as_ref().and_then(|v| v.get(name)).and_then(Value::as_str).map(str::to_owned);
-    let message = field("message").unwrap_or_else(|| {
+    let parsed: Option<ErrorBody> = serde_json::from_str(&text).ok();
+    let message = parsed.as_ref().map(|e| e.message.clone()).unwrap_or_else(|| {
         let reason = status.canonical_reason().unwrap_or("error");
         if text.trim().is_empty() {
             format!("the API answered {} {reason}.", status.as_u16())
@@ -185,7 +185,7 @@ async fn failure(response: Response) -> anyhow::Error {
             format!("the API answered {} {reason}: {}", status.as_u16(), snippet(&text))
         }
     });
-    ApiFailure { status, code: field("code").unwrap_or_default(), message }.into()
+    ApiFailure { status, code: parsed.map(|e| e.code).unwrap_or_default(), message }.into()
 }
 
 /// The first line of a text, shortened, for messages.

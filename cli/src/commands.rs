@@ -3,7 +3,10 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context;
-use scrinalia_wire::{ChoreKind, ExplicitArgs, Named, Run};
+use scrinalia_wire::{
+    CancelKind, CancelView, ChoreKind, ChoreRequested, Daemon, DaemonsView, ExplicitArgs, HealthView, Named, Run,
+    RunDetail, RunPage, Status, WorkerView, WorkersView,
+};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -14,7 +17,6 @@ use crate::{
     follow,
     output::{Out, note},
     pipelines, schedules, token, view,
-    wire::{CancelView, ChoreView, DaemonView, DaemonsView, HealthView, RunDetail, RunPage, WorkerView, WorkersView},
 };
 
 /// Runs the command of `cli`.
@@ -92,7 +94,7 @@ async fn chore(client: &Client, out: Out, worker: &str, kind: ChoreKind) -> anyh
     if out.json {
         return out.body(&body);
     }
-    let view: ChoreView = body.parse()?;
+    let view: ChoreRequested = body.parse()?;
     let follow = match kind {
         ChoreKind::Describe | ChoreKind::Check => format!("See what it said with: scrinalia worker {worker}"),
         ChoreKind::Count => format!("See the queue with: scrinalia worker {worker}"),
@@ -181,9 +183,9 @@ async fn cancel(client: &Client, out: Out, id: Uuid) -> anyhow::Result<()> {
         return out.body(&body);
     }
     let view: CancelView = body.parse()?;
-    let text = match view.outcome.as_str() {
-        "cancelled" => format!("Run {id} of worker {} was queued and is now cancelled.", view.run.worker),
-        _ => format!(
+    let text = match view.outcome {
+        CancelKind::Cancelled => format!("Run {id} of worker {} was queued and is now cancelled.", view.run.worker),
+        CancelKind::Requested => format!(
             "Cancellation of run {id} of worker {} requested; its daemon is stopping the worker (see: scrinalia run show {id}).",
             view.run.worker
         ),
@@ -273,7 +275,7 @@ async fn drain(client: &Client, out: Out, id: Uuid) -> anyhow::Result<()> {
     if out.json {
         return out.body(&body);
     }
-    let d: DaemonView = body.parse()?;
+    let d: Daemon = body.parse()?;
     out.text(&format!(
         "Daemon {id} on {} (pid {}) is draining: it claims nothing new, finishes its {} run(s), then stops.",
         d.host, d.pid, d.runs_in_flight
@@ -288,10 +290,10 @@ async fn health(client: &Client, out: Out) -> anyhow::Result<()> {
     } else {
         out.text(&view::health_text(&view, out.colour))?;
     }
-    if view.status == "ok" {
+    if view.status == Status::Ok {
         return Ok(());
     }
-    let failing: Vec<&str> = view.checks.iter().filter(|c| c.status != "ok").map(|c| c.name.as_str()).collect();
+    let failing: Vec<&str> = view.checks.iter().filter(|c| c.status != Status::Ok).map(|c| c.name.as_str()).collect();
     let message = format!("health is {}: {}", view.status, failing.join(", "));
     Err(Verdict { exit: Exit::Error, message }.into())
 }

@@ -8,7 +8,7 @@ use std::{
 };
 
 use anyhow::Context;
-use scrinalia_wire::{Run, RunState};
+use scrinalia_wire::{Run, RunPage, RunState};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use uuid::Uuid;
@@ -18,7 +18,6 @@ use crate::{
     exit::{Exit, Verdict, classify},
     output::{Out, note},
     table, view,
-    wire::RunPage,
 };
 
 /// How long the API may stay unreachable while following before the CLI gives up (an upgrade restarts it in

@@ -20,7 +20,6 @@ pub mod table;
 pub mod token;
 pub mod tokens;
 pub mod view;
-pub mod wire;
 
 use std::process::ExitCode;
 

@@ -6,12 +6,13 @@ use std::collections::BTreeMap;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use scrinalia_wire::{AuditEntry, Override, OverrideValues};
-use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use scrinalia_wire::{
+    AuditEntry, AuditView, Override, OverrideChange, OverrideValues, OverrideView, Reason, ReasonBody, WorkersView,
+};
+use serde_json::{Value, json};
 
 use crate::{
-    args::parse_option,
+    args::{parse_option, parse_reason},
     client::Client,
     commands::options_once,
     exit::{Exit, Verdict},
@@ -30,8 +31,8 @@ pub enum OverrideCommand {
         /// The worker.
         worker: String,
         /// Why (required; kept in the audit trail).
-        #[arg(long, value_name = "REASON")]
-        reason: String,
+        #[arg(long, value_name = "REASON", value_parser = parse_reason)]
+        reason: Reason,
     },
     /// List a worker's override changes, newest first: when, who, what changed and why.
     Audit {
@@ -61,8 +62,8 @@ pub struct SetArgs {
     #[arg(long, value_name = "FIELD")]
     pub unset: Vec<String>,
     /// Why (required; kept in the audit trail).
-    #[arg(long, value_name = "REASON")]
-    pub reason: String,
+    #[arg(long, value_name = "REASON", value_parser = parse_reason)]
+    pub reason: Reason,
 }
 
 /// Runs `scrinalia overrides [command]`.
@@ -80,7 +81,7 @@ pub async fn run(client: &Client, out: Out, command: Option<OverrideCommand>) ->
         }
         Some(OverrideCommand::Clear { worker, reason }) => {
             let reply = client
-                .delete(&["workers", &worker, "override"], Some(&json!({"reason": reason})))
+                .delete(&["workers", &worker, "override"], Some(&ReasonBody::new(reason.to_string())))
                 .await
                 .with_context(|| format!("clearing the override of worker {worker}"))?;
             changed(out, &worker, reply)
@@ -91,50 +92,41 @@ pub async fn run(client: &Client, out: Out, command: Option<OverrideCommand>) ->
 
 /// The API's partial change: each given field set, each `--unset` one `null`; a field both given and unset is
 /// a usage error, as is a change of nothing.
-pub fn change_body(args: SetArgs) -> Result<Value, Verdict> {
+pub fn change_body(args: SetArgs) -> Result<OverrideChange, Verdict> {
     let usage = |message: String| Verdict { exit: Exit::Usage, message };
-    let mut body = Map::new();
-    let mut options: Map<String, Value> = options_once(args.options)?.into_iter().collect();
-    for (field, value) in [("engine", args.engine), ("preset", args.preset)] {
-        if let Some(v) = value {
-            body.insert(field.to_owned(), Value::String(v));
-        }
-    }
+    let mut change = OverrideChange {
+        engine: args.engine.map(Some),
+        preset: args.preset.map(Some),
+        options: options_once(args.options)?,
+        retry: None,
+        reason: None,
+    };
     for field in args.unset {
         let taken = match field.as_str() {
-            "engine" | "preset" | "retry" => body.insert(field.clone(), Value::Null).is_some(),
-            name => options.insert(name.to_owned(), Value::Null).is_some(),
+            "engine" => change.engine.replace(None).is_some(),
+            "preset" => change.preset.replace(None).is_some(),
+            "retry" => change.retry.replace(None).is_some(),
+            name => change.options.insert(name.to_owned(), Value::Null).is_some(),
         };
         if taken {
             return Err(usage(format!("{field} is both given and unset; give one or the other.")));
         }
     }
-    if body.is_empty() && options.is_empty() {
+    if change == OverrideChange::default() {
         return Err(usage(
             "nothing to change: give --engine, --preset, --option NAME=VALUE or --unset FIELD.".to_owned(),
         ));
     }
-    if !options.is_empty() {
-        body.insert("options".to_owned(), Value::Object(options));
-    }
-    body.insert("reason".to_owned(), Value::String(args.reason));
-    Ok(Value::Object(body))
-}
-
-/// The API's answer to a change: the stored override and what a run without arguments now resolves to.
-#[derive(Debug, Deserialize)]
-struct Changed {
-    #[serde(rename = "override")]
-    stored: Option<Override>,
-    effective_error: Option<String>,
+    change.reason = Some(args.reason.to_string());
+    Ok(change)
 }
 
 fn changed(out: Out, worker: &str, reply: crate::client::Body) -> anyhow::Result<()> {
     if out.json {
         return out.body(&reply);
     }
-    let view: Changed = reply.parse()?;
-    let mut text = match &view.stored {
+    let view: OverrideView = reply.parse()?;
+    let mut text = match &view.override_ {
         Some(o) => format!("Worker {worker}'s override is now {}.", values_text(&o.values)),
         None => format!("Worker {worker} has no override: its runs follow the defaults."),
     };
@@ -192,11 +184,6 @@ pub fn change_text(entry: &AuditEntry) -> String {
     if changes.is_empty() { "nothing".to_owned() } else { changes.join(", ") }
 }
 
-#[derive(Debug, Deserialize)]
-struct Trail {
-    entries: Vec<AuditEntry>,
-}
-
 async fn audit(client: &Client, out: Out, worker: &str, limit: u32) -> anyhow::Result<()> {
     let body = client
         .get(&["workers", worker, "audit"], &[("limit", limit.to_string())])
@@ -205,7 +192,7 @@ async fn audit(client: &Client, out: Out, worker: &str, limit: u32) -> anyhow::R
     if out.json {
         return out.body(&body);
     }
-    let trail: Trail = body.parse()?;
+    let trail: AuditView = body.parse()?;
     if trail.entries.is_empty() {
         note(&format!("The override of {worker} was never changed: its runs follow the defaults."));
         return Ok(());
@@ -223,23 +210,11 @@ async fn audit(client: &Client, out: Out, worker: &str, limit: u32) -> anyhow::R
     out.text(&table.render(out.colour))
 }
 
-#[derive(Debug, Deserialize)]
-struct Workers {
-    workers: Vec<WorkerOverride>,
-}
-
-#[derive(Debug, Deserialize)]
-struct WorkerOverride {
-    name: String,
-    #[serde(rename = "override", default)]
-    stored: Option<Override>,
-}
-
 async fn list(client: &Client, out: Out) -> anyhow::Result<()> {
     let body = client.get(&["workers"], &[]).await.context("listing the workers")?;
-    let workers: Workers = body.parse()?;
+    let workers: WorkersView = body.parse()?;
     let overridden: Vec<(String, Override)> =
-        workers.workers.into_iter().filter_map(|w| w.stored.map(|o| (w.name, o))).collect();
+        workers.workers.into_iter().filter_map(|w| w.override_.map(|o| (w.name, o))).collect();
     if out.json {
         let list: Vec<&Override> = overridden.iter().map(|(_, o)| o).collect();
         return out.text(&serde_json::to_string_pretty(&json!({ "overrides": list }))?);
@@ -271,15 +246,15 @@ mod tests {
             preset: Some("big".into()),
             options: options.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect(),
             unset: unset.iter().map(|s| (*s).to_owned()).collect(),
-            reason: "why".into(),
+            reason: parse_reason("why").expect("a reason"),
         }
     }
 
     #[test]
     fn a_change_sets_what_is_given_and_nulls_what_is_unset() {
-        let body = change_body(args(&[("batch_size", json!(25))], &["engine", "language"])).expect("a change");
+        let change = change_body(args(&[("batch_size", json!(25))], &["engine", "language"])).expect("a change");
         assert_eq!(
-            body,
+            serde_json::to_value(change).expect("json"),
             json!({"preset": "big", "engine": null, "options": {"batch_size": 25, "language": null}, "reason": "why"})
         );
     }

@@ -3,8 +3,8 @@
 
 use anyhow::Context;
 use chrono::Utc;
-use scrinalia_wire::{PipelineRun, PipelineRunView, PipelineState, PipelineView, Run, TargetKind};
-use serde_json::{Map, Value, json};
+use scrinalia_wire::{PipelineRun, PipelineRunView, PipelineState, PipelineView, Run, StartPipeline, TargetKind};
+use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::{
@@ -88,7 +88,7 @@ async fn start(client: &Client, out: Out, name: &str, options: Vec<(String, Valu
     let mut arguments = Value::Object(Map::new());
     apply_options(&mut arguments, TargetKind::Pipeline, options_once(options)?, false)?;
     let body = client
-        .post(&["pipelines", name, "runs"], Some(&json!({ "arguments": arguments })))
+        .post(&["pipelines", name, "runs"], Some(&StartPipeline { arguments: Some(arguments) }))
         .await
         .with_context(|| format!("starting a run of pipeline {name}"))?;
     if out.json {
@@ -235,6 +235,8 @@ async fn cancel(client: &Client, out: Out, id: Uuid) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]

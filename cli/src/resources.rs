@@ -4,10 +4,12 @@
 
 use anyhow::Context;
 use clap::Subcommand;
-use scrinalia_wire::resource::{ResourceAudit, ResourceAuditEntry, ResourceSource, ResourceView, ResourcesView};
-use serde_json::json;
+use scrinalia_wire::{
+    Reason, ResourceAudit, ResourceAuditEntry, ResourceChange, ResourceSource, ResourceView, ResourcesView,
+};
 
 use crate::{
+    args::parse_reason,
     client::Client,
     output::{Out, note},
     table::{Cell, Style, Table, clip},
@@ -25,16 +27,16 @@ pub enum ResourceCommand {
         /// How many runs may hold it at once.
         capacity: u32,
         /// Why (required; kept in the audit trail).
-        #[arg(long, value_name = "REASON")]
-        reason: String,
+        #[arg(long, value_name = "REASON", value_parser = parse_reason)]
+        reason: Reason,
     },
     /// Remove a resource's capacity override: the catalogue's capacity applies again from the next claim on.
     Reset {
         /// The resource's name.
         name: String,
         /// Why (required; kept in the audit trail).
-        #[arg(long, value_name = "REASON")]
-        reason: String,
+        #[arg(long, value_name = "REASON", value_parser = parse_reason)]
+        reason: Reason,
     },
     /// List a resource's capacity changes, newest first: who changed it, when, from what to what and why.
     Audit {
@@ -51,10 +53,16 @@ pub async fn run(client: &Client, out: Out, command: Option<ResourceCommand>) ->
     match command {
         None => list(client, out).await,
         Some(ResourceCommand::Set { name, capacity, reason }) => {
-            change(client, out, &name, json!({"capacity": capacity, "reason": reason})).await
+            change(
+                client,
+                out,
+                &name,
+                ResourceChange { capacity: Some(Some(capacity)), reason: Some(reason.to_string()) },
+            )
+            .await
         }
         Some(ResourceCommand::Reset { name, reason }) => {
-            change(client, out, &name, json!({"capacity": null, "reason": reason})).await
+            change(client, out, &name, ResourceChange { capacity: Some(None), reason: Some(reason.to_string()) }).await
         }
         Some(ResourceCommand::Audit { name, limit }) => audit(client, out, &name, limit).await,
     }
@@ -107,7 +115,7 @@ pub fn resources_table(resources: &[ResourceView]) -> Table {
     table
 }
 
-async fn change(client: &Client, out: Out, name: &str, body: serde_json::Value) -> anyhow::Result<()> {
+async fn change(client: &Client, out: Out, name: &str, body: ResourceChange) -> anyhow::Result<()> {
     let reply = client
         .put(&["resources", name], &body)
         .await

@@ -8,9 +8,10 @@ mod text;
 use anyhow::Context;
 use chrono::Utc;
 use scrinalia_wire::{
-    Schedule, ScheduleAuditEntry, ScheduleFire, ScheduleInput, SchedulePreview, ScheduleView, TargetKind,
+    PreviewInput, ReasonBody, Schedule, ScheduleAuditEntry, ScheduleFire, ScheduleInput, SchedulePreview, ScheduleView,
+    TargetKind,
 };
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 pub use self::{
     definition::{apply_options, edited},
@@ -96,7 +97,7 @@ async fn create(client: &Client, out: Out, args: ScheduleCreateArgs) -> anyhow::
         enabled: args.paused.then_some(false),
         overlap: args.common.overlap,
         missed: args.common.missed,
-        reason: Some(args.reason),
+        reason: Some(args.reason.to_string()),
     };
     let body =
         client.post(&["schedules"], Some(&input)).await.with_context(|| format!("creating schedule {}", args.name))?;
@@ -126,7 +127,7 @@ async fn edit(client: &Client, out: Out, args: ScheduleEditArgs) -> anyhow::Resu
 async fn set_enabled(client: &Client, out: Out, args: ScheduleReasonArgs, enabled: bool) -> anyhow::Result<()> {
     let (verb, doing) = if enabled { ("resume", "resuming") } else { ("pause", "pausing") };
     let body = client
-        .post(&["schedules", &args.key, verb], Some(&json!({"reason": args.reason})))
+        .post(&["schedules", &args.key, verb], Some(&ReasonBody::new(args.reason.to_string())))
         .await
         .with_context(|| format!("{doing} schedule {}", args.key))?;
     if out.json {
@@ -148,7 +149,7 @@ async fn set_enabled(client: &Client, out: Out, args: ScheduleReasonArgs, enable
 
 async fn delete(client: &Client, out: Out, args: ScheduleReasonArgs) -> anyhow::Result<()> {
     let body = client
-        .delete(&["schedules", &args.key], Some(&json!({"reason": args.reason})))
+        .delete(&["schedules", &args.key], Some(&ReasonBody::new(args.reason.to_string())))
         .await
         .with_context(|| format!("deleting schedule {}", args.key))?;
     if out.json {
@@ -192,10 +193,7 @@ async fn audit(client: &Client, out: Out, key: &str, limit: u32) -> anyhow::Resu
 }
 
 async fn preview(client: &Client, out: Out, cron: String, time_zone: Option<String>) -> anyhow::Result<()> {
-    let mut input = json!({ "cron": cron });
-    if let Some(zone) = time_zone {
-        input["time_zone"] = json!(zone);
-    }
+    let input = PreviewInput { cron, time_zone };
     let body = client.post(&["schedules", "preview"], Some(&input)).await.context("previewing the expression")?;
     if out.json {
         return out.body(&body);
@@ -207,7 +205,7 @@ async fn preview(client: &Client, out: Out, cron: String, time_zone: Option<Stri
 /// A schedule as the API sends it, for the tests of this module's parts.
 #[cfg(test)]
 fn sample(kind: &str, arguments: Value) -> Schedule {
-    serde_json::from_value(json!({
+    serde_json::from_value(serde_json::json!({
         "id": "0193a000-0000-7000-8000-000000000001", "name": "nightly", "target_kind": kind,
         "target": "probe-1", "cron": "0 3 * * *", "time_zone": "Europe/Berlin", "arguments": arguments,
         "enabled": true, "overlap": "skip", "missed": "once", "next_fire_at": "2026-02-01T02:00:00Z",

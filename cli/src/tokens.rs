@@ -4,8 +4,7 @@
 
 use anyhow::Context;
 use clap::Subcommand;
-use scrinalia_wire::auth::{CreatedToken, ServiceToken, ServiceTokens};
-use serde_json::json;
+use scrinalia_wire::{CreateTokenBody, CreatedToken, ServiceToken, ServiceTokens};
 use uuid::Uuid;
 
 use crate::{
@@ -48,7 +47,7 @@ pub async fn run(client: &Client, out: Out, command: TokensCommand) -> anyhow::R
 }
 
 async fn create(client: &Client, out: Out, name: &str, role: &str, expires: Option<String>) -> anyhow::Result<()> {
-    let body = json!({ "name": name, "role": role, "expires_at": expires });
+    let body = CreateTokenBody { name: name.to_owned(), role: Some(role.to_owned()), expires_at: expires };
     let reply = client.post(&["tokens"], Some(&body)).await.with_context(|| format!("creating the token {name}"))?;
     if out.json {
         return out.body(&reply);

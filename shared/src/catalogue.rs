@@ -4,32 +4,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-pub use scrinalia_wire::{OptionSpec, OptionType, RetryPolicy};
+pub use scrinalia_wire::{Engine, OptionSpec, OptionType, RetryPolicy};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
-
-/// A model engine (a model server) and the presets it offers, declared once for all workers.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Engine {
-    /// The kind of server, for health checks: `ollama` speaks Ollama's HTTP API; `none` is checked by nobody.
-    #[serde(default = "default_engine_kind")]
-    pub kind: String,
-    /// Where the engine is called (the model server's base URL), if it is a server.
-    #[serde(default)]
-    pub url: Option<String>,
-    /// Preset name → model name.
-    #[serde(default)]
-    pub presets: BTreeMap<String, String>,
-    /// A sentence for people.
-    #[serde(default)]
-    pub description: Option<String>,
-}
-
-fn default_engine_kind() -> String {
-    "ollama".to_owned()
-}
 
 /// One worker of the catalogue.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -2,77 +2,20 @@
 //! `null` clears it, a value sets it), validated by the same rules as a run's arguments under the row's lock and
 //! recorded with its reason in the append-only audit trail; and what the worker then resolves to.
 
-use std::collections::BTreeMap;
-
-use serde::{Deserialize, Deserializer};
-use serde_json::Value;
+use scrinalia_wire::{Reason, ReasonError};
 
 use crate::{
-    Database, OverrideAction,
-    AuditEntry, Catalogue, Store, DbError, EffectiveWorker, ExplicitArgs, Override, OverrideValues, ResolveError,
+    AuditEntry, Catalogue, Database, DbError, OverrideAction, Store, EffectiveWorker, ExplicitArgs, Override, OverrideValues, ResolveError,
     ResolvedConfig,
     db,
     resolve,
     resolve::check_override,
 };
 
-/// The longest reason accepted.
-pub const MAX_REASON: usize = 2000;
+pub use scrinalia_wire::OverrideChange;
 
-/// A change of an override, as an operator sends it: for `engine`, `preset` and each option, absent keeps the
-/// current value, `null` clears it (the default applies again), a value sets it. The reason is required.
-#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct OverrideChange {
-    /// The engine; `null` clears it.
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>)]
-    pub engine: Option<Option<String>>,
-    /// The preset; `null` clears it.
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>)]
-    pub preset: Option<Option<String>>,
-    /// Option values; a `null` value clears that option's override.
-    #[serde(default)]
-    #[schema(value_type = Object)]
-    pub options: BTreeMap<String, Value>,
-    /// The retry policy; `null` clears it (the catalogue's applies again).
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<Object>)]
-    pub retry: Option<Option<crate::RetryPolicy>>,
-    /// Why (required, recorded in the audit trail).
-    #[serde(default)]
-    pub reason: Option<String>,
-}
-
-/// A field that is present in the JSON, `null` included, is `Some`: `Some(None)` clears, `None` keeps.
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
-    Option::<T>::deserialize(d).map(Some)
-}
-
-impl OverrideChange {
-    /// The override that results from applying this change to `current`.
-    pub fn apply(&self, current: Option<&OverrideValues>) -> OverrideValues {
-        let mut next = current.cloned().unwrap_or_default();
-        if let Some(engine) = &self.engine {
-            next.engine.clone_from(engine);
-        }
-        if let Some(preset) = &self.preset {
-            next.preset.clone_from(preset);
-        }
-        if let Some(retry) = &self.retry {
-            next.retry.clone_from(retry);
-        }
-        for (name, value) in &self.options {
-            if value.is_null() {
-                next.options.remove(name);
-            } else {
-                next.options.insert(name.clone(), value.clone());
-            }
-        }
-        next
-    }
-}
+/// What a reason is for, in the sentence of a missing one.
+const OVERRIDE: &str = "the override";
 
 /// Why an override change was refused.
 #[derive(Debug, thiserror::Error)]
@@ -83,15 +26,9 @@ pub enum OverrideError {
         /// The name given.
         worker: String,
     },
-    /// No reason, or only spaces.
-    #[error("A reason is required: say in `reason` why the override changes; it is kept in the audit trail.")]
-    ReasonRequired,
-    /// The reason holds a NUL character.
-    #[error("The reason must not contain a NUL character (\\u0000); it is kept as text in the audit trail.")]
-    ReasonHasNul,
-    /// The reason is longer than [`MAX_REASON`] characters.
-    #[error("The reason must be at most {MAX_REASON} characters.")]
-    ReasonTooLong,
+    /// No reason, or one that cannot be kept.
+    #[error(transparent)]
+    Reason(#[from] ReasonError),
     /// The values do not fit the worker.
     #[error("{0}")]
     Invalid(ResolveError),
@@ -115,21 +52,6 @@ impl OverrideState {
         let effective = resolve(worker, &ExplicitArgs::default(), stored.as_ref().map(|o| &o.values));
         Self { stored, effective }
     }
-}
-
-/// The reason as stored: trimmed, and refused when empty, too long or holding a NUL.
-pub(crate) fn check_reason(reason: Option<&str>) -> Result<String, OverrideError> {
-    let reason = reason.map(str::trim).unwrap_or_default();
-    if reason.is_empty() {
-        return Err(OverrideError::ReasonRequired);
-    }
-    if reason.contains('\0') {
-        return Err(OverrideError::ReasonHasNul);
-    }
-    if reason.chars().count() > MAX_REASON {
-        return Err(OverrideError::ReasonTooLong);
-    }
-    Ok(reason.to_owned())
 }
 
 /// Replaces `worker`'s override with what `next` makes of the current one (an empty result removes it) and
@@ -177,7 +99,7 @@ impl Store {
         actor: &str,
         change: &OverrideChange,
     ) -> Result<OverrideState, OverrideError> {
-        let reason = check_reason(change.reason.as_deref())?;
+        let reason = Reason::new(change.reason.as_deref(), OVERRIDE)?;
         let spec = self.effective_worker(catalogue, worker).await?;
         let spec = spec.ok_or_else(|| OverrideError::UnknownWorker { worker: worker.to_owned() })?;
         let next = |current: Option<&OverrideValues>| {
@@ -196,7 +118,7 @@ impl Store {
         actor: &str,
         reason: Option<&str>,
     ) -> Result<OverrideState, OverrideError> {
-        let reason = check_reason(reason)?;
+        let reason = Reason::new(reason, OVERRIDE)?;
         let spec = self.effective_worker(catalogue, worker).await?;
         let spec = spec.ok_or_else(|| OverrideError::UnknownWorker { worker: worker.to_owned() })?;
         let clear = |_: Option<&OverrideValues>| Ok::<_, ResolveError>(OverrideValues::default());

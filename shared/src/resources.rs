@@ -10,11 +10,10 @@ pub use scrinalia_wire::resource::{
     ResourceAudit, ResourceAuditEntry, ResourceChange, ResourceSource, ResourceView, ResourcesView,
 };
 
+use scrinalia_wire::{Reason, ReasonError};
+
 use crate::{
-    Database,
-    Catalogue, Store, DbError, ResourceSpec,
-    db,
-    overrides::{OverrideError, check_reason},
+    Catalogue, Database, DbError, ResourceSpec, Store, db,
 };
 
 /// The largest capacity an override may set: far above any resource a run holds (a model server, a GPU, an
@@ -39,15 +38,9 @@ pub enum ResourceError {
     /// Zero, or more than [`MAX_CAPACITY`].
     #[error("{0}")]
     InvalidCapacity(String),
-    /// No reason, or only spaces.
-    #[error("A reason is required: say in `reason` why the capacity changes; it is kept in the audit trail.")]
-    ReasonRequired,
-    /// The reason holds a NUL character.
-    #[error("The reason must not contain a NUL character (\\u0000); it is kept as text in the audit trail.")]
-    ReasonHasNul,
-    /// The reason is too long.
-    #[error("The reason must be at most {} characters.", crate::overrides::MAX_REASON)]
-    ReasonTooLong,
+    /// No reason, or one that cannot be kept.
+    #[error(transparent)]
+    Reason(#[from] ReasonError),
     /// The database failed.
     #[error(transparent)]
     Database(#[from] DbError),
@@ -67,15 +60,6 @@ fn check_capacity(resource: &str, capacity: u32) -> Result<u32, ResourceError> {
         )));
     }
     Ok(capacity)
-}
-
-/// The reason as stored, with the refusals of a worker override's reason.
-fn checked_reason(reason: Option<&str>) -> Result<String, ResourceError> {
-    check_reason(reason).map_err(|e| match e {
-        OverrideError::ReasonHasNul => ResourceError::ReasonHasNul,
-        OverrideError::ReasonTooLong => ResourceError::ReasonTooLong,
-        _ => ResourceError::ReasonRequired,
-    })
 }
 
 /// The view of `spec` with its stored override (if any) and its holders.
@@ -148,7 +132,7 @@ impl Store {
         let spec =
             catalogue.resource(name).ok_or_else(|| ResourceError::UnknownResource { resource: name.to_owned() })?;
         let capacity = capacity.map(|c| check_capacity(&spec.name, c)).transpose()?;
-        let reason = checked_reason(reason)?;
+        let reason = Reason::new(reason, "the capacity")?;
         let stored = set_capacity(&self.db, &spec.name, capacity, actor, &reason).await?;
         let holders = self.db.retrying(|| db::resources::holders(&self.db)).await?;
         Ok(view(spec, stored.as_ref(), &holders))
@@ -227,8 +211,5 @@ mod tests {
         assert!(zero.starts_with("A capacity of 0 would let no run that holds gpu start"), "{zero}");
         let huge = check_capacity("gpu", MAX_CAPACITY + 1).expect_err("too many").to_string();
         assert!(huge.contains("at most 10000"), "{huge}");
-        assert!(matches!(checked_reason(Some("  ")), Err(ResourceError::ReasonRequired)));
-        assert!(matches!(checked_reason(Some("a\0b")), Err(ResourceError::ReasonHasNul)));
-        assert_eq!(checked_reason(Some(" more GPUs ")).ok().as_deref(), Some("more GPUs"));
     }
 }

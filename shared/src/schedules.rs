@@ -3,6 +3,7 @@
 //! firing what is due with the overlap and missed-fire policies applied, and starting a fire that waited.
 
 use chrono::{DateTime, Utc};
+use scrinalia_wire::{Reason, ReasonError};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -11,7 +12,6 @@ use crate::{
     ScheduleAuditEntry, ScheduleFire, ScheduleInput, SchedulePreview, ScheduleView, TargetKind,
     cron::{CronError, CronSchedule},
     db::{self, schedules::ScheduleRow},
-    overrides::{OverrideError, check_reason},
     pipelines::StepConfigs,
     runs::RequestError,
 };
@@ -54,15 +54,9 @@ pub enum ScheduleError {
     /// The arguments do not fit the target.
     #[error("{0}")]
     Arguments(String),
-    /// No reason, or only spaces.
-    #[error("A reason is required: say in `reason` why the schedule changes; it is kept in the audit trail.")]
-    ReasonRequired,
-    /// The reason holds a NUL character.
-    #[error("The reason must not contain a NUL character (\\u0000); it is kept as text in the audit trail.")]
-    ReasonHasNul,
-    /// The reason is too long.
-    #[error("The reason must be at most {} characters.", crate::overrides::MAX_REASON)]
-    ReasonTooLong,
+    /// No reason, or one that cannot be kept.
+    #[error(transparent)]
+    Reason(#[from] ReasonError),
     /// The database failed.
     #[error(transparent)]
     Database(#[from] DbError),
@@ -185,11 +179,7 @@ impl Store {
         checked: Option<&Checked>,
         name: &str,
     ) -> Result<Option<Schedule>, ScheduleError> {
-        let reason = check_reason(reason).map_err(|e| match e {
-            OverrideError::ReasonHasNul => ScheduleError::ReasonHasNul,
-            OverrideError::ReasonTooLong => ScheduleError::ReasonTooLong,
-            _ => ScheduleError::ReasonRequired,
-        })?;
+        let reason = Reason::new(reason, "the schedule")?;
         let now = self.now().await?;
         let mut tx = self.db.begin_write().await?;
         tx.lock(&format!("schedule.{id}")).await?;

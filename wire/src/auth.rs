@@ -1,5 +1,6 @@
-//! Roles and bearer tokens. Tokens are configured as SHA-256 hashes, never in plain text: a token is a long
-//! random secret, so a plain hash is enough (there is nothing to brute-force), and checking costs microseconds.
+//! Roles and bearer tokens, service tokens as the API creates and lists them, and who the caller is. Tokens are
+//! configured as SHA-256 hashes, never in plain text: a token is a long random secret, so a plain hash is enough
+//! (there is nothing to brute-force), and checking costs microseconds.
 
 use chrono::{DateTime, Utc};
 use rand::RngCore;
@@ -102,6 +103,57 @@ pub struct CreatedToken {
 pub struct ServiceTokens {
     /// Oldest first, revoked ones included.
     pub tokens: Vec<ServiceToken>,
+}
+
+/// What `POST /api/tokens` asks for.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CreateTokenBody {
+    /// Who will hold it (1 to 64 letters, digits, `-`, `_`, `.`, `@`); the actor of its writes. Unique for good.
+    #[serde(default)]
+    pub name: String,
+    /// `viewer`, `operator` or `admin`.
+    pub role: Option<String>,
+    /// When it stops being accepted: an RFC 3339 time, or a date (its midnight, UTC). Never, when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
+
+/// `GET /api/me`: the caller.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MeView {
+    /// Who is calling, as recorded as the actor of its writes: a token's name, a signed-in person
+    /// (`Display Name <subject>`), a person named by a trusted proxy (`user (via proxy)`), or `anonymous`.
+    pub name: String,
+    /// `viewer` reads; `operator` also triggers and cancels runs; `admin` also edits overrides and drains daemons.
+    pub role: Role,
+}
+
+/// `GET /api/signin`: how a person signs in to the panel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SignInView {
+    /// Signing in with the identity provider (authorization code with PKCE), when `[auth.oidc.panel]` is set;
+    /// otherwise `null`, and the panel asks for a token.
+    pub oidc: Option<OidcSignIn>,
+}
+
+/// The identity provider's side of the panel's sign-in: all public (the panel is a public client, no secret).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct OidcSignIn {
+    /// The issuer, to name it on the button.
+    pub issuer: String,
+    /// The client id the issuer knows the panel by.
+    pub client_id: String,
+    /// Where the person is sent to sign in.
+    pub authorization_endpoint: String,
+    /// Where the code is exchanged for an access token.
+    pub token_endpoint: String,
+    /// The scopes asked for.
+    pub scope: String,
 }
 
 #[cfg(test)]

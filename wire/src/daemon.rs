@@ -75,3 +75,11 @@ pub struct Daemon {
     /// When it stopped (or was found gone).
     pub stopped_at: Option<DateTime<Utc>>,
 }
+
+/// `GET /api/daemons`: every daemon alive or stopped within the last day.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DaemonsView {
+    /// Newest first.
+    pub daemons: Vec<Daemon>,
+}

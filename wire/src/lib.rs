@@ -1,6 +1,8 @@
-//! The types that cross a process boundary as JSON: runs, daemons, queue measurements, overrides, resolved
-//! configurations, live changes and roles. The API serialises them, the CLI reads them, and the database layer
-//! of `scrinalia-shared` decodes its rows into them (feature `sqlx`), so the three cannot disagree on a field.
+//! The types that cross a process boundary as JSON: the API's request and response bodies (runs, workers,
+//! daemons, health, queue measurements, overrides, resources, schedules, pipelines, tokens, errors), resolved
+//! configurations, live changes, roles and reasons. The API serialises them, the CLI reads them, and the
+//! database layer of `scrinalia-shared` decodes its rows into them (feature `sqlx`), so the three cannot
+//! disagree on a field.
 //!
 //! Nothing here opens a connection: the crate is small enough for the operator CLI to depend on.
 #![warn(missing_docs)]
@@ -10,31 +12,45 @@ pub mod change;
 pub mod choice;
 pub mod daemon;
 pub mod diff;
+pub mod engine;
+pub mod error;
+pub mod health;
 pub mod overrides;
 pub mod pipeline;
 pub mod queue;
+pub mod reason;
 pub mod resource;
 pub mod run;
 pub mod schedule;
 pub mod waiting;
 pub mod worker;
 
-pub use auth::Role;
+pub use auth::{CreateTokenBody, CreatedToken, MeView, OidcSignIn, Role, ServiceToken, ServiceTokens, SignInView};
 pub use change::Change;
 pub use choice::{Choices, ExplicitArgs, OverrideValues, Resolved, ResolvedConfig, Source};
-pub use daemon::{Daemon, DaemonState};
+pub use daemon::{Daemon, DaemonState, DaemonsView};
 pub use diff::{ConfigChange, Origin};
-pub use overrides::{AuditEntry, Override, OverrideAction};
-pub use pipeline::{PipelineRun, PipelineRunView, PipelineState, PipelineView};
+pub use engine::Engine;
+pub use error::ErrorBody;
+pub use health::{Check, HealthView, Status, StatusBody};
+pub use overrides::{AuditEntry, AuditView, Override, OverrideAction, OverrideChange, OverrideView};
+pub use pipeline::{PipelineRun, PipelineRunView, PipelineState, PipelineView, StartPipeline};
 pub use queue::QueueCount;
-pub use run::{EndReason, FollowKind, MAX_CHECKPOINT_BYTES, ProgressEntry, Run, RunPage, RunState};
+pub use reason::{MAX_REASON, Reason, ReasonBody, ReasonError};
+pub use resource::{ResourceAudit, ResourceAuditEntry, ResourceChange, ResourceSource, ResourceView, ResourcesView};
+pub use run::{
+    CancelKind, CancelView, EndReason, FollowKind, MAX_CHECKPOINT_BYTES, ProgressEntry, Run, RunDetail, RunPage,
+    RunState,
+};
 pub use schedule::{
-    FireOutcome, MissedPolicy, OverlapPolicy, RetryOn, RetryPolicy, Schedule, ScheduleAction, ScheduleAuditEntry,
-    ScheduleFire, ScheduleInput, SchedulePreview, ScheduleView, TargetKind,
+    FireOutcome, MissedPolicy, OverlapPolicy, PreviewInput, RetryOn, RetryPolicy, Schedule, ScheduleAction,
+    ScheduleAuditEntry, ScheduleFire, ScheduleInput, SchedulePreview, ScheduleView, TargetKind,
 };
 pub use waiting::{WaitCode, Waiting};
 pub use worker::{
-    Chore, ChoreKind, Declared, Description, EngineSource, OptionSpec, OptionType, Readiness, WorkerDescription,
+    Chore, ChoreKind, ChoreRequested, Declared, Description, EngineSource, OptionSpec, OptionType, Readiness,
+    WorkerDescription,
+    view::{WorkerView, WorkersView},
 };
 
 /// A state name of a closed set that the database stores as text and JSON carries as a string.

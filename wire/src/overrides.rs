@@ -1,9 +1,13 @@
-//! Persisted overrides of a worker's configuration and their append-only audit trail.
+//! Persisted overrides of a worker's configuration and their append-only audit trail: the override, a change of
+//! it as an operator sends it, the worker's override after a change, and the trail.
+
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
 
-use crate::{Named, OverrideValues, named};
+use crate::{Named, OverrideValues, ResolvedConfig, RetryPolicy, named};
 
 /// A worker's persisted override.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -69,4 +73,108 @@ pub struct AuditEntry {
     pub after: Option<OverrideValues>,
     /// Why.
     pub reason: String,
+}
+
+/// `GET /api/workers/{name}/audit`: a worker's audit trail, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AuditView {
+    /// The worker.
+    pub worker: String,
+    /// Who changed what, when and why; newest first.
+    pub entries: Vec<AuditEntry>,
+}
+
+/// A worker's override after a change, and the configuration a run without arguments now uses.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct OverrideView {
+    /// The worker.
+    pub worker: String,
+    /// The stored override; absent when it is cleared.
+    #[serde(rename = "override")]
+    pub override_: Option<Override>,
+    /// The effective configuration, each field with its source.
+    pub effective: Option<ResolvedConfig>,
+    /// Why the effective configuration cannot be resolved, if it cannot.
+    pub effective_error: Option<String>,
+}
+
+/// A change of an override, as an operator sends it: for `engine`, `preset` and each option, absent keeps the
+/// current value, `null` clears it (the default applies again), a value sets it. The reason is required.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct OverrideChange {
+    /// The engine; `null` clears it.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub engine: Option<Option<String>>,
+    /// The preset; `null` clears it.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub preset: Option<Option<String>>,
+    /// Option values; a `null` value clears that option's override.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub options: BTreeMap<String, Value>,
+    /// The retry policy; `null` clears it (the catalogue's applies again).
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub retry: Option<Option<RetryPolicy>>,
+    /// Why (required, recorded in the audit trail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A field that is present in the JSON, `null` included, is `Some`: `Some(None)` clears, `None` keeps.
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+impl OverrideChange {
+    /// The override that results from applying this change to `current`.
+    pub fn apply(&self, current: Option<&OverrideValues>) -> OverrideValues {
+        let mut next = current.cloned().unwrap_or_default();
+        if let Some(engine) = &self.engine {
+            next.engine.clone_from(engine);
+        }
+        if let Some(preset) = &self.preset {
+            next.preset.clone_from(preset);
+        }
+        if let Some(retry) = &self.retry {
+            next.retry.clone_from(retry);
+        }
+        for (name, value) in &self.options {
+            if value.is_null() {
+                next.options.remove(name);
+            } else {
+                next.options.insert(name.clone(), value.clone());
+            }
+        }
+        next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_change_tells_null_from_absent_both_ways() {
+        let change: OverrideChange =
+            serde_json::from_value(json!({"engine": null, "preset": "big", "options": {"n": null}, "reason": "r"}))
+                .expect("a change");
+        assert_eq!(
+            (change.engine.clone(), change.preset.clone(), change.retry.clone()),
+            (Some(None), Some(Some("big".into())), None)
+        );
+        assert_eq!(
+            serde_json::to_value(&change).expect("json"),
+            json!({"engine": null, "preset": "big", "options": {"n": null}, "reason": "r"})
+        );
+        assert!(serde_json::from_value::<OverrideChange>(json!({"presets": "big"})).is_err());
+    }
 }

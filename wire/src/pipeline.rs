@@ -132,6 +132,17 @@ pub struct PipelineView {
     pub last_run: Option<PipelineRun>,
 }
 
+/// What a pipeline run is started with (`POST /api/pipelines/{name}/runs`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct StartPipeline {
+    /// Explicit run arguments by step worker: `{"<step worker>": {"engine"?, "preset"?, "options"?, "retry"?}}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub arguments: Option<Value>,
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::{ExplicitArgs, Named, ResolvedConfig, named};
+use crate::{ConfigChange, ExplicitArgs, Named, ResolvedConfig, Waiting, named};
 
 /// The states of a run: `queued → running → succeeded | failed | cancelled | interrupted`, and `queued → cancelled`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -288,6 +288,48 @@ pub struct ProgressEntry {
     #[cfg_attr(feature = "sqlx", sqlx(json))]
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub progress: Value,
+}
+
+/// `GET /api/runs/{id}`: a run with its progress history, its chain, why it waits and what a rerun changed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RunDetail {
+    /// The run.
+    #[serde(flatten)]
+    pub run: Run,
+    /// Every progress report, oldest first.
+    pub progress_history: Vec<ProgressEntry>,
+    /// The chain the run belongs to, oldest first: its retries, resumes, restarts and reruns (just the run
+    /// when there are none).
+    pub chain: Vec<Run>,
+    /// Why it has not started, while it is queued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<Waiting>,
+    /// For a rerun: the configuration that differs from the run it reruns, each side with its source (an
+    /// override's with who changed it, when and why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed_since: Option<Vec<ConfigChange>>,
+}
+
+/// What a cancellation did (`POST /api/runs/{id}/cancel`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CancelView {
+    /// `cancelled`: the run was queued and is cancelled; `requested`: it is running and its daemon will stop it.
+    pub outcome: CancelKind,
+    /// The run after the request.
+    pub run: Run,
+}
+
+/// The two outcomes of an accepted cancellation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum CancelKind {
+    /// Cancelled at once.
+    Cancelled,
+    /// Requested from the daemon running it.
+    Requested,
 }
 
 #[cfg(test)]

@@ -175,6 +175,19 @@ pub struct ScheduleInput {
     pub reason: Option<String>,
 }
 
+/// An expression to preview (`POST /api/schedules/preview`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PreviewInput {
+    /// The cron expression (five fields, an optional leading seconds field, or a shorthand like `@daily`).
+    #[serde(default)]
+    pub cron: String,
+    /// The IANA time zone (default `UTC`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+}
+
 /// How one fire of a schedule went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -11,6 +11,8 @@ use uuid::Uuid;
 
 use crate::named;
 
+pub mod view;
+
 /// The type of a worker option; explicit arguments and overrides are checked against it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -252,4 +254,16 @@ pub struct Chore {
     pub lease_by: Option<Uuid>,
     /// Until when that daemon holds it (database clock).
     pub lease_until: Option<DateTime<Utc>>,
+}
+
+/// A chore asked for (`POST /api/workers/{name}/describe`, `/count` or `/check`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ChoreRequested {
+    /// The chore as stored now (`requested_at` is this request, or a later one).
+    pub chore: Chore,
+    /// Whether an active daemon takes this worker; when none does, the chore waits for one.
+    pub taken: bool,
+    /// What happens next, in a sentence.
+    pub message: String,
 }

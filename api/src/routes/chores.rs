@@ -8,9 +8,7 @@ use axum::{
     http::StatusCode,
     routing::post,
 };
-use scrinalia_shared::{Chore, ChoreKind, DaemonState};
-use serde::Serialize;
-use utoipa::ToSchema;
+use scrinalia_wire::{ChoreKind, ChoreRequested, DaemonState};
 
 use crate::{
     auth::Operator,
@@ -25,17 +23,6 @@ pub fn router() -> Router<AppState> {
         .route("/api/workers/{name}/describe", post(describe_worker))
         .route("/api/workers/{name}/count", post(count_worker))
         .route("/api/workers/{name}/check", post(check_worker))
-}
-
-/// A chore asked for.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ChoreRequested {
-    /// The chore as stored now (`requested_at` is this request, or a later one).
-    pub chore: Chore,
-    /// Whether an active daemon takes this worker; when none does, the chore waits for one.
-    pub taken: bool,
-    /// What happens next, in a sentence.
-    pub message: String,
 }
 
 #[utoipa::path(post, path = "/api/workers/{name}/describe", tag = "workers",

@@ -8,9 +8,7 @@ use axum::{
     response::IntoResponse,
     routing::{get, post},
 };
-use scrinalia_shared::Daemon;
-use serde::Serialize;
-use utoipa::ToSchema;
+use scrinalia_wire::{Daemon, DaemonsView};
 use uuid::Uuid;
 
 use crate::{
@@ -22,13 +20,6 @@ use crate::{
 /// The routes of this module.
 pub fn router() -> Router<AppState> {
     Router::new().route("/api/daemons", get(list_daemons)).route("/api/daemons/{id}/drain", post(drain_daemon))
-}
-
-/// Every daemon alive or stopped within the last day.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct DaemonsView {
-    /// Newest first.
-    pub daemons: Vec<Daemon>,
 }
 
 #[utoipa::path(get, path = "/api/daemons", tag = "daemons",

@@ -13,10 +13,10 @@ use axum::{Json, Router, extract::State, routing::get};
 use object_store::PutPayload;
 use std::collections::{BTreeMap, HashMap};
 
-use scrinalia_shared::{DaemonState, EffectiveWorker, Engine, Readiness};
-use serde::{Deserialize, Serialize};
+use scrinalia_shared::EffectiveWorker;
+use scrinalia_wire::{Check, DaemonState, Engine, HealthView, Readiness, Status};
+use serde::Deserialize;
 use serde_json::{Value, json};
-use utoipa::ToSchema;
 
 use crate::{auth::Viewer, error::ErrorBody, state::AppState};
 
@@ -26,45 +26,6 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(4);
 /// The routes of this module.
 pub fn router() -> Router<AppState> {
     Router::new().route("/api/health", get(health))
-}
-
-/// How healthy something is; the overall status is the worst of the checks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    /// Works.
-    Ok,
-    /// Works in part.
-    Degraded,
-    /// Does not work.
-    Down,
-}
-
-/// One check.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Check {
-    /// What was checked, e.g. `database` or `model_server:local`.
-    pub name: String,
-    /// Its status.
-    pub status: Status,
-    /// How long the check took.
-    pub latency_ms: f64,
-    /// What is wrong, as a sentence; absent when ok.
-    pub error: Option<String>,
-    /// Facts found by the check (models present, daemons alive, ...); null when there are none.
-    #[schema(value_type = Option<Object>)]
-    pub details: Value,
-}
-
-/// The health of the system.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct HealthView {
-    /// The worst status of the checks.
-    pub status: Status,
-    /// Every check.
-    pub checks: Vec<Check>,
-    /// The API's version.
-    pub version: String,
 }
 
 #[utoipa::path(get, path = "/api/health", tag = "health",

@@ -3,38 +3,13 @@
 //! `GET /api/signin`: how a person can sign in, read before anyone has, so it needs no token.
 
 use axum::{Json, Router, extract::State, routing::get};
-use scrinalia_shared::auth::Role;
-use serde::Serialize;
-use utoipa::ToSchema;
+use scrinalia_wire::{MeView, OidcSignIn, SignInView};
 
 use crate::{auth::Viewer, error::ErrorBody, state::AppState};
 
 /// The routes of this module.
 pub fn router() -> Router<AppState> {
     Router::new().route("/api/me", get(me)).route("/api/signin", get(signin))
-}
-
-/// How a person signs in to the panel.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SignInView {
-    /// Signing in with the identity provider (authorization code with PKCE), when `[auth.oidc.panel]` is set;
-    /// otherwise `null`, and the panel asks for a token.
-    pub oidc: Option<OidcSignIn>,
-}
-
-/// The identity provider's side of the panel's sign-in: all public (the panel is a public client, no secret).
-#[derive(Debug, Serialize, ToSchema)]
-pub struct OidcSignIn {
-    /// The issuer, to name it on the button.
-    pub issuer: String,
-    /// The client id the issuer knows the panel by.
-    pub client_id: String,
-    /// Where the person is sent to sign in.
-    pub authorization_endpoint: String,
-    /// Where the code is exchanged for an access token.
-    pub token_endpoint: String,
-    /// The scopes asked for.
-    pub scope: String,
 }
 
 #[utoipa::path(get, path = "/api/signin", tag = "meta",
@@ -50,16 +25,6 @@ pub(crate) async fn signin(State(state): State<AppState>) -> Json<SignInView> {
         })
     });
     Json(SignInView { oidc })
-}
-
-/// The caller.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct MeView {
-    /// Who is calling, as recorded as the actor of its writes: a token's name, a signed-in person
-    /// (`Display Name <subject>`), a person named by a trusted proxy (`user (via proxy)`), or `anonymous`.
-    pub name: String,
-    /// `viewer` reads; `operator` also triggers and cancels runs; `admin` also edits overrides and drains daemons.
-    pub role: Role,
 }
 
 #[utoipa::path(get, path = "/api/me", tag = "meta",

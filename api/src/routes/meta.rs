@@ -9,8 +9,7 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
-use serde::Serialize;
-use utoipa::ToSchema;
+use scrinalia_wire::StatusBody;
 
 use crate::{
     error::{ApiError, ErrorBody},
@@ -25,19 +24,9 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz))
 }
 
-/// A short status answer.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct StatusBody {
-    /// `alive` or `ready`.
-    pub status: &'static str,
-    /// What works only in part, e.g. live events polled behind a pooler; absent when nothing.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub warning: Option<&'static str>,
-}
-
 #[utoipa::path(get, path = "/healthz", tag = "meta", responses((status = 200, body = StatusBody, description = "The process is alive")))]
 pub(crate) async fn healthz() -> Json<StatusBody> {
-    Json(StatusBody { status: "alive", warning: None })
+    Json(StatusBody { status: "alive".to_owned(), warning: None })
 }
 
 #[utoipa::path(get, path = "/readyz", tag = "meta",
@@ -45,7 +34,10 @@ pub(crate) async fn healthz() -> Json<StatusBody> {
         (status = 503, body = ErrorBody, description = "The database does not answer")))]
 pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     let failure = match tokio::time::timeout(READY_TIMEOUT, state.db().ping()).await {
-        Ok(Ok(())) => return Json(StatusBody { status: "ready", warning: state.db().feed_polled() }).into_response(),
+        Ok(Ok(())) => {
+            let warning = state.db().feed_polled().map(str::to_owned);
+            return Json(StatusBody { status: "ready".to_owned(), warning }).into_response();
+        }
         Ok(Err(e)) => format!("The database does not answer: {e}."),
         Err(_) => format!("The database did not answer within {} seconds.", READY_TIMEOUT.as_secs()),
     };

@@ -9,16 +9,14 @@ use axum::{
     response::IntoResponse,
     routing::{get, post},
 };
-use scrinalia_shared::{PipelineRun, PipelineRunView, PipelineView};
-use serde::Deserialize;
+use scrinalia_wire::{PipelineRun, PipelineRunView, PipelineView, StartPipeline};
 use serde_json::Value;
-use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use crate::{
     auth::{Operator, Viewer},
-    error::{ApiError, ApiResult, ErrorBody, quote},
-    extract::{JsonBody, QueryArgs},
+    error::{ApiError, ApiResult, ErrorBody},
+    extract::{JsonBody, Limit, PageLimit},
     state::AppState,
 };
 
@@ -40,16 +38,6 @@ fn parse_pipeline_run_id(id: &str) -> ApiResult<Uuid> {
 async fn explained(state: &AppState, mut view: PipelineRunView) -> ApiResult<PipelineRunView> {
     view.waiting = state.db().pipeline_waiting(state.catalogue(), &view, state.gone_after()).await?;
     Ok(view)
-}
-
-/// What a pipeline run is started with.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct StartPipeline {
-    /// Explicit run arguments by step worker: `{"<step worker>": {"engine"?, "preset"?, "options"?, "retry"?}}`.
-    #[serde(default)]
-    #[schema(value_type = Option<Object>)]
-    arguments: Option<Value>,
 }
 
 #[utoipa::path(get, path = "/api/pipelines", tag = "pipelines",
@@ -87,16 +75,8 @@ pub(crate) async fn start_pipeline(
     Ok((StatusCode::CREATED, [(header::LOCATION, format!("/api/pipeline-runs/{}", run.id))], Json(view)))
 }
 
-/// How many pipeline runs to read.
-#[derive(Debug, Default, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct PipelineRunsQuery {
-    /// How many, 1 to 500 (default 50).
-    limit: Option<String>,
-}
-
 #[utoipa::path(get, path = "/api/pipelines/{name}/runs", tag = "pipelines",
-    params(("name" = String, Path, description = "The pipeline's name"), PipelineRunsQuery),
+    params(("name" = String, Path, description = "The pipeline's name"), PageLimit),
     responses((status = 200, body = [PipelineRun], description = "Its runs, newest first"),
         (status = 400, body = ErrorBody, description = "`invalid_query`"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
@@ -106,17 +86,8 @@ pub(crate) async fn list_pipeline_runs(
     _: Viewer,
     State(state): State<AppState>,
     Path(name): Path<String>,
-    QueryArgs(query): QueryArgs<PipelineRunsQuery>,
+    Limit(limit): PageLimit,
 ) -> ApiResult<Json<Vec<PipelineRun>>> {
-    let limit = match query.limit {
-        None => 50,
-        Some(l) => l.parse::<u32>().ok().filter(|l| (1..=500).contains(l)).ok_or_else(|| {
-            ApiError::bad_request(
-                "invalid_query",
-                format!("`limit` must be a whole number from 1 to 500, not {}.", quote(&l)),
-            )
-        })?,
-    };
     let runs = state.db().pipeline_runs(Some(&name), limit).await?;
     // A pipeline removed from the catalogue keeps its history readable.
     if runs.is_empty() && state.catalogue().pipeline(&name).is_none() {

@@ -7,16 +7,13 @@ use axum::{
     extract::{Path, State},
     routing::{get, put},
 };
-use scrinalia_shared::resources::{
-    MAX_CAPACITY, ResourceAudit, ResourceChange, ResourceError, ResourceView, ResourcesView,
-};
-use serde::Deserialize;
-use utoipa::IntoParams;
+use scrinalia_shared::resources::{MAX_CAPACITY, ResourceError};
+use scrinalia_wire::{ResourceAudit, ResourceChange, ResourceView, ResourcesView};
 
 use crate::{
     auth::{Admin, Viewer},
     error::{ApiError, ApiResult, ErrorBody, quote},
-    extract::{JsonBody, QueryArgs},
+    extract::{JsonBody, Limit, TrailLimit},
     state::AppState,
 };
 
@@ -35,16 +32,10 @@ impl From<ResourceError> for ApiError {
                 "unknown_resource",
                 format!("There is no resource {}; GET /api/resources lists the resources.", quote(&resource)),
             ),
+            ResourceError::Reason(e) => e.into(),
             ResourceError::Database(e) => e.into(),
-            refused => {
-                let code = match refused {
-                    ResourceError::ReasonRequired => "reason_required",
-                    ResourceError::ReasonHasNul => "reason_invalid",
-                    ResourceError::ReasonTooLong => "reason_too_long",
-                    _ => "invalid_capacity",
-                };
-                let error = Self::bad_request(code, refused.to_string());
-                if code == "invalid_capacity" { error.with("max_capacity", MAX_CAPACITY) } else { error }
+            refused @ (ResourceError::CapacityRequired | ResourceError::InvalidCapacity(_)) => {
+                Self::bad_request("invalid_capacity", refused.to_string()).with("max_capacity", MAX_CAPACITY)
             }
         }
     }
@@ -77,16 +68,8 @@ pub(crate) async fn set_capacity(
     Ok(Json(view))
 }
 
-/// Options of the audit trail.
-#[derive(Debug, Default, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct AuditQuery {
-    /// How many entries, 1 to 1000 (default 100).
-    limit: Option<String>,
-}
-
 #[utoipa::path(get, path = "/api/resources/{name}/audit", tag = "resources",
-    params(("name" = String, Path, description = "The resource's name"), AuditQuery),
+    params(("name" = String, Path, description = "The resource's name"), TrailLimit),
     responses((status = 200, body = ResourceAudit), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
@@ -94,17 +77,8 @@ pub(crate) async fn resource_audit(
     _: Viewer,
     State(state): State<AppState>,
     Path(name): Path<String>,
-    QueryArgs(query): QueryArgs<AuditQuery>,
+    Limit(limit): TrailLimit,
 ) -> ApiResult<Json<ResourceAudit>> {
-    let limit = match query.limit {
-        None => 100,
-        Some(l) => l.parse::<u32>().ok().filter(|l| (1..=1000).contains(l)).ok_or_else(|| {
-            ApiError::bad_request(
-                "invalid_query",
-                format!("`limit` must be a whole number from 1 to 1000, not {}.", quote(&l)),
-            )
-        })?,
-    };
     let entries = state.db().resource_audit(state.catalogue(), &name, limit).await?;
     Ok(Json(ResourceAudit { resource: name, entries }))
 }

@@ -9,18 +9,16 @@ use axum::{
     routing::{get, post},
 };
 use chrono::{DateTime, Utc};
-use scrinalia_shared::{
-    ConfigChange, ExplicitArgs, ProgressEntry, Run, RunPage, RunState, Waiting,
-    runs::{CancelOutcome, Cursor, IdRange, RunFilter, RunRequest},
-};
-use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use scrinalia_shared::runs::{CancelOutcome, Cursor, IdRange, RunFilter, RunRequest};
+use scrinalia_wire::{CancelKind, CancelView, ExplicitArgs, Run, RunDetail, RunPage, RunState};
+use serde::Deserialize;
+use utoipa::IntoParams;
 use uuid::Uuid;
 
 use crate::{
     auth::{Operator, Viewer},
     error::{ApiError, ApiResult, ErrorBody, quote, sentence},
-    extract::{JsonBody, QueryArgs, TraceParent},
+    extract::{JsonBody, Limit, PageLimit, QueryArgs, TraceParent},
     state::AppState,
 };
 
@@ -77,8 +75,6 @@ pub struct RunsQuery {
     from: Option<String>,
     /// Requested before this time (RFC 3339).
     to: Option<String>,
-    /// Page size, 1 to 500 (default 50).
-    limit: Option<String>,
     /// The `next` of the previous page.
     after: Option<String>,
     /// Only runs requested by this caller (the exact name a token or a schedule records).
@@ -93,7 +89,7 @@ pub struct RunsQuery {
 const MAX_SEARCH_CHARS: usize = 200;
 
 impl RunsQuery {
-    fn filter(self) -> ApiResult<RunFilter> {
+    fn filter(self, Limit(limit): PageLimit) -> ApiResult<RunFilter> {
         let bad = |message: String| ApiError::bad_request("invalid_query", message);
         let time = |key: &str, v: Option<String>| -> ApiResult<Option<DateTime<Utc>>> {
             v.map(|v| {
@@ -108,14 +104,6 @@ impl RunsQuery {
             return Err(bad(format!("`worker` must be a worker name, not {}.", quote(w))));
         }
         let state = self.state.filter(|s| !s.is_empty()).map(|s| s.parse::<RunState>()).transpose();
-        let limit = match self.limit {
-            None => 50,
-            Some(l) => l
-                .parse::<u32>()
-                .ok()
-                .filter(|l| (1..=500).contains(l))
-                .ok_or_else(|| bad(format!("`limit` must be a whole number from 1 to 500, not {}.", quote(&l))))?,
-        };
         let after = self
             .after
             .filter(|a| !a.is_empty())
@@ -163,36 +151,17 @@ impl RunsQuery {
     }
 }
 
-#[utoipa::path(get, path = "/api/runs", tag = "runs", params(RunsQuery),
+#[utoipa::path(get, path = "/api/runs", tag = "runs", params(RunsQuery, PageLimit),
     responses((status = 200, body = RunPage), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)),
     security(("bearer" = [])))]
 pub(crate) async fn list_runs(
     _: Viewer,
     State(state): State<AppState>,
     QueryArgs(query): QueryArgs<RunsQuery>,
+    limit: PageLimit,
 ) -> ApiResult<Json<RunPage>> {
-    let filter = query.filter()?;
+    let filter = query.filter(limit)?;
     Ok(Json(state.db().list_runs(&filter).await?))
-}
-
-/// A run with its progress history.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct RunDetail {
-    /// The run.
-    #[serde(flatten)]
-    pub run: Run,
-    /// Every progress report, oldest first.
-    pub progress_history: Vec<ProgressEntry>,
-    /// The chain the run belongs to, oldest first: its retries, resumes, restarts and reruns (just the run
-    /// when there are none).
-    pub chain: Vec<Run>,
-    /// Why it has not started, while it is queued.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub waiting: Option<Waiting>,
-    /// For a rerun: the configuration that differs from the run it reruns, each side with its source (an
-    /// override's with who changed it, when and why).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub changed_since: Option<Vec<ConfigChange>>,
 }
 
 #[utoipa::path(get, path = "/api/runs/{id}", tag = "runs", params(("id" = Uuid, Path, description = "The run's id (a UUID)")),
@@ -213,25 +182,6 @@ pub(crate) async fn get_run(
         state.db().rerun_changes(&run)
     )?;
     Ok(Json(RunDetail { run, progress_history, chain, waiting, changed_since }))
-}
-
-/// What a cancellation did.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct CancelView {
-    /// `cancelled`: the run was queued and is cancelled; `requested`: it is running and its daemon will stop it.
-    pub outcome: CancelKind,
-    /// The run after the request.
-    pub run: Run,
-}
-
-/// The two outcomes of an accepted cancellation.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum CancelKind {
-    /// Cancelled at once.
-    Cancelled,
-    /// Requested from the daemon running it.
-    Requested,
 }
 
 #[utoipa::path(post, path = "/api/runs/{id}/cancel", tag = "runs", params(("id" = Uuid, Path, description = "The run's id (a UUID)")),

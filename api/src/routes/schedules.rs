@@ -9,14 +9,14 @@ use axum::{
     response::IntoResponse,
     routing::{get, post},
 };
-use scrinalia_shared::{Schedule, ScheduleAuditEntry, ScheduleFire, ScheduleInput, SchedulePreview, ScheduleView};
-use serde::Deserialize;
-use utoipa::{IntoParams, ToSchema};
+use scrinalia_wire::{
+    PreviewInput, ReasonBody, Schedule, ScheduleAuditEntry, ScheduleFire, ScheduleInput, SchedulePreview, ScheduleView,
+};
 
 use crate::{
     auth::{Operator, Viewer},
-    error::{ApiError, ApiResult, ErrorBody, quote},
-    extract::{JsonBody, QueryArgs},
+    error::{ApiResult, ErrorBody},
+    extract::{JsonBody, Limit, QueryArgs, TrailLimit},
     state::AppState,
 };
 
@@ -34,57 +34,6 @@ pub fn router() -> Router<AppState> {
         .route("/api/schedules/{key}/resume", post(resume_schedule))
         .route("/api/schedules/{key}/fires", get(schedule_fires))
         .route("/api/schedules/{key}/audit", get(schedule_audit))
-}
-
-/// An expression to preview.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PreviewInput {
-    /// The cron expression (five fields, an optional leading seconds field, or a shorthand like `@daily`).
-    #[serde(default)]
-    cron: String,
-    /// The IANA time zone (default `UTC`).
-    #[serde(default)]
-    time_zone: Option<String>,
-}
-
-/// The reason of a pause, a resume or a deletion, in the body (or in `?reason=`).
-#[derive(Debug, Default, Deserialize, ToSchema, IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct ScheduleReason {
-    /// Why (required, recorded in the audit trail).
-    #[serde(default)]
-    reason: Option<String>,
-}
-
-impl ScheduleReason {
-    /// The body's reason, else the query's.
-    fn of(body: Self, query: Self) -> Option<String> {
-        body.reason.or(query.reason)
-    }
-}
-
-/// How many entries of a history to read.
-#[derive(Debug, Default, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct HistoryQuery {
-    /// How many entries, 1 to 1000 (default 100).
-    limit: Option<String>,
-}
-
-impl HistoryQuery {
-    fn limit(&self) -> ApiResult<u32> {
-        match &self.limit {
-            None => Ok(100),
-            Some(l) => l.parse::<u32>().ok().filter(|l| (1..=1000).contains(l)).ok_or_else(|| {
-                ApiError::bad_request(
-                    "invalid_query",
-                    format!("`limit` must be a whole number from 1 to 1000, not {}.", quote(l)),
-                )
-            }),
-        }
-    }
 }
 
 #[utoipa::path(get, path = "/api/schedules", tag = "schedules",
@@ -175,14 +124,14 @@ pub(crate) async fn replace_schedule(
 /// What a pause and a resume take: the caller, the schedule's key and the reason (the body's, else `?reason=`).
 /// axum extracts a tuple in order, as it would the same extractors given to the handler one by one, so both
 /// routes refuse a bad request exactly as before.
-type Toggle = (Operator, State<AppState>, Path<String>, QueryArgs<ScheduleReason>, JsonBody<ScheduleReason>);
+type Toggle = (Operator, State<AppState>, Path<String>, QueryArgs<ReasonBody>, JsonBody<ReasonBody>);
 
 /// Pauses or resumes a schedule: the handler of both routes, which differ only in the state they set.
 async fn set_enabled(
     (Operator(caller), State(state), Path(key), QueryArgs(query), JsonBody(body)): Toggle,
     enabled: bool,
 ) -> ApiResult<Json<ScheduleView>> {
-    let reason = ScheduleReason::of(body, query);
+    let reason = body.or_query(query);
     let view = state.db().set_schedule_enabled(&key, enabled, &caller.name, reason.as_deref()).await?;
     let s = &view.schedule;
     let action = if enabled { "resume" } else { "pause" };
@@ -192,8 +141,8 @@ async fn set_enabled(
 }
 
 #[utoipa::path(post, path = "/api/schedules/{key}/pause", tag = "schedules",
-    params(("key" = String, Path, description = "The schedule's id or name"), ScheduleReason),
-    request_body(content = Option<ScheduleReason>, description = "The reason, unless given as `?reason=`"),
+    params(("key" = String, Path, description = "The schedule's id or name"), ReasonBody),
+    request_body(content = Option<ReasonBody>, description = "The reason, unless given as `?reason=`"),
     responses((status = 200, body = ScheduleView, description = "The schedule, paused: no next fire time"),
         (status = 400, body = ErrorBody, description = "`reason_required`"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
@@ -205,8 +154,8 @@ pub(crate) async fn pause_schedule(request: Toggle) -> ApiResult<Json<ScheduleVi
 }
 
 #[utoipa::path(post, path = "/api/schedules/{key}/resume", tag = "schedules",
-    params(("key" = String, Path, description = "The schedule's id or name"), ScheduleReason),
-    request_body(content = Option<ScheduleReason>, description = "The reason, unless given as `?reason=`"),
+    params(("key" = String, Path, description = "The schedule's id or name"), ReasonBody),
+    request_body(content = Option<ReasonBody>, description = "The reason, unless given as `?reason=`"),
     responses((status = 200, body = ScheduleView, description = "The schedule, resumed: it fires from now on (what fell while it was paused is not a missed fire)"),
         (status = 400, body = ErrorBody, description = "`reason_required`"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
@@ -218,8 +167,8 @@ pub(crate) async fn resume_schedule(request: Toggle) -> ApiResult<Json<ScheduleV
 }
 
 #[utoipa::path(delete, path = "/api/schedules/{key}", tag = "schedules",
-    params(("key" = String, Path, description = "The schedule's id or name"), ScheduleReason),
-    request_body(content = Option<ScheduleReason>, description = "The reason, unless given as `?reason=`"),
+    params(("key" = String, Path, description = "The schedule's id or name"), ReasonBody),
+    request_body(content = Option<ReasonBody>, description = "The reason, unless given as `?reason=`"),
     responses((status = 200, body = Schedule, description = "The schedule as it was; its fires and audit trail stay readable by id"),
         (status = 400, body = ErrorBody, description = "`reason_required`"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
@@ -230,10 +179,10 @@ pub(crate) async fn delete_schedule(
     Operator(caller): Operator,
     State(state): State<AppState>,
     Path(key): Path<String>,
-    QueryArgs(query): QueryArgs<ScheduleReason>,
-    JsonBody(body): JsonBody<ScheduleReason>,
+    QueryArgs(query): QueryArgs<ReasonBody>,
+    JsonBody(body): JsonBody<ReasonBody>,
 ) -> ApiResult<Json<Schedule>> {
-    let reason = ScheduleReason::of(body, query);
+    let reason = body.or_query(query);
     let deleted = state.db().delete_schedule(&key, &caller.name, reason.as_deref()).await?;
     tracing::info!(schedule = %deleted.name, schedule_id = %deleted.id, actor = %caller.name, action = "delete",
         "schedule changed");
@@ -258,14 +207,14 @@ async fn replace_named_preview(
 async fn delete_named_preview(
     operator: Operator,
     state: State<AppState>,
-    query: QueryArgs<ScheduleReason>,
-    body: JsonBody<ScheduleReason>,
+    query: QueryArgs<ReasonBody>,
+    body: JsonBody<ReasonBody>,
 ) -> ApiResult<Json<Schedule>> {
     delete_schedule(operator, state, Path(PREVIEW.to_owned()), query, body).await
 }
 
 #[utoipa::path(get, path = "/api/schedules/{key}/fires", tag = "schedules",
-    params(("key" = String, Path, description = "The schedule's id or name (by id also after it was deleted)"), HistoryQuery),
+    params(("key" = String, Path, description = "The schedule's id or name (by id also after it was deleted)"), TrailLimit),
     responses((status = 200, body = [ScheduleFire], description = "Its fires, newest first"),
         (status = 400, body = ErrorBody, description = "`invalid_query`"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
@@ -275,14 +224,13 @@ pub(crate) async fn schedule_fires(
     _: Viewer,
     State(state): State<AppState>,
     Path(key): Path<String>,
-    QueryArgs(query): QueryArgs<HistoryQuery>,
+    Limit(limit): TrailLimit,
 ) -> ApiResult<Json<Vec<ScheduleFire>>> {
-    let limit = query.limit()?;
     Ok(Json(state.db().schedule_fires(&key, limit).await?))
 }
 
 #[utoipa::path(get, path = "/api/schedules/{key}/audit", tag = "schedules",
-    params(("key" = String, Path, description = "The schedule's id or name (by id also after it was deleted)"), HistoryQuery),
+    params(("key" = String, Path, description = "The schedule's id or name (by id also after it was deleted)"), TrailLimit),
     responses((status = 200, body = [ScheduleAuditEntry], description = "Who changed what, when and why (before and after); newest first"),
         (status = 400, body = ErrorBody, description = "`invalid_query`"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
@@ -292,8 +240,7 @@ pub(crate) async fn schedule_audit(
     _: Viewer,
     State(state): State<AppState>,
     Path(key): Path<String>,
-    QueryArgs(query): QueryArgs<HistoryQuery>,
+    Limit(limit): TrailLimit,
 ) -> ApiResult<Json<Vec<ScheduleAuditEntry>>> {
-    let limit = query.limit()?;
     Ok(Json(state.db().schedule_audit(&key, limit).await?))
 }

@@ -9,12 +9,8 @@ use axum::{
     response::IntoResponse,
     routing::{delete, get},
 };
-use scrinalia_shared::{
-    auth::{CreatedToken, ServiceToken, ServiceTokens},
-    tokens::{NewToken, TokenError, parse_expiry, parse_role},
-};
-use serde::Deserialize;
-use utoipa::ToSchema;
+use scrinalia_shared::tokens::{NewToken, TokenError, parse_expiry, parse_role};
+use scrinalia_wire::{CreateTokenBody, CreatedToken, ServiceToken, ServiceTokens};
 use uuid::Uuid;
 
 use crate::{
@@ -29,19 +25,6 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/tokens", get(list_tokens).post(create_token))
         .route("/api/tokens/{id}", delete(revoke_token))
-}
-
-/// What `POST /api/tokens` asks for.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateTokenBody {
-    /// Who will hold it (1 to 64 letters, digits, `-`, `_`, `.`, `@`); the actor of its writes. Unique for good.
-    #[serde(default)]
-    pub name: String,
-    /// `viewer`, `operator` or `admin`.
-    pub role: Option<String>,
-    /// When it stops being accepted: an RFC 3339 time, or a date (its midnight, UTC). Never, when absent.
-    pub expires_at: Option<String>,
 }
 
 impl From<TokenError> for ApiError {

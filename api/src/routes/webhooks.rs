@@ -18,12 +18,9 @@ use uuid::Uuid;
 use crate::{
     auth::{Admin, Viewer},
     error::{ApiError, ApiResult, ErrorBody},
-    extract::QueryArgs,
+    extract::{Limit, PageLimit, QueryArgs},
     state::AppState,
 };
-
-/// The most deliveries one answer lists.
-const MAX_LIMIT: u32 = 500;
 
 /// The routes of this module.
 pub fn router() -> Router<AppState> {
@@ -98,8 +95,6 @@ pub struct DeliveryQuery {
     pub webhook: Option<String>,
     /// Only the deliveries of events about this run (a UUID).
     pub run: Option<String>,
-    /// How many, newest first (default 50, at most 500).
-    pub limit: Option<String>,
 }
 
 #[utoipa::path(get, path = "/api/webhooks", tag = "webhooks",
@@ -109,7 +104,7 @@ pub(crate) async fn list_webhooks(_: Viewer, State(state): State<AppState>) -> J
     Json(WebhooksView { webhooks: state.settings().webhooks.iter().map(WebhookView::from).collect() })
 }
 
-#[utoipa::path(get, path = "/api/webhooks/deliveries", tag = "webhooks", params(DeliveryQuery),
+#[utoipa::path(get, path = "/api/webhooks/deliveries", tag = "webhooks", params(DeliveryQuery, PageLimit),
     responses((status = 200, body = DeliveriesView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody, description = "`unknown_webhook`")),
     security(("bearer" = [])))]
@@ -117,6 +112,7 @@ pub(crate) async fn list_deliveries(
     _: Viewer,
     State(state): State<AppState>,
     QueryArgs(query): QueryArgs<DeliveryQuery>,
+    Limit(limit): PageLimit,
 ) -> ApiResult<Json<DeliveriesView>> {
     if let Some(name) = &query.webhook {
         find(&state, name)?;
@@ -124,15 +120,6 @@ pub(crate) async fn list_deliveries(
     let run = match &query.run {
         Some(id) => Some(Uuid::parse_str(id).map_err(|_| ApiError::invalid_id("run", id))?),
         None => None,
-    };
-    let limit = match &query.limit {
-        None => 50,
-        Some(text) => text.trim().parse::<u32>().ok().filter(|n| (1..=MAX_LIMIT).contains(n)).ok_or_else(|| {
-            ApiError::bad_request(
-                "invalid_limit",
-                format!("The limit {text:?} is not a whole number between 1 and {MAX_LIMIT}."),
-            )
-        })?,
     };
     let deliveries = state.db().webhook_deliveries(query.webhook.as_deref(), run, limit).await?;
     Ok(Json(DeliveriesView { deliveries }))

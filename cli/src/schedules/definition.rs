@@ -40,7 +40,7 @@ pub fn edited(current: Schedule, args: ScheduleEditArgs) -> anyhow::Result<Sched
         enabled: Some(enabled),
         overlap: Some(args.common.overlap.unwrap_or(current.overlap)),
         missed: Some(args.common.missed.unwrap_or(current.missed)),
-        reason: Some(args.reason),
+        reason: Some(args.reason.to_string()),
     })
 }
 

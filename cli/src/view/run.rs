@@ -2,14 +2,11 @@
 //! schedule, pipeline) and what its worker reported it used beside what was resolved for it.
 
 use chrono::{DateTime, Utc};
-use scrinalia_wire::{ConfigChange, FollowKind, Origin, ResolvedConfig, Run, RunState};
+use scrinalia_wire::{ConfigChange, FollowKind, Origin, ResolvedConfig, Run, RunDetail, RunState};
 use serde_json::Value;
 
 use super::{duration, key_lines, progress, source_word, state_style, summarise, value_text, when};
-use crate::{
-    table::{Cell, Table, clip},
-    wire::RunDetail,
-};
+use crate::table::{Cell, Table, clip};
 
 /// The columns of a run table.
 pub const RUN_HEADERS: [&str; 7] = ["ID", "WORKER", "STATE", "REQUESTED", "TOOK", "BY", "OUTCOME"];

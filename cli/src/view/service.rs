@@ -1,11 +1,10 @@
 //! The service itself as people read it, rather than its work: the daemons that run the workers, and the
 //! health checks of the API and what it depends on.
 
+use scrinalia_wire::{DaemonsView, HealthView};
+
 use super::{ago, when};
-use crate::{
-    table::{Cell, Style, Table, clip},
-    wire::{DaemonsView, HealthView},
-};
+use crate::table::{Cell, Style, Table, clip};
 
 /// The colour of a health or daemon status word.
 pub fn status_style(status: &str) -> Style {
@@ -26,10 +25,10 @@ pub fn daemons_table(view: &DaemonsView) -> Table {
             d.id.to_string().into(),
             d.host.as_str().into(),
             d.pid.to_string().into(),
-            Cell::styled(d.state.as_str(), status_style(&d.state)),
+            Cell::styled(d.state.to_string(), status_style(&d.state.to_string())),
             format!("{}/{}", d.runs_in_flight, d.capacity).into(),
-            d.heartbeat_age_seconds.map(ago).unwrap_or_default().into(),
-            d.started_at.map(when).unwrap_or_default().into(),
+            ago(d.heartbeat_age_seconds).into(),
+            when(d.started_at).into(),
             d.version.as_str().into(),
             clip(&workers, 40).into(),
         ]);
@@ -43,11 +42,11 @@ pub fn health_text(view: &HealthView, colour: bool) -> String {
     for c in &view.checks {
         table.row(vec![
             c.name.as_str().into(),
-            Cell::styled(c.status.as_str(), status_style(&c.status)),
-            c.latency_ms.map(|ms| format!("{ms:.1}ms")).unwrap_or_default().into(),
+            Cell::styled(c.status.as_str(), status_style(c.status.as_str())),
+            format!("{:.1}ms", c.latency_ms).into(),
             c.error.as_deref().unwrap_or_default().into(),
         ]);
     }
-    let version = view.version.as_deref().map(|v| format!(" (API {v})")).unwrap_or_default();
-    format!("status: {}{version}\n{}", status_style(&view.status).paint(&view.status, colour), table.render(colour))
+    let status = view.status.as_str();
+    format!("status: {} (API {})\n{}", status_style(status).paint(status, colour), view.version, table.render(colour))
 }

@@ -1,15 +1,11 @@
 //! Workers as people read them: the table of `scrinalia workers` with the notes under it, and the detail of one
 //! worker, both from what its code declared (readiness, describe, options) beside what the catalogue says.
 
-use chrono::Utc;
-use scrinalia_wire::ResolvedConfig;
+use scrinalia_wire::{OptionSpec, QueueCount, Readiness, ResolvedConfig, WorkerView, WorkersView};
 use serde_json::Value;
 
 use super::{ago, duration, key_lines, source_word, state_style, value_text, when};
-use crate::{
-    table::{Cell, Style, Table},
-    wire::{OptionView, QueueView, ReadinessView, WorkerView, WorkersView},
-};
+use crate::table::{Cell, Style, Table};
 
 /// The engine and preset of a configuration, with the source when it is not the catalogue default.
 pub fn engine(config: &ResolvedConfig) -> String {
@@ -28,7 +24,7 @@ pub fn engine(config: &ResolvedConfig) -> String {
 }
 
 /// A worker's readiness in a word or two, with its colour.
-pub fn readiness_word(readiness: Option<&ReadinessView>) -> Cell {
+pub fn readiness_word(readiness: Option<&Readiness>) -> Cell {
     match readiness.map(|r| r.ready) {
         None => Cell::styled("unchecked", Style::Dim),
         Some(Some(true)) => Cell::styled("ready", Style::Good),
@@ -38,7 +34,7 @@ pub fn readiness_word(readiness: Option<&ReadinessView>) -> Cell {
 }
 
 /// What a worker's readiness says beyond its word: what is missing, or why the check failed.
-pub fn readiness_sentence(readiness: &ReadinessView) -> Option<String> {
+pub fn readiness_sentence(readiness: &Readiness) -> Option<String> {
     match readiness.ready {
         Some(true) => None,
         Some(false) => Some(readiness.reason.clone().unwrap_or_else(|| "its check says it is not ready".to_owned())),
@@ -47,7 +43,7 @@ pub fn readiness_sentence(readiness: &ReadinessView) -> Option<String> {
 }
 
 /// A queue measurement in a few words.
-fn queue_cell(queue: Option<&QueueView>) -> Cell {
+fn queue_cell(queue: Option<&QueueCount>) -> Cell {
     match queue {
         None => Cell::styled("-", Style::Dim),
         Some(q) if q.error.is_some() => Cell::styled("error", Style::Bad),
@@ -61,7 +57,7 @@ fn queue_cell(queue: Option<&QueueView>) -> Cell {
 
 /// The table of `scrinalia workers`.
 pub fn workers_table(view: &WorkersView) -> Table {
-    let now = view.now.unwrap_or_else(Utc::now);
+    let now = view.now;
     let mut table = Table::new(&["WORKER", "ENGINE", "READY", "QUEUE", "IN FLIGHT", "LAST RUN"]);
     for w in &view.workers {
         let engine = match (&w.effective, &w.effective_error) {
@@ -104,8 +100,8 @@ pub fn workers_notes(view: &WorkersView) -> Vec<String> {
 }
 
 /// An option's declaration in a few words: `integer, 0 to 255, default 0, one of 3, 5, 8`.
-pub fn option_declaration(o: &OptionView) -> String {
-    let mut parts = vec![if o.kind.is_empty() { "?".to_owned() } else { o.kind.clone() }];
+pub fn option_declaration(o: &OptionSpec) -> String {
+    let mut parts = vec![o.kind.name().to_owned()];
     match (&o.minimum, &o.maximum) {
         (Some(min), Some(max)) => parts.push(format!("{min} to {max}")),
         (Some(min), None) => parts.push(format!("at least {min}")),
@@ -137,23 +133,20 @@ pub fn worker_detail(w: &WorkerView, colour: bool) -> String {
             readiness = format!("{readiness}: {sentence}");
         }
         let by = r.checked_by.map(|d| format!(" by daemon {d}")).unwrap_or_default();
-        if let Some(age) = r.age_seconds {
-            readiness = format!("{readiness} (checked {}{by})", ago(age));
-        }
+        readiness = format!("{readiness} (checked {}{by})", ago(r.age_seconds));
     }
     lines.push(("ready", readiness));
     match &w.described {
         Some(d) => {
             if let Some(at) = d.described_at {
                 let by = d.described_by.map(|id| format!(" by daemon {id}")).unwrap_or_default();
-                let took = d.took_ms.map(|ms| format!(" in {}", duration(ms))).unwrap_or_default();
-                lines.push(("described", format!("{}{by}{took}", when(at))));
+                lines.push(("described", format!("{}{by} in {}", when(at), duration(d.took_ms))));
             } else {
                 lines.push(("described", "never: the catalogue's declarations apply".to_owned()));
             }
             if let Some(error) = &d.error {
-                let at = d.attempted_at.map(|t| format!(" at {}", when(t))).unwrap_or_default();
-                lines.push(("describe", Style::Bad.paint(&format!("failed{at}: {error}"), colour)));
+                let at = when(d.attempted_at);
+                lines.push(("describe", Style::Bad.paint(&format!("failed at {at}: {error}"), colour)));
             }
             if !d.command.is_empty() {
                 lines.push(("command", d.command.join(" ")));
@@ -202,10 +195,7 @@ pub fn worker_detail(w: &WorkerView, colour: bool) -> String {
                 (None, None, Some(u)) => format!("not measurable: {u}"),
                 (None, None, None) => "?".to_owned(),
             };
-            match q.age_seconds {
-                Some(age) => format!("{what} (measured {})", ago(age)),
-                None => what,
-            }
+            format!("{what} (measured {})", ago(q.age_seconds))
         }
     };
     lines.push(("queue", queue));
@@ -234,22 +224,36 @@ mod tests {
 
     use super::*;
 
-    /// A worker as the API sends it, with fields this CLI has never heard of: they are ignored, not refused.
+    /// A worker as the API sends it, with `extra` fields replacing its own; fields this CLI has never heard of
+    /// are ignored, not refused.
     fn workers(extra: Value) -> WorkersView {
         let mut worker = json!({
-            "name": "embed", "options": [{"name": "batch_size", "type": "integer", "default": 20, "minimum": 1,
-                "maximum": 1000, "new_field": true}],
+            "name": "embed", "title": null, "axis": "text", "governance": "", "stamp": "", "description": null,
+            "effective": null, "effective_error": null, "override": null, "engine_configurable": true,
+            "engine_source": null, "engine_source_url": null, "queue": null, "in_flight": null,
+            "last_finished": null,
+            "options": [{"name": "batch_size", "type": "integer", "default": 20, "minimum": 1, "maximum": 1000}],
             "disagreements": ["catalogue says batch_size 10, code says 20; runs use 20"],
-            "readiness": {"worker": "embed", "ready": false, "reason": "The model is away.", "error": null,
-                "checked_at": "2026-01-31T10:00:00Z", "took_ms": 4, "age_seconds": 3.2, "later": 1},
-            "described": {"worker": "embed", "description": null, "described_at": null, "command": ["embed"],
-                "took_ms": 5, "error": "describe exited with status 2", "attempted_at": "2026-01-31T10:00:00Z"},
+            "readiness": readiness(json!({"ready": false, "reason": "The model is away.", "later": 1})),
+            "described": {"worker": "embed", "description": null, "described_at": null, "described_by": null,
+                "command": ["embed"], "took_ms": 5, "error": "describe exited with status 2",
+                "attempted_at": "2026-01-31T10:00:00Z", "age_seconds": null},
         });
         if let (Some(w), Value::Object(extra)) = (worker.as_object_mut(), extra) {
             w.extend(extra);
         }
         serde_json::from_value(json!({"workers": [worker], "engines": {}, "now": "2026-01-31T10:00:05Z"}))
-            .expect("a lenient view")
+            .expect("a worker view")
+    }
+
+    /// A readiness as the API sends it, with `extra` fields replacing its own.
+    fn readiness(extra: Value) -> Value {
+        let mut readiness = json!({"worker": "embed", "ready": true, "reason": null, "error": null,
+            "checked_at": "2026-01-31T10:00:00Z", "took_ms": 4, "checked_by": null, "age_seconds": 3.2});
+        if let (Some(r), Value::Object(extra)) = (readiness.as_object_mut(), extra) {
+            r.extend(extra);
+        }
+        readiness
     }
 
     #[test]
@@ -265,7 +269,8 @@ mod tests {
                 "embed: disagrees: catalogue says batch_size 10, code says 20; runs use 20",
             ]
         );
-        let failed = workers(json!({"readiness": {"ready": null, "error": "check timed out after 10 s"}}));
+        let failed = readiness(json!({"ready": null, "error": "check timed out after 10 s"}));
+        let failed = workers(json!({ "readiness": failed }));
         assert_eq!(workers_notes(&failed)[0], "embed: check failed: check timed out after 10 s");
         let unchecked = workers(json!({"readiness": null, "disagreements": []}));
         assert!(workers_notes(&unchecked).is_empty());

@@ -282,6 +282,25 @@ async fn liveness_readiness_openapi_and_unknown_routes(t: &TestDb) {
     }
     assert!(doc["components"]["schemas"]["Change"].is_object(), "the payloads' schema is in the document");
     assert!(doc["components"]["schemas"]["Run"].is_object() && doc["components"]["schemas"]["ErrorBody"].is_object());
+    // Every route that takes a page size documents it the same way: a query parameter with its bounds.
+    for (path, max, default) in [
+        ("/api/runs", 500, 50),
+        ("/api/pipelines/{name}/runs", 500, 50),
+        ("/api/webhooks/deliveries", 500, 50),
+        ("/api/workers/{name}/audit", 1000, 100),
+        ("/api/resources/{name}/audit", 1000, 100),
+        ("/api/schedules/{key}/fires", 1000, 100),
+        ("/api/schedules/{key}/audit", 1000, 100),
+    ] {
+        let parameters = doc["paths"][path]["get"]["parameters"].as_array().cloned().unwrap_or_default();
+        let limit = parameters.iter().find(|p| p["name"] == "limit").unwrap_or_else(|| panic!("{path}: no limit"));
+        let schema = &limit["schema"];
+        assert_eq!(
+            (&limit["in"], &schema["type"], &schema["minimum"], &schema["maximum"], &schema["default"]),
+            (&json!("query"), &json!("integer"), &json!(1), &json!(max), &json!(default)),
+            "{path}: {limit}"
+        );
+    }
 
     api.get("/api/nothing", VIEWER).await.expect(StatusCode::NOT_FOUND, Some("not_found"));
     no_token(Method::GET, "/nothing/here").await.expect(StatusCode::NOT_FOUND, Some("not_found"));

@@ -252,7 +252,7 @@ async fn outcomes_are_delivered_signed_with_retries_and_listed(kind: Kind) {
     let (status, bad) = get(&system, "/api/webhooks/deliveries?webhook=nope", VIEWER).await;
     assert_eq!((status, &bad["code"]), (StatusCode::NOT_FOUND, &json!("unknown_webhook")));
     let (status, bad) = get(&system, "/api/webhooks/deliveries?limit=0", VIEWER).await;
-    assert_eq!((status, &bad["code"]), (StatusCode::BAD_REQUEST, &json!("invalid_limit")));
+    assert_eq!((status, &bad["code"]), (StatusCode::BAD_REQUEST, &json!("invalid_query")));
     let (_, doc) = get(&system, "/api/openapi.json", VIEWER).await;
     for (path, method) in
         [("/api/webhooks", "get"), ("/api/webhooks/deliveries", "get"), ("/api/webhooks/{name}/test", "post")]

@@ -25,6 +25,7 @@ mod cli_overrides;
 mod cli_rerun;
 mod cli_resources;
 mod cli_schedules;
+mod cli_wire;
 mod daemon_checkpoints;
 mod daemon_chores;
 mod daemon_costs;
