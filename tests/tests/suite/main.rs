@@ -18,6 +18,7 @@ mod api_schedules;
 mod api_security;
 mod api_tokens;
 mod api_waiting;
+mod architecture;
 mod bad_input;
 mod chaos;
 mod cli;
