@@ -10,7 +10,7 @@ use uuid::Uuid;
 use scrinalia_wire::{Chore, ChoreKind, Named};
 
 use crate::{
-    On, Result,
+    On, Result, lease,
     dialect::{DbTime, Sql, sql},
     run,
 };
@@ -171,22 +171,10 @@ pub async fn next_due(
     Ok((row.0.0, row.1.map(|t| t.0)))
 }
 
-/// Ends `daemon`'s lease of a chore.
+/// Ends `daemon`'s lease of a chore, recording the chore's end.
 pub async fn finish(on: impl Into<On<'_>>, daemon: Uuid, worker: &str, chore: ChoreKind) -> Result<()> {
-    const FINISH: Sql = sql!(
-        "update worker_chores set finished_at = ",
-        now,
-        ", lease_by = null, lease_until = null \
-         where worker = $1 and chore = $2 and lease_by = $3"
-    );
-    run!(on, FINISH, |pool, sql| sqlx::query(sql)
-        .bind(worker)
-        .bind(chore)
-        .bind(daemon)
-        .execute(pool)
-        .await
-        .map(drop))?;
-    Ok(())
+    let key = lease::Key::Chore(worker, Named::name(chore));
+    lease::release(on, &lease::CHORES, key, daemon).await.map(drop)
 }
 
 /// Every chore of `worker`.

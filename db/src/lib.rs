@@ -22,6 +22,7 @@
 pub mod chores;
 pub mod daemons;
 mod database;
+pub mod lease;
 pub mod descriptions;
 pub mod ends;
 mod dialect;
@@ -49,6 +50,7 @@ use uuid::Uuid;
 
 pub use database::{Backend, Database, Pings};
 pub use dialect::DbTime;
+pub use lease::Lease;
 pub use pooler::POLLED_WARNING;
 pub use settings::{DatabaseSettings, Pooler, redact_url};
 pub use tx::{On, Tx};

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use scrinalia_wire::Run;
 
 use crate::{
-    Database, On, Result,
+    Database, On, Result, lease,
     dialect::{DbTime, Sql, sql},
     run,
     runs::run_columns,
@@ -87,35 +87,15 @@ pub async fn acquire(on: impl Into<On<'_>>, holder: Uuid, ttl_secs: f64, interva
     Ok(taken == 1)
 }
 
-/// Extends the lease `holder` still holds; whether it still does.
-pub async fn renew(on: impl Into<On<'_>>, holder: Uuid, ttl_secs: f64) -> Result<bool> {
-    const RENEW: Sql = sql!(
-        "update retention_lease set expires_at = ",
-        clock_plus(2),
-        " where name = $3 and holder = $1 and expires_at >= ",
-        clock
-    );
-    let renewed = run!(on, RENEW, |pool, sql| sqlx::query(sql)
-        .bind(holder)
-        .bind(ttl_secs)
-        .bind(LEASE)
-        .execute(pool)
-        .await
-        .map(|r| r.rows_affected()))?;
-    Ok(renewed == 1)
+/// Extends the lease `holder` still holds by `ttl`; whether it still does.
+pub async fn renew(on: impl Into<On<'_>>, holder: Uuid, ttl: std::time::Duration) -> Result<bool> {
+    let renewed = lease::renew(on, &lease::RETENTION, lease::Key::Name(LEASE), holder, ttl).await?;
+    Ok(renewed.is_some())
 }
 
 /// Ends the lease: the next pass may start an interval from now, on any daemon.
 pub async fn release(on: impl Into<On<'_>>, holder: Uuid) -> Result<()> {
-    const RELEASE: Sql = sql!(
-        "update retention_lease set expires_at = ",
-        clock,
-        ", last_finished_at = ",
-        clock,
-        " where name = $2 and holder = $1"
-    );
-    run!(on, RELEASE, |pool, sql| sqlx::query(sql).bind(holder).bind(LEASE).execute(pool).await.map(drop))?;
-    Ok(())
+    lease::release(on, &lease::RETENTION, lease::Key::Name(LEASE), holder).await.map(drop)
 }
 
 /// Records the start of a pass; its id.

@@ -10,7 +10,7 @@ use uuid::Uuid;
 use scrinalia_wire::{ExplicitArgs, FollowKind, ProgressEntry, ResolvedConfig, Run, RunState};
 
 use crate::{
-    Backend, Database, On, Result,
+    Backend, Database, Lease, On, Result,
     database::Pool,
     dialect::{DbTime, Sql, sql},
     is_in_flight_violation, run,
@@ -235,28 +235,10 @@ pub async fn mark_started(on: impl Into<On<'_>>, run: Uuid, daemon: Uuid, log_ke
         .await)?)
 }
 
-/// Extends a live lease held by `daemon`; `None` when it is no longer its own or has expired.
-pub async fn renew(
-    on: impl Into<On<'_>>,
-    run: Uuid,
-    daemon: Uuid,
-    lease: Duration,
-) -> Result<Option<chrono::DateTime<chrono::Utc>>> {
-    const RENEW: Sql = sql!(
-        "update worker_runs set lease_expires_at = ",
-        now_plus(3),
-        " \
-         where id = $1 and claimed_by = $2 and state = 'running' and lease_expires_at > ",
-        now,
-        " \
-         returning lease_expires_at"
-    );
-    Ok(run!(on, RENEW, |pool, sql| sqlx::query_scalar(sql)
-        .bind(run)
-        .bind(daemon)
-        .bind(lease.as_secs_f64())
-        .fetch_optional(pool)
-        .await)?)
+/// Extends a live lease held by `daemon` to `lease` from now; `None` when it is no longer its own or has
+/// expired (see [`crate::lease`]).
+pub async fn renew(on: impl Into<On<'_>>, run: Uuid, daemon: Uuid, lease: Duration) -> Result<Option<Lease>> {
+    crate::lease::renew(on, &crate::lease::RUNS, crate::lease::Key::Id(run), daemon, lease).await
 }
 
 /// Stores a progress report of a run held by `daemon` and appends it to the history; `false` when the run is

@@ -110,7 +110,6 @@ impl Store {
         holder: Uuid,
         stop: &(dyn Fn() -> bool + Sync),
     ) -> Result<PruneCounts, DbError> {
-        let ttl = LEASE.as_secs_f64();
         let batch = i64::from(settings.batch_size);
         let policy = policy(settings);
         let mut counts = PruneCounts::default();
@@ -118,7 +117,7 @@ impl Store {
         // Logs left by an earlier pass first.
         delete_pending_logs(&self.db, logs, batch, &mut counts, &mut logs_ok).await?;
         loop {
-            if stop() || !db::retention::renew(&self.db, holder, ttl).await? {
+            if stop() || !db::retention::renew(&self.db, holder, LEASE).await? {
                 return Ok(counts);
             }
             let started = Instant::now();
@@ -137,7 +136,7 @@ impl Store {
         }
         let points = i64::from(settings.progress_points);
         loop {
-            if stop() || !db::retention::renew(&self.db, holder, ttl).await? {
+            if stop() || !db::retention::renew(&self.db, holder, LEASE).await? {
                 return Ok(counts);
             }
             let started = Instant::now();
@@ -153,7 +152,7 @@ impl Store {
         }
         let gone_after = f64::from(settings.gone_daemons_days) * DAY;
         loop {
-            if stop() || !db::retention::renew(&self.db, holder, ttl).await? {
+            if stop() || !db::retention::renew(&self.db, holder, LEASE).await? {
                 return Ok(counts);
             }
             let removed = db::retention::prune_daemons(&self.db, gone_after, batch).await?;

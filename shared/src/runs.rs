@@ -264,7 +264,8 @@ impl Store {
     /// Extends the lease of a run held by `daemon` to `lease` from now. Refused ([`DbError::LeaseLost`]) when the
     /// run is no longer running under this daemon or its lease already expired.
     pub(crate) async fn renew_lease(&self, run: Uuid, daemon: Uuid, lease: Duration) -> Result<DateTime<Utc>, DbError> {
-        db::runs::renew(&self.db, run, daemon, lease).await?.ok_or(DbError::LeaseLost { run_id: run, daemon_id: daemon })
+        let renewed = db::runs::renew(&self.db, run, daemon, lease).await?;
+        renewed.map(|l| l.expires_at).ok_or(DbError::LeaseLost { run_id: run, daemon_id: daemon })
     }
 
     /// Stores a progress report of a run held by `daemon`, and appends it to the run's progress history.
