@@ -46,7 +46,7 @@ impl ApiStore {
     }
 
     forward! {
-        // daemons.rs
+        // Daemons.
         /// One daemon, with its state as of the database clock.
         pub async fn get_daemon(&self, id: Uuid, gone_after: Duration) -> Result<Option<Daemon>, DbError>;
         /// Daemons that are alive, or stopped within the last day, newest first, each with its state as of the database
@@ -60,7 +60,7 @@ impl ApiStore {
             gone_after: Duration,
         ) -> Result<Daemon, DrainError>;
 
-        // descriptions.rs
+        // What workers say about themselves, and their chores.
         /// One worker's stored description.
         pub async fn description(&self, worker: &str) -> Result<Option<WorkerDescription>, DbError>;
         /// Every worker's stored description.
@@ -70,11 +70,11 @@ impl ApiStore {
         /// Every worker's last readiness.
         pub async fn readiness(&self) -> Result<Vec<Readiness>, DbError>;
 
-        // history.rs
+        // History.
         /// The history of `worker` over the last `days` calendar days (UTC, today included; 1 to [`MAX_DAYS`]).
         pub async fn worker_history(&self, worker: &str, days: u32) -> Result<WorkerHistory, DbError>;
 
-        // overrides.rs
+        // Overrides.
         /// A worker's audit trail, newest first (at most `limit` entries, 1 to 1000).
         pub async fn audit_trail(&self, worker: &str, limit: u32) -> Result<Vec<AuditEntry>, DbError>;
         /// Applies `change` to `worker`'s override as `actor`, under the override's lock (so two concurrent partial
@@ -98,7 +98,7 @@ impl ApiStore {
         /// Every override.
         pub async fn list_overrides(&self) -> Result<Vec<Override>, DbError>;
 
-        // pipelines.rs
+        // Pipelines.
         /// Asks for a pipeline run to be cancelled by `actor`:
         pub async fn cancel_pipeline_run(&self, id: Uuid, actor: &str) -> Result<Option<PipelineRunView>, DbError>;
         /// One pipeline run with its steps' runs.
@@ -117,14 +117,14 @@ impl ApiStore {
             arguments: &Value,
         ) -> Result<PipelineRunView, PipelineError>;
 
-        // queue.rs
+        // Queue measurements.
         /// For each running run, its worker and the seconds (database clock) since its last progress report, or since
         /// it started when it has reported none.
         pub async fn progress_ages(&self) -> Result<Vec<(String, f64)>, DbError>;
         /// Every worker's last queue measurement, with its age on the database clock.
         pub async fn queue_counts(&self) -> Result<Vec<QueueCount>, DbError>;
 
-        // resources.rs
+        // Resources.
         /// Applies `change`, as an operator sent it, to the resource `name` (see [`Store::set_resource_capacity`]).
         pub async fn change_resource(
             &self,
@@ -144,7 +144,7 @@ impl ApiStore {
         /// holders.
         pub async fn resources(&self, catalogue: &Catalogue) -> Result<Vec<ResourceView>, DbError>;
 
-        // retention.rs
+        // Retention.
         /// Up to `limit` runs that a prune pass with `settings` would delete now, oldest finished first:
         pub async fn prunable_runs(
             &self,
@@ -155,7 +155,7 @@ impl ApiStore {
             limit: u32,
         ) -> Result<Vec<Run>, DbError>;
 
-        // runs.rs
+        // Runs.
         /// The last finished run of each of `workers`.
         pub async fn last_finished(&self, workers: &[String]) -> Result<Vec<Run>, DbError>;
         /// A page of the ledger, newest first.
@@ -172,11 +172,11 @@ impl ApiStore {
         /// Every run queued or running.
         pub async fn runs_in_flight(&self) -> Result<Vec<Run>, DbError>;
 
-        // runs/diff.rs
+        // Reruns.
         /// For a rerun:
         pub async fn rerun_changes(&self, run: &Run) -> Result<Option<Vec<ConfigChange>>, DbError>;
 
-        // runs/follow.rs
+        // Continuations.
         /// Requests a run that continues run `id` as `how`, for `requested_by`.
         pub async fn continue_run(
             &self,
@@ -186,7 +186,7 @@ impl ApiStore {
             requested_by: &str,
         ) -> Result<Run, FollowError>;
 
-        // runs/waiting.rs
+        // Why a run waits.
         /// Why the pipeline run of `view` waits, if it does (see [`PipelineRunView::waiting`]).
         pub async fn pipeline_waiting(
             &self,
@@ -210,7 +210,7 @@ impl ApiStore {
             gone_after: Duration,
         ) -> Result<Option<Waiting>, DbError>;
 
-        // schedules.rs
+        // Schedules.
         /// Creates a schedule as `actor`, for the reason in `input`.
         pub async fn create_schedule(
             &self,
@@ -250,7 +250,7 @@ impl ApiStore {
             reason: Option<&str>,
         ) -> Result<ScheduleView, ScheduleError>;
 
-        // tokens.rs
+        // Service tokens.
         /// Creates a service token by `actor`; `reserved` are the names it may not take (the configured tokens').
         pub async fn create_token(
             &self,
@@ -263,7 +263,7 @@ impl ApiStore {
         /// Revokes a service token by `actor`:
         pub async fn revoke_token(&self, id: Uuid, actor: &str) -> Result<ServiceToken, TokenError>;
 
-        // webhooks.rs
+        // Webhooks.
         /// Queues a test event for `hook`, delivered as every other; its event id.
         pub async fn queue_webhook_test(&self, hook: &Webhook, actor: &str) -> Result<Uuid, DbError>;
         /// The newest `limit` deliveries, of `webhook` and of events of `run` when given, newest first.

@@ -47,7 +47,7 @@ impl DaemonStore {
     }
 
     forward! {
-        // daemons.rs
+        // Daemons.
         /// Records a heartbeat; returns the daemon's row as stored (`state` says whether it was asked to drain), or
         /// `None` if the row is gone.
         pub async fn heartbeat(&self, daemon: Uuid) -> Result<Option<Daemon>, DbError>;
@@ -58,7 +58,7 @@ impl DaemonStore {
         /// Registers a daemon.
         pub async fn register_daemon(&self, daemon: &NewDaemon) -> Result<Daemon, DbError>;
 
-        // descriptions.rs
+        // What workers say about themselves, and their chores.
         /// Takes up to `limit` due chores of `workers` for `daemon`, each leased for `lease` (database clock).
         pub async fn claim_chores(
             &self,
@@ -93,20 +93,20 @@ impl DaemonStore {
         /// Stores what a worker's `check` answered.
         pub async fn store_readiness(&self, readiness: &NewReadiness) -> Result<(), DbError>;
 
-        // overrides.rs
+        // Overrides.
         /// One worker's override.
         pub async fn get_override(&self, worker: &str) -> Result<Option<Override>, DbError>;
 
-        // pipelines.rs
+        // Pipelines.
         /// Moves on every pipeline run whose current step is not in flight (waiting for a busy worker, or left behind
         /// by an end that did not move it); how many were looked at.
         pub async fn settle_pipelines(&self) -> Result<usize, DbError>;
 
-        // queue.rs
+        // Queue measurements.
         /// Stores a queue measurement (replacing the previous one).
         pub async fn store_queue_count(&self, count: &NewQueueCount) -> Result<(), DbError>;
 
-        // retention.rs
+        // Retention.
         /// One prune pass as `holder`, if the lease is free and a pass is due.
         pub async fn prune_pass(
             &self,
@@ -116,7 +116,7 @@ impl DaemonStore {
             stop: &(dyn Fn() -> bool + Sync),
         ) -> Result<Option<PruneCounts>, DbError>;
 
-        // runs.rs
+        // Runs.
         /// Runs held by `daemon` whose cancellation was requested.
         pub async fn cancel_requests(&self, daemon: Uuid) -> Result<Vec<Uuid>, DbError>;
         /// Claims up to `limit` of the oldest queued requests for `daemon`, with a lease of `lease` from now (database
@@ -147,7 +147,7 @@ impl DaemonStore {
         /// Stores the latest checkpoint a run's worker reported (fenced:
         pub async fn store_checkpoint(&self, run: Uuid, daemon: Uuid, checkpoint: &Value) -> Result<(), DbError>;
 
-        // runs/placement.rs
+        // Claims with resources.
         /// Claims up to `limit` of the oldest queued requests this daemon may place (of `workers` only, when given),
         /// with a lease of `lease`:
         pub async fn claim_placed(
@@ -161,7 +161,7 @@ impl DaemonStore {
         /// Every resource held now:
         pub async fn resource_holders(&self) -> Result<Vec<(String, Uuid)>, DbError>;
 
-        // schedules/firing.rs
+        // Firing schedules.
         /// Fires every schedule due now (database clock), as `daemon`, in one transaction.
         pub async fn fire_due_schedules(
             &self,
@@ -175,7 +175,7 @@ impl DaemonStore {
         /// Requests every fire that waits for its target (overlap `queue`) whose target is free now; how many.
         pub async fn release_waiting_fires(&self, catalogue: &Catalogue) -> Result<u32, DbError>;
 
-        // webhooks.rs
+        // Webhooks.
         /// Claims up to `limit` due deliveries to `hooks` for `daemon`, each not due again for `lease`.
         pub async fn claim_webhook_deliveries(
             &self,
