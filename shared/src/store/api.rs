@@ -52,7 +52,7 @@ impl ApiStore {
         /// Daemons that are alive, or stopped within the last day, newest first, each with its state as of the database
         /// clock (`gone` past `gone_after` without a heartbeat).
         pub async fn list_daemons(&self, gone_after: Duration) -> Result<Vec<Daemon>, DbError>;
-        /// Asks a daemon that is not gone (`gone_after` being the registry's silence limit) to drain:
+        /// Asks a daemon that is not gone (`gone_after` being the registry's silence limit) to drain.
         pub async fn request_drain(
             &self,
             daemon: Uuid,
@@ -99,7 +99,7 @@ impl ApiStore {
         pub async fn list_overrides(&self) -> Result<Vec<Override>, DbError>;
 
         // Pipelines.
-        /// Asks for a pipeline run to be cancelled by `actor`:
+        /// Asks for a pipeline run to be cancelled by `actor` (its current step is cancelled first).
         pub async fn cancel_pipeline_run(&self, id: Uuid, actor: &str) -> Result<Option<PipelineRunView>, DbError>;
         /// One pipeline run with its steps' runs.
         pub async fn pipeline_run(&self, id: Uuid) -> Result<Option<PipelineRunView>, DbError>;
@@ -145,7 +145,7 @@ impl ApiStore {
         pub async fn resources(&self, catalogue: &Catalogue) -> Result<Vec<ResourceView>, DbError>;
 
         // Retention.
-        /// Up to `limit` runs that a prune pass with `settings` would delete now, oldest finished first:
+        /// Up to `limit` runs that a prune pass with `settings` would delete now, oldest finished first (the export).
         pub async fn prunable_runs(
             &self,
             settings: &RetentionSettings,
@@ -160,9 +160,9 @@ impl ApiStore {
         pub async fn last_finished(&self, workers: &[String]) -> Result<Vec<Run>, DbError>;
         /// A page of the ledger, newest first.
         pub async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, DbError>;
-        /// Asks for a run to be cancelled by `actor`:
+        /// Asks for a run to be cancelled by `actor`: a queued run at once, a running one by its daemon.
         pub async fn request_cancel(&self, run: Uuid, actor: &str) -> Result<Option<CancelOutcome>, DbError>;
-        /// Requests a run:
+        /// Requests a run, its configuration resolved now; refused while its worker has a run in flight.
         pub async fn request_run(&self, catalogue: &Catalogue, request: RunRequest) -> Result<Run, RequestError>;
         /// The retry chain `id` belongs to, first attempt first (just the run when it was never retried; empty when
         /// there is no such run).
@@ -173,7 +173,7 @@ impl ApiStore {
         pub async fn runs_in_flight(&self) -> Result<Vec<Run>, DbError>;
 
         // Reruns.
-        /// For a rerun:
+        /// For a rerun: each field of its configuration that differs from the original's, with both sources.
         pub async fn rerun_changes(&self, run: &Run) -> Result<Option<Vec<ConfigChange>>, DbError>;
 
         // Continuations.
@@ -194,7 +194,7 @@ impl ApiStore {
             view: &PipelineRunView,
             gone_after: Duration,
         ) -> Result<Option<Waiting>, DbError>;
-        /// Why the queued run of each of `workers` waits, by run id:
+        /// Why the queued run of each of `workers` waits, by run id.
         pub async fn why_each_waits(
             &self,
             catalogue: &Catalogue,
@@ -241,7 +241,7 @@ impl ApiStore {
         pub async fn schedule_fires(&self, key: &str, limit: u32) -> Result<Vec<ScheduleFire>, ScheduleError>;
         /// Every schedule with its next fire times and last fire, by name.
         pub async fn schedules(&self) -> Result<Vec<ScheduleView>, DbError>;
-        /// Pauses (`enabled:
+        /// Pauses (`enabled: false`) or resumes the schedule `key` as `actor`.
         pub async fn set_schedule_enabled(
             &self,
             key: &str,
@@ -260,7 +260,7 @@ impl ApiStore {
         ) -> Result<CreatedToken, TokenError>;
         /// Every service token, oldest first, revoked ones included; never a secret.
         pub async fn list_tokens(&self) -> Result<Vec<ServiceToken>, DbError>;
-        /// Revokes a service token by `actor`:
+        /// Revokes a service token by `actor`: every API process refuses it within a second.
         pub async fn revoke_token(&self, id: Uuid, actor: &str) -> Result<ServiceToken, TokenError>;
 
         // Webhooks.

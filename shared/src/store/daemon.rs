@@ -141,15 +141,14 @@ impl DaemonStore {
         pub async fn recovery_due(&self, gone_after: Duration) -> Result<RecoveryDue, DbError>;
         /// Extends the lease of a run held by `daemon` to `lease` from now.
         pub async fn renew_lease(&self, run: Uuid, daemon: Uuid, lease: Duration) -> Result<DateTime<Utc>, DbError>;
-        /// Stores the configuration the worker of a run held by `daemon` reported it uses (fenced like every owner
-        /// write:
+        /// Stores the configuration the worker of a run held by `daemon` reported it uses (fenced).
         pub async fn report_config(&self, run: Uuid, daemon: Uuid, config: &serde_json::Value) -> Result<(), DbError>;
-        /// Stores the latest checkpoint a run's worker reported (fenced:
+        /// Stores the latest checkpoint a run's worker reported (fenced).
         pub async fn store_checkpoint(&self, run: Uuid, daemon: Uuid, checkpoint: &Value) -> Result<(), DbError>;
 
         // Claims with resources.
         /// Claims up to `limit` of the oldest queued requests this daemon may place (of `workers` only, when given),
-        /// with a lease of `lease`:
+        /// with a lease of `lease`; workers that hold resources only while every resource has room.
         pub async fn claim_placed(
             &self,
             daemon: Uuid,
@@ -158,7 +157,7 @@ impl DaemonStore {
             workers: Option<&[String]>,
             placement: &Placement,
         ) -> Result<Vec<Run>, DbError>;
-        /// Every resource held now:
+        /// Every resource held now: (resource, run), oldest hold first.
         pub async fn resource_holders(&self) -> Result<Vec<(String, Uuid)>, DbError>;
 
         // Firing schedules.
