@@ -114,7 +114,9 @@ fn config(opts: &Opts) -> ConfigSpec {
 pub(crate) async fn reset(db: &FreshDb) -> anyhow::Result<()> {
     match db.kind {
         Kind::Postgres => {
-            db.execute("truncate worker_runs, run_progress, run_resources").await?;
+            // Every table that refers to the runs goes too (progress, resource holds, webhook events and their
+            // deliveries, and whatever a later migration adds): TRUNCATE refuses to leave a reference dangling.
+            db.execute("truncate worker_runs cascade").await?;
         }
         Kind::Sqlite => {
             db.execute("delete from run_progress").await?;
