@@ -48,6 +48,13 @@ impl Default for Opts {
     }
 }
 
+impl Opts {
+    /// The smallest size that still runs every part (`all --quick`): a check that the bench works, not a measure.
+    pub fn quick() -> Self {
+        Self { backlog: 50, capacity: 8, full_seconds: 60, claims_only: false }
+    }
+}
+
 const BENCH: &str = "drain";
 /// The backlog of the single-row claim passes.
 const SINGLE_ROW_BACKLOG: usize = 3_000;
