@@ -50,6 +50,7 @@ mod db_retention;
 mod demo_validator;
 mod deploy_units;
 mod object_store_s3;
+mod openapi_clients;
 mod panel_e2e;
 mod panel_resources;
 mod pgbouncer;
