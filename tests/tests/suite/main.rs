@@ -19,6 +19,7 @@ mod api_security;
 mod api_tokens;
 mod api_waiting;
 mod bad_input;
+mod bench_quick;
 mod chaos;
 mod cli;
 mod cli_overrides;
