@@ -1,6 +1,7 @@
 //! The test harness: a fresh PostgreSQL database or a fresh SQLite file per test (with a scratch folder), the
 //! `backend_tests!` macro that runs a test on both, and the harnesses of the API (in-process), the daemon, the
-//! chaos suite, the browser and moto, all over the workspace's test kit (`scrinalia-testkit`).
+//! chaos suite, the browser and moto, and Server-Sent Events read whole ([`sse`]), all over the workspace's test
+//! kit (`scrinalia-testkit`).
 //!
 //! PostgreSQL comes from `SCRINALIA_TEST_PG` (default `postgres://postgres@127.0.0.1:5432/postgres`, the CI
 //! server). A test that cannot reach it fails with a sentence saying so; it is never skipped silently.
@@ -13,6 +14,7 @@ pub mod fixtures;
 pub mod idp;
 pub mod moto;
 pub mod pgbouncer;
+pub mod sse;
 pub mod system;
 
 use std::path::PathBuf;

@@ -15,6 +15,7 @@ use scrinalia_tests::{
     api_harness::{ADMIN, ApiConfig, OPERATOR, TestApi, VIEWER, config_file},
     backend_tests,
     fixtures::{LONG_LEASE, succeeded},
+    sse::EventStream,
 };
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -190,25 +191,6 @@ async fn daemons_are_listed_with_their_state_and_can_be_drained(t: &TestDb) {
         .expect(StatusCode::CONFLICT, Some("daemon_gone"));
 }
 
-/// Reads SSE frames until one contains `needle`.
-async fn read_until(body: &mut Body, needle: &str) -> String {
-    let mut seen = String::new();
-    let read = async {
-        while let Some(frame) = body.frame().await {
-            if let Ok(data) = frame.expect("a frame").into_data() {
-                seen.push_str(&String::from_utf8_lossy(&data));
-                if seen.contains(needle) {
-                    return;
-                }
-            }
-        }
-    };
-    if tokio::time::timeout(Duration::from_secs(5), read).await.is_err() {
-        panic!("no {needle:?} within 5 s; the stream said:\n{seen}");
-    }
-    seen
-}
-
 async fn live_events_report_a_run_triggered_through_another_api_instance(t: &TestDb) {
     let watcher = TestApi::new(t).await;
     let listener = tokio::spawn(watcher.state.live_relay());
@@ -222,10 +204,9 @@ async fn live_events_report_a_run_triggered_through_another_api_instance(t: &Tes
     let response = watcher.router.clone().oneshot(request.expect("a request")).await.expect("a response");
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(response.headers()[header::CONTENT_TYPE], "text/event-stream");
-    let mut body = response.into_body();
-    let ready = read_until(&mut body, "event: ready").await;
-    let kinds = serde_json::to_string(&Change::PANEL_KINDS).expect("json");
-    assert!(ready.contains(&format!("\"kinds\":{kinds}")), "ready names the events that follow: {ready}");
+    let mut stream = EventStream::new(response.into_body().into_data_stream());
+    let ready = stream.event(Duration::from_secs(5), "ready", |_| true).await;
+    assert_eq!(ready["kinds"], json!(Change::PANEL_KINDS), "ready names the events that follow: {ready}");
 
     let trigger =
         Request::post("/api/workers/transfer/runs").header(header::AUTHORIZATION, format!("Bearer {OPERATOR}"));
@@ -234,14 +215,11 @@ async fn live_events_report_a_run_triggered_through_another_api_instance(t: &Tes
     let run: Value =
         serde_json::from_slice(&created.into_body().collect().await.expect("a body").to_bytes()).expect("json");
     let id = run["id"].as_str().expect("an id");
-    let seen = read_until(&mut body, id).await;
-    let line = seen.lines().find(|l| l.contains(id)).expect("the event's data line");
-    let event: Value = serde_json::from_str(line.trim_start_matches("data:").trim()).expect("a JSON payload");
+    let event = stream.event(Duration::from_secs(5), "run", |e| e["run"] == id).await;
     assert_eq!(event, json!({"kind": "run", "run": id, "worker": "transfer", "state": "queued"}));
-    assert!(seen.contains("event: run"));
 
     watcher.state.shutdown_token().cancel();
-    assert!(body.frame().await.is_none_or(|f| f.is_ok()), "the stream ends on shutdown");
+    assert!(stream.ends_within(Duration::from_secs(5)).await, "the stream ends on shutdown");
     listener.await.expect("the listener stops");
     other_pool.close().await;
 }
