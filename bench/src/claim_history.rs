@@ -61,7 +61,7 @@ async fn side(
 ) -> anyhow::Result<Vec<Vec<f64>>> {
     let daemon = start_daemon(env, dir, path).await?;
     let producer = db.db.dedicated().await?;
-    let pass = latency::Opts { requests: opts.requests, warmup: 20, spacing_ms: 20 };
+    let pass = latency::Opts { requests: opts.requests, warmup: 20, spacing_ms: 20, ..latency::Opts::default() };
     let mut passes = Vec::new();
     for _ in 0..opts.passes {
         let inserted = direct_pass(&producer, settings, &pass).await?;

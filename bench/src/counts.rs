@@ -72,6 +72,21 @@ impl Default for Opts {
     }
 }
 
+impl Opts {
+    /// The smallest size that still runs every part (`all --quick`): a check that the bench works, not a measure.
+    pub fn quick() -> Self {
+        Self {
+            daemons: vec![1],
+            workers: 2,
+            interval: 1,
+            // The window starts with the daemons' start: room for a slow machine to start them.
+            seconds: 4,
+            count_ms: 50,
+            backends: vec![Backend::Postgres, Backend::Sqlite],
+        }
+    }
+}
+
 /// A database the daemons share.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Backend {

@@ -48,6 +48,13 @@ impl Default for Opts {
     }
 }
 
+impl Opts {
+    /// The smallest size that still runs every part (`all --quick`): a check that the bench works, not a measure.
+    pub fn quick() -> Self {
+        Self { backlog: 50, capacity: 8, full_seconds: 60, claims_only: false }
+    }
+}
+
 const BENCH: &str = "drain";
 /// The backlog of the single-row claim passes.
 const SINGLE_ROW_BACKLOG: usize = 3_000;
@@ -114,7 +121,9 @@ fn config(opts: &Opts) -> ConfigSpec {
 pub(crate) async fn reset(db: &FreshDb) -> anyhow::Result<()> {
     match db.kind {
         Kind::Postgres => {
-            db.execute("truncate worker_runs, run_progress, run_resources").await?;
+            // Every table that refers to the runs goes too (progress, resource holds, webhook events and their
+            // deliveries, and whatever a later migration adds): TRUNCATE refuses to leave a reference dangling.
+            db.execute("truncate worker_runs cascade").await?;
         }
         Kind::Sqlite => {
             db.execute("delete from run_progress").await?;

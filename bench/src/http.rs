@@ -50,6 +50,13 @@ impl Default for Opts {
     }
 }
 
+impl Opts {
+    /// The smallest size that still runs every part (`all --quick`): a check that the bench works, not a measure.
+    pub fn quick() -> Self {
+        Self { rows: 1_000, workers: 12, rate: 50, seconds: 1, connections: 4 }
+    }
+}
+
 const BENCH: &str = "http";
 
 /// Seeds the ledger, starts the API, and loads both endpoints.

@@ -39,6 +39,13 @@ impl Default for Opts {
     }
 }
 
+impl Opts {
+    /// The smallest size that still runs every part (`all --quick`): a check that the bench works, not a measure.
+    pub fn quick() -> Self {
+        Self { seconds: 1, settle: 1 }
+    }
+}
+
 const BENCH: &str = "idle";
 
 /// Measures both daemons at once.

@@ -48,11 +48,22 @@ pub struct Opts {
     /// Milliseconds between two requests.
     #[arg(long, default_value_t = 20)]
     pub spacing_ms: u64,
+    /// Round trips timed for each machine floor, spaced and back to back.
+    #[arg(long, default_value_t = 100)]
+    pub floor_samples: usize,
 }
 
 impl Default for Opts {
     fn default() -> Self {
-        Self { requests: 200, warmup: 20, spacing_ms: 20 }
+        Self { requests: 200, warmup: 20, spacing_ms: 20, floor_samples: 100 }
+    }
+}
+
+impl Opts {
+    /// The smallest size that still runs every part (`all --quick`): a check that the bench works, not a measure.
+    pub fn quick() -> Self {
+        // Fewer requests than probes: no probe is asked twice in a pass, however slow its first run.
+        Self { requests: 10, warmup: 2, spacing_ms: 50, floor_samples: 10 }
     }
 }
 
@@ -93,7 +104,7 @@ pub(crate) async fn start_daemon(
 async fn postgres(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
     let port = free_port();
     let (path, settings) = config(Some(port)).load(env, db, dir, "bench")?;
-    let mut figures = machine_floors(db).await?;
+    let mut figures = machine_floors(db, opts.floor_samples).await?;
     let daemon = start_daemon(env, dir, &path).await?;
 
     eprintln!("latency: PostgreSQL, {} requests {} ms apart, inserted by the bench", opts.requests, opts.spacing_ms);
@@ -145,7 +156,7 @@ async fn postgres(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -
     let api =
         Process::start_ready(&env.bin("scrinalia-api"), "api", dir, &path, &[], &[], Ready::Http(&readyz)).await?;
     let client = reqwest::Client::builder().build()?;
-    figures.extend(api_floors(&client, &base).await?);
+    figures.extend(api_floors(&client, &base, opts.floor_samples).await?);
     let sent = http_pass(&client, &base, opts).await?;
     let measured = &sent[opts.warmup..];
     let ids: Vec<Uuid> = measured.iter().map(|s| s.id).collect();
@@ -195,7 +206,7 @@ async fn postgres(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -
 
 async fn sqlite(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
     let (path, settings) = config(None).load(env, db, dir, "bench")?;
-    let floors = machine_floors(db).await?;
+    let floors = machine_floors(db, opts.floor_samples).await?;
     let daemon = start_daemon(env, dir, &path).await?;
     eprintln!("latency: SQLite, {} requests {} ms apart, inserted by the bench", opts.requests, opts.spacing_ms);
     let producer = db.another_pool(2).await?;
@@ -213,7 +224,7 @@ async fn sqlite(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -> 
 /// same round trip 20 ms apart (each process on the path has gone idle) and back to back. The gap is the
 /// wake-up cost every step of request → claimed pays (the producer's backend, the listening backend, the
 /// daemon, the claiming backend).
-async fn machine_floors(db: &FreshDb) -> anyhow::Result<Vec<Figure>> {
+async fn machine_floors(db: &FreshDb, samples: usize) -> anyhow::Result<Vec<Figure>> {
     let name = db.kind.name();
     let mut figures = Vec::new();
     match db.kind {
@@ -230,7 +241,7 @@ async fn machine_floors(db: &FreshDb) -> anyhow::Result<Vec<Figure>> {
                     sqlx::query(sql).execute(&mut conn).await?;
                     Ok(())
                 };
-                figures.extend(floors_of(name, what, once).await?);
+                figures.extend(floors_of(name, what, samples, once).await?);
             }
             sqlx::query("drop table bench_commit").execute(&mut conn).await?;
             let _ = conn.close().await;
@@ -243,7 +254,7 @@ async fn machine_floors(db: &FreshDb) -> anyhow::Result<Vec<Figure>> {
                 sqlx::query(insert).execute(pool).await?;
                 Ok(())
             };
-            figures.extend(floors_of(name, "one-row insert and commit", once).await?);
+            figures.extend(floors_of(name, "one-row insert and commit", samples, once).await?);
             sqlx::query("drop table bench_commit").execute(pool).await?;
             pool.close().await;
         }
@@ -252,25 +263,26 @@ async fn machine_floors(db: &FreshDb) -> anyhow::Result<Vec<Figure>> {
 }
 
 /// `GET /api/me` (no database: the token and the answer) 20 ms apart and back to back.
-async fn api_floors(client: &reqwest::Client, base: &str) -> anyhow::Result<Vec<Figure>> {
+async fn api_floors(client: &reqwest::Client, base: &str, samples: usize) -> anyhow::Result<Vec<Figure>> {
     let once = async || -> anyhow::Result<()> {
         let answer = client.get(format!("{base}/api/me")).bearer_auth(OPERATOR).send().await?;
         answer.error_for_status()?.bytes().await?;
         Ok(())
     };
-    floors_of("PostgreSQL", "GET /api/me (no database)", once).await
+    floors_of("PostgreSQL", "GET /api/me (no database)", samples, once).await
 }
 
-/// Times `once` 100 times 20 ms apart, then 100 times back to back: the two floor figures of `what`.
+/// Times `once` `samples` times 20 ms apart, then `samples` times back to back: the two floor figures of `what`.
 async fn floors_of(
     backend: &'static str,
     what: &str,
+    samples: usize,
     mut once: impl AsyncFnMut() -> anyhow::Result<()>,
 ) -> anyhow::Result<Vec<Figure>> {
     let mut figures = Vec::new();
     for spaced in [true, false] {
         let mut took = Vec::new();
-        for _ in 0..100 {
+        for _ in 0..samples {
             if spaced {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }

@@ -84,7 +84,59 @@ enum Command {
     /// 1,000 live-event streams on one API: its memory, and an event's delivery to all of them.
     Streams(streams::Opts),
     /// Everything above but the ten-million-row benches (ledger, claim-history), with the default options.
-    All,
+    All(AllOpts),
+}
+
+#[derive(Debug, Args)]
+struct AllOpts {
+    /// Each bench at its smallest size, in well under two minutes: a check that every bench still runs (the test
+    /// suite runs it), not a measure.
+    #[arg(long)]
+    quick: bool,
+}
+
+/// Each bench's options for `all`.
+fn all_options(quick: bool) -> AllBenches {
+    if quick {
+        AllBenches {
+            latency: latency::Opts::quick(),
+            drain: drain::Opts::quick(),
+            http: http::Opts::quick(),
+            recovery: recovery::Opts::quick(),
+            idle: idle::Opts::quick(),
+            counts: counts::Opts::quick(),
+            schedules: schedules::Opts::quick(),
+            resources: resources::Opts::quick(),
+            prune: prune::Opts::quick(),
+            streams: streams::Opts::quick(),
+        }
+    } else {
+        AllBenches {
+            latency: latency::Opts::default(),
+            drain: drain::Opts::default(),
+            http: http::Opts::default(),
+            recovery: recovery::Opts::default(),
+            idle: idle::Opts::default(),
+            counts: counts::Opts::default(),
+            schedules: schedules::Opts::default(),
+            resources: resources::Opts::default(),
+            prune: prune::Opts::default(),
+            streams: streams::Opts::default(),
+        }
+    }
+}
+
+struct AllBenches {
+    latency: latency::Opts,
+    drain: drain::Opts,
+    http: http::Opts,
+    recovery: recovery::Opts,
+    idle: idle::Opts,
+    counts: counts::Opts,
+    schedules: schedules::Opts,
+    resources: resources::Opts,
+    prune: prune::Opts,
+    streams: streams::Opts,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -121,18 +173,19 @@ fn main() -> anyhow::Result<()> {
             Command::ClaimHistory(o) => figures.extend(claim_history::run(&env, &o).await?),
             Command::ClaimDuringPrune(o) => figures.extend(prune::run(&env, &o).await?),
             Command::Streams(o) => figures.extend(streams::run(&env, &o).await?),
-            Command::All => {
+            Command::All(o) => {
                 let started = std::time::Instant::now();
-                figures.extend(latency::run(&env, &latency::Opts::default()).await?);
-                figures.extend(drain::run(&env, &drain::Opts::default()).await?);
-                figures.extend(http::run(&env, &http::Opts::default()).await?);
-                figures.extend(recovery::run(&env, &recovery::Opts::default()).await?);
-                figures.extend(idle::run(&env, &idle::Opts::default()).await?);
-                figures.extend(counts::run(&env, &counts::Opts::default()).await?);
-                figures.extend(schedules::run(&env, &schedules::Opts::default()).await?);
-                figures.extend(resources::run(&env, &resources::Opts::default()).await?);
-                figures.extend(prune::run(&env, &prune::Opts::default()).await?);
-                figures.extend(streams::run(&env, &streams::Opts::default()).await?);
+                let all = all_options(o.quick);
+                figures.extend(latency::run(&env, &all.latency).await?);
+                figures.extend(drain::run(&env, &all.drain).await?);
+                figures.extend(http::run(&env, &all.http).await?);
+                figures.extend(recovery::run(&env, &all.recovery).await?);
+                figures.extend(idle::run(&env, &all.idle).await?);
+                figures.extend(counts::run(&env, &all.counts).await?);
+                figures.extend(schedules::run(&env, &all.schedules).await?);
+                figures.extend(resources::run(&env, &all.resources).await?);
+                figures.extend(prune::run(&env, &all.prune).await?);
+                figures.extend(streams::run(&env, &all.streams).await?);
                 eprintln!("all benches took {:.0} s", started.elapsed().as_secs_f64());
             }
         }

@@ -34,6 +34,13 @@ impl Default for Opts {
     }
 }
 
+impl Opts {
+    /// The smallest size that still runs every part (`all --quick`): a check that the bench works, not a measure.
+    pub fn quick() -> Self {
+        Self { lease: 3, trials: 1 }
+    }
+}
+
 const BENCH: &str = "recovery";
 
 /// Runs the trials.

@@ -41,6 +41,13 @@ impl Default for Opts {
     }
 }
 
+impl Opts {
+    /// The smallest size that still runs every part (`all --quick`): a check that the bench works, not a measure.
+    pub fn quick() -> Self {
+        Self { claims: 20, rounds: 1, ..Self::default() }
+    }
+}
+
 const BENCH: &str = "resources";
 
 /// Runs the A/B passes on each backend.

@@ -110,6 +110,23 @@ impl Default for Opts {
     }
 }
 
+impl Opts {
+    /// The smallest size that still runs every part (`all --quick`): a check that the bench works, not a measure.
+    pub fn quick() -> Self {
+        Self {
+            daemons: 2,
+            schedules: 2,
+            seconds: 2,
+            warmup: 1,
+            idle_schedules: 10,
+            idle_seconds: 1,
+            idle_settle: 1,
+            settle: 1,
+            ..Self::default()
+        }
+    }
+}
+
 /// One of the two measurements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Part {

@@ -47,6 +47,13 @@ impl Default for Opts {
     }
 }
 
+impl Opts {
+    /// The smallest size that still runs every part (`all --quick`): a check that the bench works, not a measure.
+    pub fn quick() -> Self {
+        Self { count: 10, events: 5, spacing_ms: 50 }
+    }
+}
+
 const BENCH: &str = "streams";
 
 /// Opens the streams, writes the events, reads the figures.

@@ -77,7 +77,16 @@ pub struct ProbeEvent {
     pub restart_of: Option<String>,
 }
 
-/// Every line of the probes' ledger at `path` so far.
+/// Every line of the probes' ledger at `path` so far. A line counts once its newline is there: a probe may be
+/// writing the last one as it is read.
 pub fn probe_events(path: &Path) -> Vec<ProbeEvent> {
-    std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    whole_lines(&std::fs::read_to_string(path).unwrap_or_default())
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The lines of `text` that end with a newline, without it: what a reader of a file that is being appended to
+/// can trust.
+pub fn whole_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.split_inclusive('\n').filter_map(|l| l.strip_suffix('\n'))
 }

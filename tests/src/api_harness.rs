@@ -157,10 +157,15 @@ impl TestApi {
         Self { router: app(state.clone()), state, peer: SocketAddr::from(([127, 0, 0, 1], 40000)) }
     }
 
-    /// Sends a request as it is.
-    pub async fn call(&self, mut request: Request<Body>) -> Reply {
+    /// Sends a request as it is; returns the answer with its body still to be read (a stream, say).
+    pub async fn open(&self, mut request: Request<Body>) -> axum::response::Response {
         request.extensions_mut().insert(ConnectInfo(self.peer));
-        let response = self.router.clone().oneshot(request).await.expect("the router never fails");
+        self.router.clone().oneshot(request).await.expect("the router never fails")
+    }
+
+    /// Sends a request as it is; reads the whole answer.
+    pub async fn call(&self, request: Request<Body>) -> Reply {
+        let response = self.open(request).await;
         let (parts, body) = response.into_parts();
         let body = body.collect().await.expect("read the body").to_bytes();
         Reply { status: parts.status, headers: parts.headers, body }

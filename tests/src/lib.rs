@@ -1,6 +1,7 @@
 //! The test harness: a fresh PostgreSQL database or a fresh SQLite file per test (with a scratch folder), the
 //! `backend_tests!` macro that runs a test on both, and the harnesses of the API (in-process), the daemon, the
-//! chaos suite, the browser and moto, all over the workspace's test kit (`scrinalia-testkit`).
+//! chaos suite, the browser and moto, and Server-Sent Events read whole ([`sse`]), all over the workspace's test
+//! kit (`scrinalia-testkit`).
 //!
 //! PostgreSQL comes from `SCRINALIA_TEST_PG` (default `postgres://postgres@127.0.0.1:5432/postgres`, the CI
 //! server). A test that cannot reach it fails with a sentence saying so; it is never skipped silently.
@@ -13,6 +14,7 @@ pub mod fixtures;
 pub mod idp;
 pub mod moto;
 pub mod pgbouncer;
+pub mod sse;
 pub mod system;
 
 use std::path::PathBuf;
@@ -29,19 +31,31 @@ pub fn postgres_admin_url() -> String {
 }
 
 /// Terminates the connections to the PostgreSQL test database at `url` from an admin connection, as a failover or
-/// an operator would: all of them, or only those whose `application_name` is `program`. Returns how many.
+/// an operator would: all of them, or only those whose `application_name` is `program`. Returns how many, once
+/// every one of them is gone: `pg_terminate_backend` only signals a backend, which exits in its own time.
 pub async fn terminate_connections(url: &str, program: Option<&str>) -> i64 {
     let name = url.rsplit('/').next().expect("a database name");
     let mut admin = PgConnection::connect(&postgres_admin_url()).await.expect("an admin connection");
-    sqlx::query_scalar(
-        "select count(pg_terminate_backend(pid)) from pg_stat_activity \
+    let terminated: Vec<i32> = sqlx::query_scalar(
+        "select coalesce(array_agg(pid) filter (where pg_terminate_backend(pid)), '{}') from pg_stat_activity \
          where datname = $1 and pid <> pg_backend_pid() and ($2::text is null or application_name = $2)",
     )
     .bind(name)
     .bind(program)
     .fetch_one(&mut admin)
     .await
-    .expect("terminate the connections")
+    .expect("terminate the connections");
+    let admin = &tokio::sync::Mutex::new(admin);
+    eventually(std::time::Duration::from_secs(30), "the terminated connections to be gone", || async {
+        let left: i64 = sqlx::query_scalar("select count(*) from pg_stat_activity where pid = any($1)")
+            .bind(&terminated)
+            .fetch_one(&mut *admin.lock().await)
+            .await
+            .expect("read pg_stat_activity");
+        (left == 0).then_some(())
+    })
+    .await;
+    i64::try_from(terminated.len()).expect("a count")
 }
 
 /// A fresh, migrated database for one test, with a scratch folder for files.

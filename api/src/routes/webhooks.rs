@@ -90,6 +90,7 @@ pub struct TestQueued {
 
 /// The filters of the deliveries.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct DeliveryQuery {
     /// Only the deliveries to this webhook.
     pub webhook: Option<String>,

@@ -111,8 +111,25 @@ pub async fn cut_under_load(apis: &Apis, url: &str) -> i64 {
     sqlx::query("begin").execute(&mut admin).await.expect("begin");
     sqlx::query("lock table worker_runs in access exclusive mode").execute(&mut admin).await.expect("lock the ledger");
     let reads = (0..12usize).map(|i| apis.call(i % APIS, Method::GET, READS[i % READS.len()], VIEWER, None));
+    // The reads of the ledger among them (two of the four paths) wait for the lock: the cut comes once the
+    // database shows that many waiting, read on a connection of its own (a transaction sees one snapshot of
+    // `pg_stat_activity`).
+    let ledger_reads = (0..12usize).filter(|i| READS[i % READS.len()].starts_with("/api/runs")).count();
     let cut = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let watching =
+            tokio::sync::Mutex::new(sqlx::PgConnection::connect(url).await.expect("a connection to the test database"));
+        let watcher = &watching;
+        eventually(Duration::from_secs(30), &format!("{ledger_reads} reads waiting for the ledger"), || async {
+            let waiting: i64 = sqlx::query_scalar(
+                "select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
+            )
+            .fetch_one(&mut *watcher.lock().await)
+            .await
+            .ok()?;
+            (waiting >= i64::try_from(ledger_reads).expect("small")).then_some(())
+        })
+        .await;
+        let _ = watching.into_inner().close().await;
         let n = sqlx::query_scalar(
             "select count(pg_terminate_backend(pid)) from pg_stat_activity \
              where datname = current_database() and pid <> pg_backend_pid()",

@@ -8,19 +8,23 @@
 //!   panel reads everything again) and goes on with the next events.
 
 use std::{
+    collections::HashMap,
     net::SocketAddr,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
+use futures::StreamExt;
 use scrinalia_tests::{
     Kind, Process, TestDb,
     api_harness::{ApiConfig, OPERATOR, VIEWER, config_file},
-    backend_tests, eventually, free_port, start_api,
+    backend_tests, eventually, free_port,
+    sse::{Decoder, Event, EventStream, http1_body},
+    start_api,
 };
 use serde_json::Value;
 use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
+    io::AsyncWriteExt,
     net::{TcpSocket, TcpStream},
     task::JoinHandle,
 };
@@ -81,19 +85,11 @@ fn rss_mib(api: &Process) -> f64 {
     kb / 1024.0
 }
 
-/// What one stream received: its text so far, and when each read ended (its length then, its time).
+/// What one stream received: its whole events so far, and how many of each name.
 #[derive(Default)]
 struct Seen {
-    text: String,
-    reads: Vec<(usize, Instant)>,
-}
-
-impl Seen {
-    /// When `needle` first arrived whole.
-    fn first(&self, needle: &str) -> Option<Instant> {
-        let end = self.text.find(needle)? + needle.len();
-        self.reads.iter().find(|(len, _)| *len >= end).map(|(_, at)| *at)
-    }
+    events: Vec<Event>,
+    names: HashMap<String, usize>,
 }
 
 /// Opens `GET /api/events` on a raw connection (with a receive buffer of `recv_buffer` bytes when given).
@@ -117,39 +113,47 @@ struct Reader {
 }
 
 impl Reader {
-    fn spawn(mut stream: TcpStream) -> Self {
+    fn spawn(stream: TcpStream) -> Self {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let task = tokio::spawn({
             let seen = seen.clone();
             async move {
-                let mut buf = vec![0u8; 16 * 1024];
-                while let Ok(n) = stream.read(&mut buf).await {
-                    if n == 0 {
-                        break;
+                let mut body = http1_body(stream, 16 * 1024);
+                let mut decoder = Decoder::default();
+                while let Some(Ok(bytes)) = body.next().await {
+                    let events = decoder.feed(&bytes);
+                    let mut seen = seen.lock().expect("the stream's events");
+                    for event in events {
+                        *seen.names.entry(event.name.clone()).or_default() += 1;
+                        seen.events.push(event);
                     }
-                    let mut seen = seen.lock().expect("the stream's text");
-                    seen.text.push_str(&String::from_utf8_lossy(&buf[..n]));
-                    let len = seen.text.len();
-                    seen.reads.push((len, Instant::now()));
                 }
             }
         });
         Self { seen, task }
     }
 
-    fn has(&self, needle: &str) -> bool {
-        self.seen.lock().expect("the stream's text").text.contains(needle)
+    /// Whether a whole event named `name` whose data holds `needle` arrived.
+    fn has(&self, name: &str, needle: &str) -> bool {
+        self.seen.lock().expect("the stream's events").events.iter().any(|e| e.name == name && e.data.contains(needle))
     }
 
-    fn count(&self, needle: &str) -> usize {
-        self.seen.lock().expect("the stream's text").text.matches(needle).count()
+    /// How many whole events named `name` arrived.
+    fn count(&self, name: &str) -> usize {
+        self.seen.lock().expect("the stream's events").names.get(name).copied().unwrap_or(0)
+    }
+
+    /// When the first whole event named `name` whose data holds `needle` arrived.
+    fn first(&self, name: &str, needle: &str) -> Option<Instant> {
+        let seen = self.seen.lock().expect("the stream's events");
+        seen.events.iter().find(|e| e.name == name && e.data.contains(needle)).map(|e| e.at)
     }
 }
 
-/// Waits until every reader's text holds `needle`.
-async fn all_have(readers: &[Reader], needle: &str, within: Duration) {
-    eventually(within, &format!("{} streams to hear {needle}", readers.len()), || async {
-        readers.iter().all(|r| r.has(needle)).then_some(())
+/// Waits until every reader heard a whole event named `name` whose data holds `needle`.
+async fn all_have(readers: &[Reader], name: &str, needle: &str, within: Duration) {
+    eventually(within, &format!("{} streams to hear {name} {needle}", readers.len()), || async {
+        readers.iter().all(|r| r.has(name, needle)).then_some(())
     })
     .await;
 }
@@ -179,7 +183,7 @@ async fn a_thousand_live_streams_each_hear_every_event_with_bounded_memory(t: &T
     for _ in 0..1_000 {
         readers.push(Reader::spawn(subscribe(addr, None).await));
     }
-    all_have(&readers, "event: ready", Duration::from_secs(30)).await;
+    all_have(&readers, "ready", "", Duration::from_secs(30)).await;
     let open = rss_mib(&api);
 
     let client = reqwest::Client::new();
@@ -188,23 +192,27 @@ async fn a_thousand_live_streams_each_hear_every_event_with_bounded_memory(t: &T
         let sent = Instant::now();
         let run = trigger(&client, &base, "transfer").await;
         let queued = format!("\"run\":\"{run}\",\"worker\":\"transfer\",\"state\":\"queued\"");
-        all_have(&readers, &queued, Duration::from_secs(20)).await;
+        all_have(&readers, "run", &queued, Duration::from_secs(20)).await;
         let cancel = client.post(format!("{base}/api/runs/{run}/cancel")).bearer_auth(OPERATOR).send().await;
         assert_eq!(cancel.expect("cancel").status(), reqwest::StatusCode::ACCEPTED, "round {round}");
         let cancelled = format!("\"run\":\"{run}\",\"worker\":\"transfer\",\"state\":\"cancelled\"");
-        all_have(&readers, &cancelled, Duration::from_secs(20)).await;
+        all_have(&readers, "run", &cancelled, Duration::from_secs(20)).await;
         // The time from the trigger to the last of the 1,000 streams hearing it.
-        let last = readers
-            .iter()
-            .map(|r| r.seen.lock().expect("the text").first(&queued).expect("heard"))
-            .max()
-            .expect("readers");
+        let last = readers.iter().map(|r| r.first("run", &queued).expect("heard")).max().expect("readers");
         delivery.push(last.duration_since(sent).as_secs_f64() * 1000.0);
     }
     let loaded = rss_mib(&api);
     for reader in &readers {
-        assert_eq!(reader.count("event: resync"), 0, "no stream fell behind with 20 events");
-        assert_eq!(reader.count("\"worker\":\"transfer\",\"state\":\"queued\""), 10, "every stream heard every run");
+        assert_eq!(reader.count("resync"), 0, "no stream fell behind with 20 events");
+        let queued = reader
+            .seen
+            .lock()
+            .expect("the stream's events")
+            .events
+            .iter()
+            .filter(|e| e.name == "run" && e.data.contains("\"worker\":\"transfer\",\"state\":\"queued\""))
+            .count();
+        assert_eq!(queued, 10, "every stream heard every run");
     }
     let p99 = percentile(&mut delivery, 99.0);
     eprintln!(
@@ -220,20 +228,20 @@ async fn a_thousand_live_streams_each_hear_every_event_with_bounded_memory(t: &T
     api.stop(Duration::from_secs(5)).await;
 }
 
-/// Writes `n` runs of `transfer` straight into the ledger, already succeeded (each is one `run` event). On
+/// Writes `n` runs of `worker` straight into the ledger, already succeeded (each is one `run` event). On
 /// SQLite they end a little ahead of the clock: the poller finds ended runs by their end time, and a poll that
 /// starts while this statement is still committing must not pass them by.
-async fn burst(t: &TestDb, n: usize) {
+async fn burst(t: &TestDb, worker: &str, n: usize) {
     let sql = match t.kind {
         Kind::Postgres => format!(
             "insert into worker_runs (id, worker, state, end_reason, requested_by, config, finished_at) \
-             select gen_random_uuid(), 'transfer', 'succeeded', 'exit_status', 'burst', '{{}}', now() \
+             select gen_random_uuid(), '{worker}', 'succeeded', 'exit_status', 'burst', '{{}}', now() \
              from generate_series(1, {n})"
         ),
         Kind::Sqlite => format!(
             "insert into worker_runs (id, worker, state, end_reason, requested_by, config, finished_at) \
              with recursive s(i) as (select 1 union all select i + 1 from s where i < {n}) \
-             select randomblob(16), 'transfer', 'succeeded', 'exit_status', 'burst', '{{}}', \
+             select randomblob(16), '{worker}', 'succeeded', 'exit_status', 'burst', '{{}}', \
                  strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+0.3 seconds') from s"
         ),
     };
@@ -244,42 +252,44 @@ async fn a_client_that_stops_reading_holds_up_no_other_and_is_told_to_resync(t: 
     raise_open_files();
     let (api, addr) = api(t).await;
     // The slow client: a receive buffer of a few kB, read only up to its `ready`.
-    let mut slow = subscribe(addr, Some(4096)).await;
-    let mut head = Vec::new();
-    let mut buf = [0u8; 256];
-    while !String::from_utf8_lossy(&head).contains("event: ready") {
-        let n = tokio::time::timeout(Duration::from_secs(10), slow.read(&mut buf))
-            .await
-            .expect("the slow stream's ready")
-            .expect("a read");
-        assert!(n > 0, "the slow stream ended");
-        head.extend_from_slice(&buf[..n]);
-    }
+    let mut slow = EventStream::new(http1_body(subscribe(addr, Some(4096)).await, 64 * 1024));
+    slow.until(Duration::from_secs(10), "the slow stream's ready", |e| {
+        e.iter().any(|e| e.name == "ready").then_some(())
+    })
+    .await;
     let mut readers = Vec::new();
     for _ in 0..10 {
         readers.push(Reader::spawn(subscribe(addr, None).await));
     }
-    all_have(&readers, "event: ready", Duration::from_secs(10)).await;
+    all_have(&readers, "ready", "", Duration::from_secs(10)).await;
     let before = rss_mib(&api);
 
     // 40,000 events, 400 at a time: more than the stream's buffer of 1,024 events and what the sockets hold
-    // (the kernel lets a send buffer grow to 4 MiB), never so many at once that a reading stream falls behind.
+    // (the kernel lets a send buffer grow to 4 MiB). A burst goes once every reading stream has heard all the
+    // bursts but the last, so that however slow the machine, a reading stream is never more than two bursts (800
+    // events, within its buffer) behind, while the slow client falls ever further behind.
     const EVENTS: usize = 40_000;
-    let started = Instant::now();
-    for _ in 0..EVENTS / 400 {
-        burst(t, 400).await;
-        tokio::time::sleep(Duration::from_millis(40)).await;
-    }
+    const BURST: usize = 400;
     let heard = "\"worker\":\"transfer\",\"state\":\"succeeded\"";
-    eventually(Duration::from_secs(30), "every fast stream to hear all 40,000 events", || async {
-        readers.iter().all(|r| r.count(heard) >= EVENTS).then_some(())
-    })
-    .await;
+    let all_heard = async |count: usize| {
+        eventually(Duration::from_secs(30), &format!("every fast stream to hear {count} events"), || async {
+            readers.iter().all(|r| r.count("run") >= count).then_some(())
+        })
+        .await;
+    };
+    let started = Instant::now();
+    for sent in (BURST..=EVENTS).step_by(BURST) {
+        burst(t, "transfer", BURST).await;
+        all_heard(sent - BURST).await;
+    }
+    all_heard(EVENTS).await;
     let took = started.elapsed();
     let after = rss_mib(&api);
     for reader in &readers {
-        assert_eq!(reader.count(heard), EVENTS, "each event once");
-        assert_eq!(reader.count("event: resync"), 0, "a fast stream is not held up by the slow one");
+        let seen = reader.seen.lock().expect("the stream's events");
+        let runs = seen.events.iter().filter(|e| e.name == "run" && e.data.contains(heard)).count();
+        assert_eq!(runs, EVENTS, "each event once");
+        assert_eq!(seen.names.get("resync"), None, "a fast stream is not held up by the slow one");
     }
     eprintln!(
         "{}: 40,000 events to 10 streams in {:.1} s beside a client that reads nothing; RSS {before:.1} → {after:.1} MiB",
@@ -289,34 +299,19 @@ async fn a_client_that_stops_reading_holds_up_no_other_and_is_told_to_resync(t: 
     assert!(after - before < 50.0, "a client that reads nothing grows the API from {before:.1} to {after:.1} MiB");
 
     // The slow client reads at last: what the sockets held, then `resync`, then the events that follow.
-    let mut text = String::from_utf8_lossy(&head).into_owned();
-    let read_until = async |slow: &mut TcpStream, text: &mut String, needle: &str| {
-        let mut buf = vec![0u8; 64 * 1024];
-        while !text.contains(needle) {
-            let n = slow.read(&mut buf).await.expect("a read");
-            assert!(n > 0, "the slow stream ended before {needle:?}");
-            text.push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), read_until(&mut slow, &mut text, "event: resync"))
-        .await
-        .expect("the slow stream is told to resync within 10 s");
-    let missed = EVENTS - text.matches(heard).count();
+    let resync = slow
+        .until(Duration::from_secs(10), "the slow stream's resync", |e| e.iter().position(|e| e.name == "resync"))
+        .await;
+    let missed = EVENTS - slow.events[..resync].iter().filter(|e| e.name == "run" && e.data.contains(heard)).count();
     assert!(missed > 0, "the slow stream missed events, so it was told to resync");
-    let resync = text.find("event: resync").expect("a resync");
-    assert!(text[resync..].contains("fell behind"), "the resync says why:\n{}", &text[resync..]);
-    let mark = text.len();
-    burst(t, 1).await;
-    tokio::time::timeout(Duration::from_secs(10), async {
-        let mut buf = vec![0u8; 64 * 1024];
-        while !text[mark..].contains(heard) {
-            let n = slow.read(&mut buf).await.expect("a read");
-            assert!(n > 0, "the slow stream ended after its resync");
-            text.push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
+    let why = slow.events[resync].json();
+    assert!(why.to_string().contains("fell behind"), "the resync says why: {why}");
+    // What the stream still held from before is read first; a run of another worker is what came after.
+    burst(t, "judge", 1).await;
+    slow.until(Duration::from_secs(10), "the next event after the resync", |e| {
+        e[resync + 1..].iter().any(|e| e.name == "run" && e.data.contains("\"worker\":\"judge\"")).then_some(())
     })
-    .await
-    .expect("the slow stream goes on after its resync");
+    .await;
     eprintln!("{}: the slow stream missed {missed} of {EVENTS} events and was told to resync", t.kind.name());
     for reader in readers {
         reader.task.abort();

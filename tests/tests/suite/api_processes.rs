@@ -10,13 +10,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::StreamExt;
 use nix::sys::signal::Signal;
 use scrinalia_shared::auth::{hash_token, is_token_hash};
 use scrinalia_tests::{
     Process, TestDb,
     api_harness::{ADMIN, ApiConfig, OPERATOR, VIEWER, config_file},
     backend_tests, bin_path, eventually, free_port,
+    sse::EventStream,
 };
 use serde_json::{Value, json};
 
@@ -34,65 +34,20 @@ fn start_api(t: &TestDb, name: &str) -> (Process, String) {
     )
 }
 
-/// Reads an SSE response until its text contains `needle`.
-async fn read_until<B: AsRef<[u8]>>(
-    stream: &mut (impl futures::Stream<Item = reqwest::Result<B>> + Unpin),
-    seen: &mut String,
-    needle: &str,
-) {
-    let read = async {
-        while let Some(chunk) = stream.next().await {
-            seen.push_str(&String::from_utf8_lossy(chunk.expect("a chunk").as_ref()));
-            if seen.contains(needle) {
-                return;
-            }
-        }
-        panic!("the stream ended before {needle:?}:\n{seen}");
-    };
-    if tokio::time::timeout(Duration::from_secs(5), read).await.is_err() {
-        panic!("no {needle:?} within 5 s; the stream said:\n{seen}");
-    }
-}
-
-/// The JSON payloads of the complete SSE events named `kind` in `seen`, in order (an event is complete once its
-/// blank line arrived).
-fn events_named(seen: &str, kind: &str) -> Vec<Value> {
-    let name = format!("event: {kind}");
-    let seen = seen.replace("\r\n", "\n");
-    let complete = seen.rfind("\n\n").map_or("", |end| &seen[..end]);
-    complete
-        .split("\n\n")
-        .filter(|block| block.lines().any(|l| l == name))
-        .map(|block| {
-            let data = block.lines().find_map(|l| l.strip_prefix("data:")).expect("a data line");
-            serde_json::from_str(data.trim()).unwrap_or_else(|e| panic!("a JSON payload ({e}): {block}"))
+/// Reads until `count` whole `override` events have arrived; returns the data of all of them.
+async fn overrides<S, B, E>(stream: &mut EventStream<S>, count: usize) -> Vec<Value>
+where
+    S: futures::Stream<Item = Result<B, E>> + Unpin,
+    B: AsRef<[u8]>,
+    E: std::fmt::Display,
+{
+    let what = format!("{count} override events");
+    stream
+        .until(Duration::from_secs(10), &what, |e| {
+            (e.iter().filter(|e| e.name == "override").count() >= count).then_some(())
         })
-        .collect()
-}
-
-/// Reads an SSE response until it holds `count` complete events named `kind`; returns their payloads.
-async fn read_events<B: AsRef<[u8]>>(
-    stream: &mut (impl futures::Stream<Item = reqwest::Result<B>> + Unpin),
-    seen: &mut String,
-    kind: &str,
-    count: usize,
-) -> Vec<Value> {
-    let read = async {
-        loop {
-            let events = events_named(seen, kind);
-            if events.len() >= count {
-                return events;
-            }
-            match stream.next().await {
-                Some(chunk) => seen.push_str(&String::from_utf8_lossy(chunk.expect("a chunk").as_ref())),
-                None => panic!("the stream ended before {count} {kind:?} events:\n{seen}"),
-            }
-        }
-    };
-    match tokio::time::timeout(Duration::from_secs(10), read).await {
-        Ok(events) => events,
-        Err(_) => panic!("no {count} {kind:?} events within 10 s; the stream said:\n{seen}"),
-    }
+        .await;
+    stream.named("override")
 }
 
 /// Another browser must learn of an override change: the event comes from the database (a trigger on PostgreSQL,
@@ -111,9 +66,8 @@ async fn an_override_set_or_cleared_through_one_api_process_is_one_override_even
     }
     let events = client.get(format!("{watched}/api/events")).bearer_auth(VIEWER).send().await.expect("subscribe");
     assert_eq!(events.status(), reqwest::StatusCode::OK);
-    let mut stream = events.bytes_stream();
-    let mut seen = String::new();
-    read_until(&mut stream, &mut seen, "event: ready").await;
+    let mut stream = EventStream::new(events.bytes_stream());
+    stream.event(Duration::from_secs(5), "ready", |_| true).await;
 
     let override_url = format!("{edited}/api/workers/tagger/override");
     let set = client
@@ -124,7 +78,7 @@ async fn an_override_set_or_cleared_through_one_api_process_is_one_override_even
         .await
         .expect("PUT the override");
     assert_eq!(set.status(), reqwest::StatusCode::OK, "{}", set.text().await.unwrap_or_default());
-    let after_set = read_events(&mut stream, &mut seen, "override", 1).await;
+    let after_set = overrides(&mut stream, 1).await;
     assert_eq!(after_set, [json!({"kind": "override", "worker": "tagger", "actor": "ada-admin", "action": "set"})]);
 
     let clear = client
@@ -135,8 +89,8 @@ async fn an_override_set_or_cleared_through_one_api_process_is_one_override_even
         .expect("DELETE the override");
     assert_eq!(clear.status(), reqwest::StatusCode::OK, "{}", clear.text().await.unwrap_or_default());
     // Exactly one event per change: the set was not repeated before the clear arrived.
-    let after_clear = read_events(&mut stream, &mut seen, "override", 2).await;
-    assert_eq!(after_clear.len(), 2, "one event per change:\n{seen}");
+    let after_clear = overrides(&mut stream, 2).await;
+    assert_eq!(after_clear.len(), 2, "one event per change: {after_clear:?}");
     assert_eq!(
         after_clear[1],
         json!({"kind": "override", "worker": "tagger", "actor": "ada-admin", "action": "clear"})
@@ -183,9 +137,8 @@ async fn three_api_processes_on_one_postgres_admit_exactly_one_of_200_concurrent
 
     let events = client.get(format!("{}/api/events", bases[0])).bearer_auth(VIEWER).send().await.expect("subscribe");
     assert_eq!(events.status(), reqwest::StatusCode::OK);
-    let mut stream = events.bytes_stream();
-    let mut seen = String::new();
-    read_until(&mut stream, &mut seen, "event: ready").await;
+    let mut stream = EventStream::new(events.bytes_stream());
+    stream.event(Duration::from_secs(5), "ready", |_| true).await;
 
     let started = Instant::now();
     let triggers = (0..200).map(|i| {
@@ -226,9 +179,9 @@ async fn three_api_processes_on_one_postgres_admit_exactly_one_of_200_concurrent
         .await
         .expect("a run");
     let id = run["id"].as_str().expect("an id");
-    read_until(&mut stream, &mut seen, id).await;
+    stream.event(Duration::from_secs(5), "run", |e| e["run"] == id).await;
     eprintln!("the SSE client of A saw the run triggered through C after {:?}", triggered.elapsed());
-    assert!(seen.contains(&format!("\"run\":\"{winner}\"")) && seen.contains("\"state\":\"cancelled\""), "{seen}");
+    stream.event(Duration::from_secs(5), "run", |e| e["run"] == winner && e["state"] == "cancelled").await;
 
     // SIGTERM: each process stops cleanly, ending the live stream it serves.
     for process in &processes {
@@ -239,8 +192,7 @@ async fn three_api_processes_on_one_postgres_admit_exactly_one_of_200_concurrent
         assert_eq!(code, Some(0), "{} exits 0 on SIGTERM:\n{}", process.name, process.output());
         assert!(process.output().contains("API stopped"), "{}", process.output());
     }
-    let end = tokio::time::timeout(Duration::from_secs(5), async { while stream.next().await.is_some() {} }).await;
-    assert!(end.is_ok(), "the SSE stream ended with the process");
+    assert!(stream.ends_within(Duration::from_secs(5)).await, "the SSE stream ended with the process");
     t.cleanup().await;
 }
 

@@ -8,6 +8,7 @@ use axum::{
     body::Body,
     http::{Method, Request, StatusCode, header},
 };
+use futures::StreamExt;
 use scrinalia_shared::queue::NewQueueCount;
 use scrinalia_tests::{
     TestDb,
@@ -333,6 +334,22 @@ async fn cancelling_a_queued_run_is_immediate_and_a_running_one_is_requested(t: 
     api.post("/api/runs/42/cancel", OPERATOR, None).await.expect(StatusCode::BAD_REQUEST, Some("invalid_id"));
 }
 
+/// Reads a followed log until it holds as many bytes as `want`, which it must then be.
+async fn read_to(
+    body: &mut (impl futures::Stream<Item = Result<axum::body::Bytes, axum::Error>> + Unpin),
+    followed: &mut Vec<u8>,
+    want: &str,
+) {
+    let read = async {
+        while followed.len() < want.len() {
+            let chunk = body.next().await.expect("the followed log goes on").expect("a chunk of the followed log");
+            followed.extend_from_slice(&chunk);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), read).await.expect("the log's text in time");
+    assert_eq!(String::from_utf8_lossy(followed), want, "every chunk once, in key order");
+}
+
 async fn the_log_is_the_chunks_in_key_order_and_follow_streams_until_the_run_ends(t: &TestDb) {
     let api = TestApi::new(t).await;
     let id = id_of(&api.trigger("tagger", None).await);
@@ -355,19 +372,22 @@ async fn the_log_is_the_chunks_in_key_order_and_follow_streams_until_the_run_end
         .header(header::AUTHORIZATION, format!("Bearer {VIEWER}"))
         .body(Body::empty())
         .expect("a request");
-    let other = api.clone();
-    let followed = tokio::spawn(async move { other.call(follow).await });
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    let response = api.open(follow).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body().into_data_stream();
+    let mut followed = Vec::new();
+    // What the log holds arrives while the run goes on; a chunk written then arrives too, so the follow was open.
+    read_to(&mut body, &mut followed, "first\nsecond\n").await;
     write(3, "third\n");
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    assert!(!followed.is_finished(), "a followed log stays open while the run is running");
+    read_to(&mut body, &mut followed, "first\nsecond\nthird\n").await;
     t.db.finish_run(id, daemon, &succeeded()).await.expect("finish");
-    let reply = tokio::time::timeout(Duration::from_secs(10), followed)
-        .await
-        .expect("the followed log ends once the run has ended")
-        .expect("the follow task");
-    assert_eq!(reply.status, StatusCode::OK);
-    assert_eq!(reply.text(), "first\nsecond\nthird\n", "every chunk once, in key order");
+    let rest = async {
+        while let Some(chunk) = body.next().await {
+            followed.extend_from_slice(&chunk.expect("a chunk of the followed log"));
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), rest).await.expect("the followed log ends once the run has ended");
+    assert_eq!(String::from_utf8_lossy(&followed), "first\nsecond\nthird\n", "every chunk once, in key order");
 
     let ended = api.get(&format!("{path}?follow=true"), VIEWER).await;
     assert_eq!(ended.text(), "first\nsecond\nthird\n", "following an ended run returns at once");

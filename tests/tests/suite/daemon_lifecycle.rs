@@ -127,7 +127,7 @@ async fn sigterm_lets_a_short_run_finish_and_claims_nothing_more() {
     let run = setup.request(&db.db, "probe-1", json!({"duration_ms": 2_000})).await;
     let run = wait_started(&db.db, run.id, Duration::from_secs(10)).await;
     daemon.signal(Signal::SIGTERM);
-    eventually(Duration::from_secs(3), "the daemon to stop claiming", || async {
+    eventually(Duration::from_secs(20), "the daemon to stop claiming", || async {
         daemon.output().contains("claiming stopped; draining").then_some(())
     })
     .await;
@@ -170,7 +170,11 @@ async fn a_second_signal_stops_the_runs_at_once() {
     wait_started(&db.db, run.id, Duration::from_secs(10)).await;
     let signalled = Instant::now();
     daemon.signal(Signal::SIGTERM);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The second signal must come after the first was acted on, or it would be the first.
+    eventually(Duration::from_secs(20), "the daemon to start draining", || async {
+        daemon.output().contains("claiming stopped; draining").then_some(())
+    })
+    .await;
     daemon.signal(Signal::SIGINT);
     assert_eq!(daemon.wait(Duration::from_secs(15)).await, Some(0), "{}", daemon.output());
     assert!(signalled.elapsed() < Duration::from_secs(10), "no drain wait after the second signal");
@@ -183,17 +187,18 @@ async fn a_second_signal_stops_the_runs_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_through_the_database_finishes_runs_then_exits() {
     let db = TestDb::postgres().await;
+    // Heartbeats a minute apart: a daemon that stops claiming well within the minute heard the notification.
     let setup = Setup::new(&db, |d| {
-        d.heartbeat_seconds = 5;
-        d.gone_after_seconds = 30;
+        d.heartbeat_seconds = 60;
+        d.gone_after_seconds = 180;
     });
     let mut daemon = setup.start_daemon("daemon", &[]);
     let run = setup.request(&db.db, "probe-1", json!({"duration_ms": 2_500})).await;
     let run = wait_started(&db.db, run.id, Duration::from_secs(10)).await;
     let id = run.daemon_id.expect("claimed");
-    db.db.request_drain(id, "operator", GONE_AFTER).await.expect("the daemon is alive");
-    // The registry's notification makes the daemon heartbeat at once instead of within 5 s.
-    eventually(Duration::from_secs(3), "the daemon to stop claiming", || async {
+    db.db.request_drain(id, "operator", Duration::from_secs(180)).await.expect("the daemon is alive");
+    // The registry's notification makes the daemon heartbeat at once instead of within the minute.
+    eventually(Duration::from_secs(30), "the daemon to stop claiming", || async {
         daemon.output().contains("claiming stopped; draining").then_some(())
     })
     .await;
@@ -222,7 +227,11 @@ async fn systemd_hears_ready_status_watchdog_and_stopping() {
     .await;
     daemon.signal(Signal::SIGTERM);
     assert_eq!(daemon.wait(Duration::from_secs(10)).await, Some(0), "{}", daemon.output());
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The last datagrams were sent before the exit; the listener may not have taken them off the socket yet.
+    eventually(Duration::from_secs(10), "STOPPING=1", || async {
+        heard.lock().expect("lock").iter().any(|m| m.contains("STOPPING=1")).then_some(())
+    })
+    .await;
     listener.abort();
     let heard = heard.lock().expect("lock").clone();
     let first = |what: &str| heard.iter().position(|m| m.lines().any(|l| l.starts_with(what)));

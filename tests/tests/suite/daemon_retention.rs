@@ -112,8 +112,12 @@ async fn two_daemons_prune_what_the_export_wrote_one_pass_at_a_time(t: &TestDb) 
         (left == u64::from(KEEP)).then_some(())
     })
     .await;
-    // More passes come and go (nothing left to prune), each daemon trying every second.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // More passes come and go (nothing left to prune), each daemon trying every second: two of them ended.
+    eventually(Duration::from_secs(30), "two passes that found nothing left to prune", || async {
+        let idle = t.execute("update retention_passes set runs = runs where runs = 0 and finished_at is not null");
+        (idle.await.ok()? >= 2).then_some(())
+    })
+    .await;
     for d in daemons {
         d.stop(Duration::from_secs(10)).await;
     }

@@ -13,6 +13,7 @@ use scrinalia_shared::{
     FireOutcome, MissedPolicy, OverlapPolicy, Run, RunState, ScheduleFire, ScheduleInput, overrides::OverrideChange,
     runs::RunFilter,
 };
+use scrinalia_testkit::probes::whole_lines;
 use scrinalia_tests::{
     TestDb, backend_tests,
     daemon_harness::{Setup, wait_run},
@@ -57,7 +58,7 @@ async fn runs_of(t: &TestDb, worker: &str) -> Vec<Run> {
 /// The sum of `fires=N` over a daemon log's "schedule fired" lines: the fire times it fired while holding the
 /// schedule's row.
 fn fires_logged(log: &str) -> usize {
-    log.lines()
+    whole_lines(log)
         .filter(|l| l.contains("schedule fired"))
         .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("fires=")))
         .filter_map(|n| n.parse::<usize>().ok())
@@ -73,9 +74,13 @@ async fn three_daemons_fire_each_second_once_through_a_kill_and_a_restart(t: &Te
     let input = every_second("each-second", "probe-1");
     let schedule = t.db.create_schedule(&setup.settings.catalogue, "test", &input).await;
     let schedule = schedule.expect("create the schedule").schedule;
+    // Three windows of daemons firing: all three, then two after a SIGKILL, then two after a restart. What is
+    // asserted is what was recorded in them on the database clock, so a slower machine only widens them.
     tokio::time::sleep(Duration::from_secs(8)).await;
-    let killed = daemons[0].take().expect("daemon-0");
+    let mut killed = daemons[0].take().expect("daemon-0");
     killed.signal(Signal::SIGKILL);
+    // Its log is read once it is dead, so that no line is half written.
+    killed.wait(Duration::from_secs(10)).await;
     let killed_log = killed.output();
     drop(killed);
     tokio::time::sleep(Duration::from_secs(7)).await;
@@ -84,13 +89,20 @@ async fn three_daemons_fire_each_second_once_through_a_kill_and_a_restart(t: &Te
     daemons[1] = Some(start_daemon(&setup.dir, "daemon-1-again", &setup.config, &[]).await);
     tokio::time::sleep(Duration::from_secs(15)).await;
     t.db.set_schedule_enabled("each-second", false, "test", Some("the window is over")).await.expect("pause");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let mut logs = vec![killed_log];
+    // A daemon logs a fire as it records it: once the logs account for every fire recorded, the last pass is over.
+    let earlier = [killed_log, std::fs::read_to_string(setup.dir.join("daemon-1.log")).unwrap_or_default()];
+    let recorded = fires_of(t, "each-second").await.len();
+    eventually(Duration::from_secs(30), "the daemons' logs to account for every fire recorded", || async {
+        let running = daemons.iter().flatten().map(|d| fires_logged(&d.output())).sum::<usize>();
+        (earlier.iter().map(|l| fires_logged(l)).sum::<usize>() + running >= recorded).then_some(())
+    })
+    .await;
+    let mut logs = earlier.to_vec();
     for daemon in daemons.into_iter().flatten() {
-        logs.push(daemon.output());
+        let log = daemon.log.clone();
         daemon.stop(Duration::from_secs(10)).await;
+        logs.push(std::fs::read_to_string(log).unwrap_or_default());
     }
-    logs.push(std::fs::read_to_string(setup.dir.join("daemon-1.log")).unwrap_or_default());
 
     let fires = fires_of(t, "each-second").await;
     assert!(fires.len() >= 25, "a schedule every second fired {} times in about 30 s", fires.len());
@@ -142,7 +154,14 @@ async fn fires_that_fell_while_no_daemon_ran_follow_the_missed_policy(t: &TestDb
     tokio::time::sleep(Duration::from_secs(6)).await;
     let restarted = t.db.now().await.expect("clock");
     let daemon = start_daemon(&setup.dir, "daemon-again", &setup.config, &[]).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // A daemon fires in time order: once both have a fire after the restart, what fell before is recorded.
+    eventually(Duration::from_secs(30), "both schedules to fire again after the restart", || async {
+        let (skip, once) = (fires_of(t, "skip-missed").await, fires_of(t, "once-missed").await);
+        let after = |fires: &[ScheduleFire]| fires.iter().any(|f| f.fire_at > restarted);
+        let ran = once.iter().any(|f| f.fire_at > restarted && f.outcome == FireOutcome::Requested);
+        (after(&skip) && ran).then_some(())
+    })
+    .await;
     for name in ["skip-missed", "once-missed"] {
         t.db.set_schedule_enabled(name, false, "test", Some("the window is over")).await.expect("pause");
     }
@@ -185,18 +204,23 @@ async fn overlap_skip_and_queue_against_a_long_run_in_flight(t: &TestDb) {
     t.db.create_schedule(catalogue, "test", &queue).await.expect("create");
     let long_1 = wait_run(&t.db, long_1.id, Duration::from_secs(20), "it ends", |r| r.state.is_terminal()).await;
     let long_2 = wait_run(&t.db, long_2.id, Duration::from_secs(20), "it ends", |r| r.state.is_terminal()).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    for name in ["overlap-skip", "overlap-queue"] {
-        t.db.set_schedule_enabled(name, false, "test", Some("the window is over")).await.expect("pause");
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    daemon.stop(Duration::from_secs(10)).await;
-    assert_eq!((long_1.state, long_2.state), (RunState::Succeeded, RunState::Succeeded));
-
     let during = |run: &Run| {
         let end = run.finished_at.expect("ended") - chrono::Duration::milliseconds(200);
         move |f: &&ScheduleFire| f.fire_at < end
     };
+    eventually(Duration::from_secs(30), "a fire after the long run, and the waiting fire run", || async {
+        let (skip, queue) = (fires_of(t, "overlap-skip").await, fires_of(t, "overlap-queue").await);
+        let requested = skip.iter().any(|f| f.outcome == FireOutcome::Requested);
+        let waited = queue.iter().find(during(&long_2)).is_some_and(|f| f.outcome == FireOutcome::Requested);
+        (requested && waited).then_some(())
+    })
+    .await;
+    for name in ["overlap-skip", "overlap-queue"] {
+        t.db.set_schedule_enabled(name, false, "test", Some("the window is over")).await.expect("pause");
+    }
+    daemon.stop(Duration::from_secs(10)).await;
+    assert_eq!((long_1.state, long_2.state), (RunState::Succeeded, RunState::Succeeded));
+
     let skip = fires_of(t, "overlap-skip").await;
     let skipped: Vec<&ScheduleFire> = skip.iter().filter(during(&long_1)).collect();
     assert!(skipped.len() >= 2, "fires fell during the long run: {skip:#?}");

@@ -2,7 +2,10 @@
 //! daemon drives it: frames out, lease deadlines and commands in, and the fence when a deadline passes or the
 //! daemon's pipe closes.
 
-use std::{process::Stdio, time::Duration};
+use std::{
+    process::Stdio,
+    time::{Duration, Instant},
+};
 
 use nix::time::{ClockId, clock_gettime};
 use scrinalia_tests::bin_path;
@@ -42,6 +45,25 @@ impl Supervisor {
     async fn send(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin open");
         stdin.write_all(format!("{line}\n").as_bytes()).await.expect("write to the supervisor");
+    }
+
+    /// Reads frames until one is `wanted` (e.g. `O trapped`, a line of the worker); returns the frames before it.
+    async fn frames_until(&mut self, wanted: &str) -> Vec<String> {
+        let mut frames = Vec::new();
+        let read = async {
+            let mut line = String::new();
+            while self.stdout.read_line(&mut line).await.expect("read a frame") > 0 {
+                let frame = line.trim_end().to_owned();
+                line.clear();
+                if frame == wanted {
+                    return;
+                }
+                frames.push(frame);
+            }
+            panic!("the supervisor ended before {wanted:?}: {frames:?}");
+        };
+        tokio::time::timeout(Duration::from_secs(10), read).await.expect("the frame in time");
+        frames
     }
 
     /// Every frame up to and including the exit report, which is returned parsed.
@@ -97,20 +119,23 @@ async fn a_renewed_deadline_lets_the_worker_finish() {
 
 #[tokio::test]
 async fn a_closed_pipe_stops_the_worker_gently_then_for_good() {
-    // The worker ignores SIGTERM, so it is killed after the 500 ms grace.
-    let mut supervisor = Supervisor::start(Duration::from_secs(30), "trap '' TERM; sleep 30 & wait");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The worker ignores SIGTERM once it says so, so it is killed after the 500 ms grace.
+    let mut supervisor = Supervisor::start(Duration::from_secs(30), "trap '' TERM; echo trapped; sleep 30 & wait");
+    supervisor.frames_until("O trapped").await;
+    let closed = Instant::now();
     drop(supervisor.stdin.take());
     let (_, report) = supervisor.frames().await;
     assert_eq!(report["stopped_by"], "daemon_gone", "{report}");
     assert_eq!(report["signal"], "SIGKILL", "{report}");
-    assert!(report["elapsed_ms"].as_u64().is_some_and(|ms| (600..3_000).contains(&ms)), "{report}");
+    assert!(closed.elapsed() >= Duration::from_millis(500), "killed {:?} after the pipe closed", closed.elapsed());
+    // The 30 s sleep did not run out: it was killed (and `frames` allows 10 s for the report).
+    assert!(report["elapsed_ms"].as_u64().is_some_and(|ms| (500..30_000).contains(&ms)), "{report}");
 }
 
 #[tokio::test]
 async fn cancel_sends_sigterm_first() {
-    let mut supervisor = Supervisor::start(Duration::from_secs(30), "sleep 30");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut supervisor = Supervisor::start(Duration::from_secs(30), "echo started; sleep 30");
+    supervisor.frames_until("O started").await;
     supervisor.send("cancel").await;
     let (_, report) = supervisor.frames().await;
     assert_eq!(

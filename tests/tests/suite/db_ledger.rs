@@ -267,13 +267,11 @@ async fn a_pool_that_does_not_ping_before_use_survives_all_its_connections_cut()
     five_at_once().await.expect("five reads");
     let cut = scrinalia_tests::terminate_connections(&t.url, Some("scrinalia-api")).await;
     assert!(cut >= 2, "the pool held several connections: {cut}");
-    tokio::time::sleep(Duration::from_millis(200)).await;
 
     five_at_once().await.expect("five reads after the cut");
     let run = insert(&db, "summarize").await.expect("a request after the cut");
     assert_eq!(run.state, RunState::Queued);
     scrinalia_tests::terminate_connections(&t.url, Some("scrinalia-api")).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let edit = change(json!({"preset": "thorough"}), "after a cut");
     let changed = db.change_override(&override_catalogue(), "tag-suggest", "ada", &edit).await;
     let changed = changed.expect("an override edit after the cut").stored.expect("stored");

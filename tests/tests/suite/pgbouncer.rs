@@ -9,7 +9,6 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
 use nix::sys::signal::Signal;
 use reqwest::Method;
 use scrinalia_shared::{Role, config::Pooler};
@@ -18,6 +17,7 @@ use scrinalia_tests::{
     daemon_harness::{probe, with_defaults},
     demo_worker, eventually, free_port,
     pgbouncer::PgBouncer,
+    sse::EventStream,
     system::{ADMIN, OPERATOR, VIEWER, scrinalia},
 };
 use serde_json::{Value, json};
@@ -112,35 +112,6 @@ impl Pooled {
     }
 }
 
-/// Reads the SSE stream until a `run` event says `run` is `state`.
-async fn run_event<B: AsRef<[u8]>>(
-    stream: &mut (impl futures::Stream<Item = reqwest::Result<B>> + Unpin),
-    seen: &mut String,
-    run: Uuid,
-    state: &str,
-) {
-    let needle = format!("\"run\":\"{run}\"");
-    let read = async {
-        loop {
-            let found = seen.split("\n\n").any(|block| {
-                block.contains("event: run")
-                    && block.contains(&needle)
-                    && block.contains(&format!("\"state\":\"{state}\""))
-            });
-            if found {
-                return;
-            }
-            match stream.next().await {
-                Some(chunk) => seen.push_str(&String::from_utf8_lossy(chunk.expect("a chunk").as_ref())),
-                None => panic!("the stream ended before run {run} was {state}:\n{seen}"),
-            }
-        }
-    };
-    if tokio::time::timeout(Duration::from_secs(20), read).await.is_err() {
-        panic!("no event of run {run} {state} within 20 s; the stream said:\n{seen}");
-    }
-}
-
 async fn the_main_flows_work_through_pgbouncer(listen: bool) {
     let system = Pooled::start(listen).await;
 
@@ -170,8 +141,7 @@ async fn the_main_flows_work_through_pgbouncer(listen: bool) {
         .await
         .expect("subscribe");
     assert_eq!(events.status(), 200);
-    let mut stream = events.bytes_stream();
-    let mut seen = String::new();
+    let mut stream = EventStream::new(events.bytes_stream());
 
     // Trigger, claim, run to success, heard live. Several in a row: each use of a pooled connection may get
     // another server connection, where a named statement of an earlier one would collide.
@@ -179,7 +149,8 @@ async fn the_main_flows_work_through_pgbouncer(listen: bool) {
         let run = system.trigger(200).await;
         let done = system.wait_state(run, "succeeded").await;
         assert_eq!(done["end_reason"], "exit_status", "{done}");
-        run_event(&mut stream, &mut seen, run, "succeeded").await;
+        let run = run.to_string();
+        stream.event(Duration::from_secs(20), "run", |e| e["run"] == run && e["state"] == "succeeded").await;
     }
 
     // An override set and read back.
@@ -196,7 +167,8 @@ async fn the_main_flows_work_through_pgbouncer(listen: bool) {
     let cancel = system.http(Method::POST, &format!("/api/runs/{long}/cancel"), OPERATOR, None).await.expect("cancel");
     assert!(cancel.status.is_success(), "{}", cancel.text());
     system.wait_state(long, "cancelled").await;
-    run_event(&mut stream, &mut seen, long, "cancelled").await;
+    let long = long.to_string();
+    stream.event(Duration::from_secs(20), "run", |e| e["run"] == long && e["state"] == "cancelled").await;
 
     // Recovery: a daemon killed with a run in flight; after its lease, another daemon's rescuer settles it.
     let orphan = system.trigger(120_000).await;

@@ -20,6 +20,7 @@ use nix::{
     sys::signal::{Signal, kill},
     unistd::Pid,
 };
+use scrinalia_testkit::probes::whole_lines;
 use scrinalia_tests::bin_path;
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -138,10 +139,10 @@ impl Scratch {
         count["pending"].as_u64().unwrap_or_else(|| panic!("{worker}: not a pending count: {count}"))
     }
 
-    /// The probe log's events.
+    /// The probe log's events (its whole lines: a probe may be writing the last one as it is read).
     fn probe_events(&self) -> Vec<Value> {
         let text = std::fs::read_to_string(self.probe_log()).unwrap_or_default();
-        text.lines()
+        whole_lines(&text)
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad probe log line {l:?}: {e}")))
             .collect()
     }
