@@ -29,7 +29,6 @@ pub struct ChoreIntervals {
     pub settle: Duration,
 }
 
-
 /// Makes sure every chore of `workers` has its row, so that a run's end can ask for a count.
 pub async fn prepare(on: impl Into<On<'_>>, workers: &[String]) -> Result<()> {
     const PREPARE: Sql = sql!(
@@ -179,13 +178,7 @@ pub async fn finish(on: impl Into<On<'_>>, daemon: Uuid, worker: &str, chore: Ch
         ", lease_by = null, lease_until = null \
          where worker = $1 and chore = $2 and lease_by = $3"
     );
-    run!(on, FINISH, |pool, sql| sqlx::query(sql)
-        .bind(worker)
-        .bind(chore)
-        .bind(daemon)
-        .execute(pool)
-        .await
-        .map(drop))?;
+    run!(on, FINISH, |pool, sql| sqlx::query(sql).bind(worker).bind(chore).bind(daemon).execute(pool).await.map(drop))?;
     Ok(())
 }
 
