@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use scrinalia_shared::{
-    Change, ApiStore,
+    ApiStore, Change,
     changes::{ChangeFeed, Topic},
 };
 use tokio::sync::{broadcast, watch};

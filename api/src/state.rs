@@ -3,7 +3,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use scrinalia_shared::{Catalogue, ApiStore, Settings, changes::Topic, logstore::LogStore};
+use scrinalia_shared::{ApiStore, Catalogue, Settings, changes::Topic, logstore::LogStore};
 use tokio_util::sync::CancellationToken;
 
 use crate::{auth::AuthState, live::Live};

@@ -60,13 +60,13 @@ async fn side(
     opts: &Opts,
 ) -> anyhow::Result<Vec<Vec<f64>>> {
     let daemon = start_daemon(env, dir, path).await?;
-    let producer = db.db.dedicated().await?;
+    let producer = db.db.dedicated().await?.api;
     let pass = latency::Opts { requests: opts.requests, warmup: 20, spacing_ms: 20, ..latency::Opts::default() };
     let mut passes = Vec::new();
     for _ in 0..opts.passes {
         let inserted = direct_pass(&producer, settings, &pass).await?;
         let ids: Vec<Uuid> = inserted[pass.warmup..].iter().map(|i| i.id).collect();
-        let runs = finished(&db.db, &ids).await?;
+        let runs = finished(&db.db.api, &ids).await?;
         passes.push(runs.iter().filter_map(|r| r.claimed_at.map(|c| ms(c - r.requested_at))).collect());
     }
     producer.close().await;

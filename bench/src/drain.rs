@@ -4,7 +4,7 @@
 //!
 //! - The claim path alone: the daemon's claim loop needs a whole daemon around it, so the bench drives the
 //!   daemon's own claim function, `scrinalia_daemon::main_loop::claim_batch` (the one its main loop calls:
-//!   one statement claiming as many requests as there are free slots) on a `Database::dedicated()` connection
+//!   one statement claiming as many requests as there are free slots) on a `DaemonStore::dedicated()` connection
 //!   per simulated daemon, in a loop until the backlog is empty. No process starts and claimed runs are
 //!   simply counted, so every claim finds all `--capacity` slots free.
 //! - The full path: real `scrinalia-daemon` processes (capacity `--capacity`) start real supervisors and
@@ -152,8 +152,8 @@ async fn claim_path(
         // Each simulated daemon claims on a connection of its own, as a daemon does (`Context::claims`); on
         // SQLite each gets a pool of its own, as a separate process would.
         connections.push(match db.kind {
-            Kind::Postgres => db.db.dedicated().await?,
-            Kind::Sqlite => db.another_pool(2).await?,
+            Kind::Postgres => db.db.daemon.dedicated().await?,
+            Kind::Sqlite => db.another_pool(2).await?.daemon,
         });
     }
     let placement = scrinalia_daemon::placement_of(settings);

@@ -10,8 +10,8 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use scrinalia_shared::{
-    Database, ExplicitArgs, OptionType, ResolvedConfig, Role, Run, Settings, WorkerSpec, config::DaemonSettings,
-    resolve, runs::RunRequest,
+    ExplicitArgs, OptionType, ResolvedConfig, Role, Run, Settings, Store, WorkerSpec, config::DaemonSettings, resolve,
+    runs::RunRequest,
 };
 use scrinalia_testkit::{
     ConfigFile, FreshDb, Kind,
@@ -233,7 +233,7 @@ pub async fn seed_backlog(db: &FreshDb, settings: &Settings, n: usize) -> anyhow
 }
 
 /// Runs of the ledger, as the bench reads them after a measurement.
-pub async fn runs(db: &Database, ids: &[Uuid]) -> anyhow::Result<Vec<Run>> {
+pub async fn runs(db: &Store, ids: &[Uuid]) -> anyhow::Result<Vec<Run>> {
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
         out.push(db.get_run(*id).await?.with_context(|| format!("run {id} is missing"))?);

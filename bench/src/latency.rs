@@ -2,7 +2,7 @@
 //! `--spacing-ms` (20 ms), each to a worker with nothing in flight (the catalogue's 20 probes in turn, so a
 //! worker's previous run ended long before).
 //!
-//! - PostgreSQL, ledger clock: the bench requests each run itself (`Database::request_run` on a connection of
+//! - PostgreSQL, ledger clock: the bench requests each run itself (`ApiStore::request_run` on a connection of
 //!   its own, as the API does) and reads `requested_at → claimed_at` and `requested_at → started_at` from the
 //!   ledger afterwards: the database's own timestamps, no client in the figure.
 //! - PostgreSQL through the HTTP API, client clock: `POST /api/workers/{name}/runs` to the real API; the figure
@@ -24,7 +24,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use chrono::{DateTime, Utc};
 use clap::Args;
-use scrinalia_shared::{Database, Run, RunState, Settings, config::DaemonSettings, runs::RequestError};
+use scrinalia_shared::{ApiStore, Run, RunState, Settings, Store, config::DaemonSettings, runs::RequestError};
 use scrinalia_testkit::{FreshDb, Kind, Process, free_port, process::Ready, try_eventually};
 use serde::Deserialize;
 use sqlx::postgres::PgListener;
@@ -108,13 +108,13 @@ async fn postgres(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -
     let daemon = start_daemon(env, dir, &path).await?;
 
     eprintln!("latency: PostgreSQL, {} requests {} ms apart, inserted by the bench", opts.requests, opts.spacing_ms);
-    let producer = db.db.dedicated().await?;
+    let producer = db.db.dedicated().await?.api;
     // The ledger figures come from a pass in which the daemon is the only listener: PostgreSQL wakes every
     // listening backend of the database at each commit that notifies, so the bench's own LISTEN would put one
     // more process on the 2 CPUs at the very moment it measures.
     let inserted = direct_pass(&producer, &settings, opts).await?;
     let ids: Vec<Uuid> = inserted[opts.warmup..].iter().map(|i| i.id).collect();
-    let ledger = finished(&db.db, &ids).await?;
+    let ledger = finished(&db.db.api, &ids).await?;
     figures.extend(ledger_figures(Kind::Postgres, "", &ledger, true));
     eprintln!("latency: PostgreSQL again, the bench listening, for the breakdown");
     let heard = Heard::listen(&db.url).await?;
@@ -122,7 +122,7 @@ async fn postgres(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -
     producer.close().await;
     let measured = &inserted[opts.warmup..];
     let ids: Vec<Uuid> = measured.iter().map(|i| i.id).collect();
-    let listened = finished(&db.db, &ids).await?;
+    let listened = finished(&db.db.api, &ids).await?;
     figures.extend(ledger_figures(Kind::Postgres, " (the bench listening too)", &listened, false));
     // Where the time goes: the producer's request (as the API makes it: the worker's override read, then the insert
     // and its commit), then everything after the commit (the notification to the daemon, its claim and the
@@ -160,7 +160,7 @@ async fn postgres(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -
     let sent = http_pass(&client, &base, opts).await?;
     let measured = &sent[opts.warmup..];
     let ids: Vec<Uuid> = measured.iter().map(|s| s.id).collect();
-    let ledger = finished(&db.db, &ids).await?;
+    let ledger = finished(&db.db.api, &ids).await?;
     let client_claimed = Samples::from_durations(heard.claims_after(measured.iter().map(|s| (s.id, s.before))).await?);
     figures.push(
         Figure::info(
@@ -209,11 +209,11 @@ async fn sqlite(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -> 
     let floors = machine_floors(db, opts.floor_samples).await?;
     let daemon = start_daemon(env, dir, &path).await?;
     eprintln!("latency: SQLite, {} requests {} ms apart, inserted by the bench", opts.requests, opts.spacing_ms);
-    let producer = db.another_pool(2).await?;
+    let producer = db.another_pool(2).await?.api;
     let inserted = direct_pass(&producer, &settings, opts).await?;
     producer.close().await;
     let ids: Vec<Uuid> = inserted[opts.warmup..].iter().map(|i| i.id).collect();
-    let ledger = finished(&db.db, &ids).await?;
+    let ledger = finished(&db.db.api, &ids).await?;
     let mut figures = floors;
     figures.extend(ledger_figures(Kind::Sqlite, "", &ledger, true));
     daemon.stop(Duration::from_secs(10)).await;
@@ -311,7 +311,7 @@ pub(crate) struct Inserted {
 
 /// Inserts `warmup + requests` requests `spacing` apart on a fixed schedule; returns them in order.
 pub(crate) async fn direct_pass(
-    producer: &Database,
+    producer: &ApiStore,
     settings: &Settings,
     opts: &Opts,
 ) -> anyhow::Result<Vec<Inserted>> {
@@ -422,7 +422,7 @@ impl Heard {
 }
 
 /// Waits for every run to end; returns them in order.
-pub(crate) async fn finished(db: &Database, ids: &[Uuid]) -> anyhow::Result<Vec<Run>> {
+pub(crate) async fn finished(db: &Store, ids: &[Uuid]) -> anyhow::Result<Vec<Run>> {
     try_eventually(Duration::from_secs(60), "every run to end", || async {
         let all = runs(db, ids).await?;
         Ok(all.iter().all(|r| r.state.is_terminal()).then_some(all))

@@ -1,6 +1,6 @@
 //! What a retention pass costs the claims running beside it: the daemon's claim function (`claim_batch`,
 //! capacity 1, on a dedicated connection, as in `resources`) drains backlogs of `--claims` (100) requests, timed
-//! claim by claim, first with nothing else running (A), then while `Database::prune_pass` (the pass every daemon's
+//! claim by claim, first with nothing else running (A), then while `DaemonStore::prune_pass` (the pass every daemon's
 //! pruner runs, with the shipped `[retention]` settings) deletes a ledger of `--rows` (1,000,000) finished runs
 //! requested 400 days ago and more (every one past its retention, but the last 100 of each worker), batch by
 //! batch (B). B drains backlog after backlog until the pass ends.
@@ -59,7 +59,7 @@ pub async fn run(env: &Env, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
 /// Drains one backlog, pushing each claim's time (ms) to `samples`.
 async fn drain(
     db: &FreshDb,
-    claims: &scrinalia_shared::Database,
+    claims: &scrinalia_shared::DaemonStore,
     settings: &scrinalia_shared::Settings,
     placement: &Placement,
     n: usize,
@@ -93,14 +93,14 @@ async fn measure(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) ->
     let history = History { rows: opts.rows, workers: opts.claims, spacing: 1.0, end_ago: 400.0 * 86_400.0 };
     seed::history(&db.url, &config, history).await?;
     let placement = Placement::of(&settings.catalogue, Vec::new());
-    let claims = db.db.dedicated().await?;
+    let claims = db.db.daemon.dedicated().await?;
     let mut a = Vec::new();
     for _ in 0..opts.rounds {
         drain(db, &claims, &settings, &placement, opts.claims, &mut a).await?;
     }
     let logs = LogStore::open(&settings.object_store)?;
     let pruner = tokio::spawn({
-        let (db, retention) = (db.db.clone(), settings.retention.clone());
+        let (db, retention) = (db.db.daemon.clone(), settings.retention.clone());
         async move {
             let started = Instant::now();
             let counts = db.prune_pass(&retention, &logs, Uuid::now_v7(), &|| false).await;

@@ -72,13 +72,13 @@ async fn trials(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -> 
             daemons.push(Process::start_ready(&program, &name, dir, &path, &[], &[], ready).await?);
         }
         let long = request("probe-1", serde_json::json!({ "duration_ms": 50_000 }));
-        let run = db.db.request_run(&settings.catalogue, long).await?;
+        let run = db.db.api.request_run(&settings.catalogue, long).await?;
         let running = try_eventually(Duration::from_secs(20), "the run to start", || async {
-            Ok(db.db.get_run(run.id).await?.filter(|r| r.started_at.is_some()))
+            Ok(db.db.api.get_run(run.id).await?.filter(|r| r.started_at.is_some()))
         })
         .await?;
         let owner = running.daemon_id.context("a claimed run has its daemon")?;
-        let pid = db.db.get_daemon(owner, gone_after).await?.context("the owner is registered")?.pid;
+        let pid = db.db.api.get_daemon(owner, gone_after).await?.context("the owner is registered")?.pid;
         let index =
             daemons.iter().position(|d| d.pid().as_raw() == pid).context("the owner is one of the bench's daemons")?;
         // Die at a different point of the renewal cycle (every lease/3) in each trial.
@@ -88,9 +88,9 @@ async fn trials(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -> 
         victim.try_signal(Signal::SIGKILL)?;
         let killed_at = Utc::now();
         drop(victim);
-        let expiry = db.db.get_run(run.id).await?.and_then(|r| r.lease_expires_at).context("a lease")?;
+        let expiry = db.db.api.get_run(run.id).await?.and_then(|r| r.lease_expires_at).context("a lease")?;
         let ended = try_eventually(lease * 3, "the run to be interrupted", || async {
-            Ok(db.db.get_run(run.id).await?.filter(|r| r.state.is_terminal()))
+            Ok(db.db.api.get_run(run.id).await?.filter(|r| r.state.is_terminal()))
         })
         .await?;
         if ended.state != RunState::Interrupted {

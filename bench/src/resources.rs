@@ -76,8 +76,8 @@ async fn passes(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -> 
     }
     let held = Placement::of(&holding, Vec::new());
     let claims = match db.kind {
-        Kind::Postgres => db.db.dedicated().await?,
-        Kind::Sqlite => db.another_pool(2).await?,
+        Kind::Postgres => db.db.daemon.dedicated().await?,
+        Kind::Sqlite => db.another_pool(2).await?.daemon,
     };
     let (mut a, mut b) = (Vec::new(), Vec::new());
     for _ in 0..opts.rounds {

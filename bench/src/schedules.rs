@@ -3,7 +3,7 @@
 //! - **Fire lateness**: `--daemons` (3) real daemons with the shipped defaults share one database whose
 //!   catalogue holds `--schedules` (20) no-op probes; once the daemons have settled (`--settle`, 5 s: start-up
 //!   chores), the bench creates one schedule per probe, `* * * * * *` (every second), through
-//!   `Database::create_schedule` as the API does, lets `--warmup` (3) s pass, then measures `--seconds` (40) s
+//!   `ApiStore::create_schedule` as the API does, lets `--warmup` (3) s pass, then measures `--seconds` (40) s
 //!   on the database clock. A fire's lateness is its run's `requested_at − fire_at`: both are written by the
 //!   database (`requested_at` is the fire transaction's start on PostgreSQL, the insert's time on SQLite, with
 //!   millisecond resolution there), so no client clock is in it. A daemon fires every due schedule in one
@@ -212,26 +212,30 @@ async fn lateness(env: &Env, db: &FreshDb, dir: &Path, opts: &Opts) -> anyhow::R
             reason: Some("the bench measures how late a fire is".to_owned()),
             ..ScheduleInput::default()
         };
-        db.db.create_schedule(&settings.catalogue, "bench", &input).await.with_context(|| format!("create {name}"))?;
+        db.db
+            .api
+            .create_schedule(&settings.catalogue, "bench", &input)
+            .await
+            .with_context(|| format!("create {name}"))?;
     }
     tokio::time::sleep(Duration::from_secs(opts.warmup)).await;
     eprintln!(
         "schedules: {backend}, {} schedules every second, {} daemons: measuring {} s",
         opts.schedules, opts.daemons, opts.seconds
     );
-    let from = db.db.now().await?;
+    let from = db.db.api.now().await?;
     let busy_before = cpu_busy()?;
     let daemons_before: Vec<Duration> =
         daemons.iter().map(|d| cpu_time(d.pid().as_raw())).collect::<anyhow::Result<_>>()?;
     tokio::time::sleep(Duration::from_secs(opts.seconds)).await;
-    let until = db.db.now().await?;
+    let until = db.db.api.now().await?;
     let busy = cpu_busy()?.since(&busy_before);
     let daemons_cpu: Duration = daemons
         .iter()
         .zip(&daemons_before)
         .map(|(d, before)| Ok(cpu_time(d.pid().as_raw())? - *before))
         .sum::<anyhow::Result<Duration>>()?;
-    let alive = db.db.list_daemons(settings.daemon.gone_after()).await?;
+    let alive = db.db.api.list_daemons(settings.daemon.gone_after()).await?;
     let who: BTreeMap<Uuid, String> = alive
         .iter()
         .filter_map(|d| daemons.iter().find(|p| p.pid().as_raw() == d.pid).map(|p| (d.id, p.name.clone())))
@@ -239,7 +243,7 @@ async fn lateness(env: &Env, db: &FreshDb, dir: &Path, opts: &Opts) -> anyhow::R
     // The last fire time of the window fires too before the schedules are paused.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     for name in &names {
-        db.db.set_schedule_enabled(name, false, "bench", Some("the window is over")).await?;
+        db.db.api.set_schedule_enabled(name, false, "bench", Some("the window is over")).await?;
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     let logs: Vec<String> = daemons.iter().map(Process::output).collect();
@@ -249,7 +253,7 @@ async fn lateness(env: &Env, db: &FreshDb, dir: &Path, opts: &Opts) -> anyhow::R
 
     let mut fires: Vec<ScheduleFire> = Vec::new();
     for name in &names {
-        let all = db.db.schedule_fires(name, 1000).await?;
+        let all = db.db.api.schedule_fires(name, 1000).await?;
         fires.extend(all.into_iter().filter(|f| f.fire_at >= from && f.fire_at < until));
     }
     if fires.is_empty() {
@@ -266,7 +270,7 @@ async fn lateness(env: &Env, db: &FreshDb, dir: &Path, opts: &Opts) -> anyhow::R
             continue;
         }
         let Some(id) = fire.run_id else { continue };
-        let run = db.db.get_run(id).await?.with_context(|| format!("run {id} of a fire is missing"))?;
+        let run = db.db.api.get_run(id).await?.with_context(|| format!("run {id} of a fire is missing"))?;
         let at = run.fire_at.context("a fired run has its fire time")?;
         late.push((at, ms(run.requested_at - at)));
     }

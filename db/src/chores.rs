@@ -10,9 +10,9 @@ use uuid::Uuid;
 use scrinalia_wire::{Chore, ChoreKind, Named};
 
 use crate::{
-    On, Result, lease,
+    On, Result,
     dialect::{DbTime, Sql, sql},
-    run,
+    lease, run,
 };
 
 /// How often a daemon's chores come due.
@@ -28,7 +28,6 @@ pub struct ChoreIntervals {
     /// together, an operator's clicks, several API processes) are answered by one start.
     pub settle: Duration,
 }
-
 
 /// Makes sure every chore of `workers` has its row, so that a run's end can ask for a count.
 pub async fn prepare(on: impl Into<On<'_>>, workers: &[String]) -> Result<()> {

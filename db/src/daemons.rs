@@ -34,7 +34,6 @@ pub struct NewDaemon {
     pub labels: Vec<String>,
 }
 
-
 /// The columns of a daemon, with `$state` as its state.
 macro_rules! daemon_columns {
     ($d:ident; $($state:tt)+) => {
@@ -160,11 +159,7 @@ pub(crate) const LIST: Sql = sql!(
 /// Daemons alive, or stopped within the last day, newest first.
 pub async fn list(on: impl Into<On<'_>>, gone_after: Duration) -> Result<Vec<Daemon>> {
     const DAY: f64 = 86_400.0;
-    Ok(run!(on, LIST, |pool, sql| sqlx::query_as(sql)
-        .bind(gone_after.as_secs_f64())
-        .bind(DAY)
-        .fetch_all(pool)
-        .await)?)
+    Ok(run!(on, LIST, |pool, sql| sqlx::query_as(sql).bind(gone_after.as_secs_f64()).bind(DAY).fetch_all(pool).await)?)
 }
 
 /// One daemon.

@@ -217,8 +217,10 @@ impl Database {
 
     /// Runs a trivial query; used by health and readiness.
     pub async fn ping(&self) -> Result<()> {
-        self.retrying(|| async { on_pool!(self, |pool| sqlx::query("select 1").execute(pool).await.map(drop)).map_err(DbError::from) })
-            .await
+        self.retrying(|| async {
+            on_pool!(self, |pool| sqlx::query("select 1").execute(pool).await.map(drop)).map_err(DbError::from)
+        })
+        .await
     }
 
     /// The database's clock.
@@ -324,4 +326,3 @@ impl Drop for OwnWrite<'_> {
         state.1 = Some(Instant::now());
     }
 }
-

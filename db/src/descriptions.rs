@@ -44,7 +44,6 @@ pub struct NewReadiness {
     pub checked_by: Uuid,
 }
 
-
 /// Stores an attempt to describe a worker: a success replaces the description; a failure keeps the last good
 /// one and records why this attempt failed.
 pub async fn store(on: impl Into<On<'_>>, d: &NewDescription) -> Result<()> {

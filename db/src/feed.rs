@@ -43,12 +43,12 @@ use scrinalia_wire::{Change, DaemonState, OverrideAction, PipelineState, RunStat
 
 use crate::{
     Database, DbError, Result, daemons,
-    dialect::{Sql, sql},
-    run,
     database::{OwnWrites, Pool},
-    descriptions, overrides, pipelines,
+    descriptions,
+    dialect::{Sql, sql},
+    overrides, pipelines,
     pooler::FeedSource,
-    queue_counts, runs, schedules,
+    queue_counts, run, runs, schedules,
 };
 
 /// How often a daemon behind a pooler without a direct LISTEN URL looks at the queue: the latency of a claim
@@ -111,9 +111,7 @@ impl Database {
             }
             // Behind a pooler with no direct URL (see `Database::feed_polled`): the daemon looks at the queue
             // every `POOLED_QUEUE_POLL`, as if something had been written; live events compare snapshots.
-            (Pool::Postgres(_), FeedSource::Poll, Topic::Queue) => {
-                (tokio::spawn(tick(POOLED_QUEUE_POLL, sink)), None)
-            }
+            (Pool::Postgres(_), FeedSource::Poll, Topic::Queue) => (tokio::spawn(tick(POOLED_QUEUE_POLL, sink)), None),
             (Pool::Postgres(_), FeedSource::Poll, Topic::Events { sqlite_poll }) => {
                 (tokio::spawn(poll(self.clone(), sqlite_poll, sink)), None)
             }

@@ -50,7 +50,11 @@ pub struct DayCount {
 }
 
 /// The runs of `worker` that ended at `from` or later, counted per UTC day and state, with their items.
-pub async fn per_day(on: impl Into<On<'_>>, worker: &str, from: chrono::DateTime<chrono::Utc>) -> Result<Vec<DayCount>> {
+pub async fn per_day(
+    on: impl Into<On<'_>>,
+    worker: &str,
+    from: chrono::DateTime<chrono::Utc>,
+) -> Result<Vec<DayCount>> {
     const PER_DAY: Sql = sql!(
         "select ",
         end_day!(),

@@ -62,7 +62,6 @@ pub struct RunFilter {
     pub ids: Option<IdRange>,
 }
 
-
 /// `LIKE` without regard to case: PostgreSQL's `ilike`; SQLite's `like` already ignores the case of ASCII letters.
 macro_rules! case_insensitive_like {
     (postgres;) => {

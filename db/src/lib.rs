@@ -22,12 +22,12 @@
 pub mod chores;
 pub mod daemons;
 mod database;
-pub mod lease;
 pub mod descriptions;
-pub mod ends;
 mod dialect;
+pub mod ends;
 pub mod feed;
 pub mod history;
+pub mod lease;
 pub mod ledger;
 pub mod overrides;
 pub mod pipelines;
@@ -53,8 +53,8 @@ pub use dialect::DbTime;
 pub use lease::Lease;
 pub use pooler::POLLED_WARNING;
 pub use settings::{DatabaseSettings, Pooler, redact_url};
-pub use tx::{On, Tx};
 pub(crate) use tx::run;
+pub use tx::{On, Tx};
 
 /// What can go wrong in the database layer. Outcomes the caller acts on (a lost lease) are typed;
 /// everything else is a database error.

@@ -36,7 +36,8 @@ pub struct PipelineRow {
 /// transaction locks everything already).
 pub async fn lock(on: impl Into<On<'_>>, id: Uuid) -> Result<Option<PipelineRow>> {
     const LOCK: Sql = Sql {
-        postgres: sql!("select ", pipeline_columns!(), ", configs from pipeline_runs where id = $1 for update").postgres,
+        postgres: sql!("select ", pipeline_columns!(), ", configs from pipeline_runs where id = $1 for update")
+            .postgres,
         sqlite: sql!("select ", pipeline_columns!(), ", configs from pipeline_runs where id = $1").sqlite,
     };
     run!(on, LOCK, |pool, sql| sqlx::query_as(sql).bind(id).fetch_optional(pool).await)
@@ -44,8 +45,7 @@ pub async fn lock(on: impl Into<On<'_>>, id: Uuid) -> Result<Option<PipelineRow>
 
 /// Makes `current` the current run of the pipeline run `id`, at step `step`.
 pub async fn move_to(on: impl Into<On<'_>>, id: Uuid, step: i32, current: Option<Uuid>) -> Result<()> {
-    const MOVE: Sql =
-        sql!("update pipeline_runs set step = $2, current_run = $3 where id = $1 and state = 'running'");
+    const MOVE: Sql = sql!("update pipeline_runs set step = $2, current_run = $3 where id = $1 and state = 'running'");
     run!(on, MOVE, |pool, sql| sqlx::query(sql).bind(id).bind(step).bind(current).execute(pool).await.map(drop))
 }
 

@@ -29,7 +29,6 @@ pub struct NewQueueCount {
     pub measured_by: Uuid,
 }
 
-
 /// Stores a measurement, replacing the worker's previous one.
 pub async fn store(on: impl Into<On<'_>>, c: &NewQueueCount) -> Result<()> {
     const STORE: Sql = sql!(

@@ -81,11 +81,8 @@ pub async fn audit_trail(on: impl Into<On<'_>>, resource: &str, limit: u32) -> R
          where resource = $1 order by id desc limit $2"
     );
     type Row = (i64, String, String, DateTime<Utc>, Option<i32>, Option<i32>, String);
-    let rows: Vec<Row> = run!(on, TRAIL, |pool, sql| sqlx::query_as(sql)
-        .bind(resource)
-        .bind(i64::from(limit))
-        .fetch_all(pool)
-        .await)?;
+    let rows: Vec<Row> =
+        run!(on, TRAIL, |pool, sql| sqlx::query_as(sql).bind(resource).bind(i64::from(limit)).fetch_all(pool).await)?;
     let capacity = |c: Option<i32>| c.and_then(|c| u32::try_from(c).ok());
     Ok(rows
         .into_iter()

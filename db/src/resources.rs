@@ -73,10 +73,7 @@ pub async fn queued_among(on: impl Into<On<'_>>, workers: &[String]) -> Result<V
         now,
         ")"
     );
-    Ok(run!(on, QUEUED, |pool, sql| sqlx::query_scalar(sql)
-        .bind(sqlx::types::Json(workers))
-        .fetch_all(pool)
-        .await)?)
+    Ok(run!(on, QUEUED, |pool, sql| sqlx::query_scalar(sql).bind(sqlx::types::Json(workers)).fetch_all(pool).await)?)
 }
 
 /// Every resource held now: (resource, run), oldest hold first.

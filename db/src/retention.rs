@@ -11,9 +11,9 @@ use uuid::Uuid;
 use scrinalia_wire::Run;
 
 use crate::{
-    Database, On, Result, lease,
+    Database, On, Result,
     dialect::{DbTime, Sql, sql},
-    run,
+    lease, run,
     runs::run_columns,
     tx::Exec,
 };
@@ -289,7 +289,14 @@ pub async fn thin(
 pub async fn move_thinned_after(on: impl Into<On<'_>>, holder: Uuid, (at, id): (DbTime, Uuid)) -> Result<()> {
     const MOVE: Sql =
         sql!("update retention_lease set thinned_after_at = $3, thinned_after_id = $4 where name = $1 and holder = $2");
-    run!(on, MOVE, |pool, sql| sqlx::query(sql).bind(LEASE).bind(holder).bind(at).bind(id).execute(pool).await.map(drop))
+    run!(on, MOVE, |pool, sql| sqlx::query(sql)
+        .bind(LEASE)
+        .bind(holder)
+        .bind(at)
+        .bind(id)
+        .execute(pool)
+        .await
+        .map(drop))
 }
 
 /// Deletes up to `limit` gone daemons last heard of more than `after_secs` ago that hold no running run (their

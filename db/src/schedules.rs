@@ -6,7 +6,9 @@ use serde_json::Value;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use scrinalia_wire::{MissedPolicy, OverlapPolicy, Schedule, ScheduleAction, ScheduleAuditEntry, ScheduleFire, TargetKind};
+use scrinalia_wire::{
+    MissedPolicy, OverlapPolicy, Schedule, ScheduleAction, ScheduleAuditEntry, ScheduleFire, TargetKind,
+};
 
 use crate::{
     On, Result,
@@ -121,7 +123,13 @@ pub async fn drop_waiting_fire(on: impl Into<On<'_>>, id: Uuid, waiting: DateTim
              reason = 'it waited for its target when the schedule was ' || $3 \
          where schedule_id = $1 and fire_at = $2 and outcome = 'waiting'"
     );
-    run!(on, DROPPED, |pool, sql| sqlx::query(sql).bind(id).bind(DbTime(waiting)).bind(how).execute(pool).await.map(drop))
+    run!(on, DROPPED, |pool, sql| sqlx::query(sql)
+        .bind(id)
+        .bind(DbTime(waiting))
+        .bind(how)
+        .execute(pool)
+        .await
+        .map(drop))
 }
 
 /// Appends a change of schedule `id` to its audit trail (`before` and `after` as JSON; absent when it did not

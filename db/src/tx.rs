@@ -71,8 +71,8 @@ impl<'c> On<'c> {
                 Pool::Sqlite(pool) => Exec::SqlitePool(pool),
             },
             On::Tx(tx) => match &mut tx.conn {
-                TxConn::Postgres(t) => Exec::PgTx(&mut **t),
-                TxConn::Sqlite(t) => Exec::SqliteTx(&mut **t),
+                TxConn::Postgres(t) => Exec::PgTx(t),
+                TxConn::Sqlite(t) => Exec::SqliteTx(t),
             },
         }
     }
@@ -173,7 +173,10 @@ impl Tx {
     /// already does).
     pub async fn lock(&mut self, key: &str) -> Result<()> {
         if let TxConn::Postgres(t) = &mut self.conn {
-            sqlx::query("select pg_advisory_xact_lock(hashtext('scrinalia.' || $1))").bind(key).execute(&mut **t).await?;
+            sqlx::query("select pg_advisory_xact_lock(hashtext('scrinalia.' || $1))")
+                .bind(key)
+                .execute(&mut **t)
+                .await?;
         }
         Ok(())
     }
@@ -182,10 +185,12 @@ impl Tx {
     /// on SQLite, whose write lock this transaction holds already).
     pub async fn try_lock(&mut self, key: &str) -> Result<bool> {
         match &mut self.conn {
-            TxConn::Postgres(t) => Ok(sqlx::query_scalar("select pg_try_advisory_xact_lock(hashtext('scrinalia.' || $1))")
-                .bind(key)
-                .fetch_one(&mut **t)
-                .await?),
+            TxConn::Postgres(t) => {
+                Ok(sqlx::query_scalar("select pg_try_advisory_xact_lock(hashtext('scrinalia.' || $1))")
+                    .bind(key)
+                    .fetch_one(&mut **t)
+                    .await?)
+            }
             TxConn::Sqlite(_) => Ok(true),
         }
     }

@@ -130,8 +130,7 @@ pub async fn claim(
         .await)?;
     let mut with_payloads = Vec::with_capacity(claimed.len());
     for c in claimed {
-        let payload: String =
-            run!(db, PAYLOAD, |pool, sql| sqlx::query_scalar(sql).bind(c.1).fetch_one(pool).await)?;
+        let payload: String = run!(db, PAYLOAD, |pool, sql| sqlx::query_scalar(sql).bind(c.1).fetch_one(pool).await)?;
         with_payloads.push((c, payload));
     }
     Ok(with_payloads)
@@ -172,13 +171,7 @@ pub async fn insert_attempt(
 
 /// Moves delivery `id` to `state` (`pending` again after `retry_secs`, `delivered` or `failed`) if no attempt
 /// after `attempt` was claimed meanwhile; whether it was moved.
-pub async fn move_delivery(
-    on: impl Into<On<'_>>,
-    id: i64,
-    attempt: i32,
-    state: &str,
-    retry_secs: f64,
-) -> Result<bool> {
+pub async fn move_delivery(on: impl Into<On<'_>>, id: i64, attempt: i32, state: &str, retry_secs: f64) -> Result<bool> {
     const MOVE: Sql = sql!(
         "update webhook_deliveries set state = $3, finished_at = case when $3 = 'pending' then null else ",
         now,
@@ -234,12 +227,8 @@ pub async fn list(
     );
     let listed: Vec<Listed> =
         run!(db, LIST, |pool, sql| sqlx::query_as(sql).bind(webhook).bind(run).bind(limit).fetch_all(pool).await)?;
-    let attempts: Vec<ListedAttempt> = run!(db, ATTEMPTS, |pool, sql| sqlx::query_as(sql)
-        .bind(webhook)
-        .bind(run)
-        .bind(limit)
-        .fetch_all(pool)
-        .await)?;
+    let attempts: Vec<ListedAttempt> =
+        run!(db, ATTEMPTS, |pool, sql| sqlx::query_as(sql).bind(webhook).bind(run).bind(limit).fetch_all(pool).await)?;
     Ok((listed, attempts))
 }
 

@@ -6,10 +6,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::{
-    Daemon, Store, DbError,
-    db,
-};
+use crate::{Daemon, DbError, Store, db};
 
 pub use crate::db::daemons::NewDaemon;
 
@@ -42,8 +39,15 @@ impl Store {
 
     /// Asks a daemon that is not gone (`gone_after` being the registry's silence limit) to drain: it finishes its
     /// runs and claims no more. Asking twice keeps the first request's time and actor.
-    pub(crate) async fn request_drain(&self, daemon: Uuid, actor: &str, gone_after: Duration) -> Result<Daemon, DrainError> {
-        if let Some(draining) = self.db.retrying(|| db::daemons::request_drain(&self.db, daemon, actor, gone_after)).await? {
+    pub(crate) async fn request_drain(
+        &self,
+        daemon: Uuid,
+        actor: &str,
+        gone_after: Duration,
+    ) -> Result<Daemon, DrainError> {
+        if let Some(draining) =
+            self.db.retrying(|| db::daemons::request_drain(&self.db, daemon, actor, gone_after)).await?
+        {
             return Ok(draining);
         }
         match self.get_daemon(daemon, gone_after).await? {

@@ -6,10 +6,7 @@ use std::{collections::HashMap, time::Duration};
 
 use uuid::Uuid;
 
-use crate::{
-    Catalogue, Chore, ChoreKind, DbError, EffectiveWorker, Store, Readiness, WorkerDescription,
-    db,
-};
+use crate::{Catalogue, Chore, ChoreKind, DbError, EffectiveWorker, Readiness, Store, WorkerDescription, db};
 
 pub use crate::db::{
     chores::ChoreIntervals,

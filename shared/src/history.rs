@@ -7,7 +7,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::{
-    Store, DbError, RunState,
+    DbError, RunState, Store,
     db::{self, history::Durations},
 };
 
@@ -110,10 +110,10 @@ impl Store {
         let now = self.now().await?;
         let first = now.date_naive() - Duration::days(i64::from(days) - 1);
         let from = first.and_time(chrono::NaiveTime::MIN).and_utc();
-        let (counts, durations) =
-            tokio::try_join!(async { self.db.retrying(|| db::history::per_day(&self.db, worker, from)).await }, async {
-                self.db.retrying(|| db::history::durations(&self.db, worker, from)).await
-            },)?;
+        let (counts, durations) = tokio::try_join!(
+            async { self.db.retrying(|| db::history::per_day(&self.db, worker, from)).await },
+            async { self.db.retrying(|| db::history::durations(&self.db, worker, from)).await },
+        )?;
         let mut per_day: Vec<Day> = (0..days)
             .map(|i| Day { day: first + Duration::days(i64::from(i)), outcomes: Outcomes::default(), items: 0 })
             .collect();

@@ -40,12 +40,12 @@ pub use db::plans::{ExplainedRead, PlanSample};
 pub use db::{Backend, DbError, Pings};
 pub use store::{ApiStore, DaemonStore, Store};
 
+pub use effective::EffectiveWorker;
+pub use resolve::{ResolveError, resolve};
 /// The database layer, under the name the domain modules use for it.
 use scrinalia_db as db;
 /// The pool handle the stores wrap; nothing outside this crate holds one.
 use scrinalia_db::Database;
-pub use effective::EffectiveWorker;
-pub use resolve::{ResolveError, resolve};
 pub use scrinalia_wire::{
     AuditEntry, Change, Choices, Daemon, DaemonState, EndReason, ExplicitArgs, Named, Override, OverrideAction,
     OverrideValues, ProgressEntry, QueueCount, Resolved, ResolvedConfig, Role, Run, RunPage, RunState, Source, auth,

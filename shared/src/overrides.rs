@@ -5,11 +5,8 @@
 use scrinalia_wire::{Reason, ReasonError};
 
 use crate::{
-    AuditEntry, Catalogue, Database, DbError, OverrideAction, Store, EffectiveWorker, ExplicitArgs, Override, OverrideValues, ResolveError,
-    ResolvedConfig,
-    db,
-    resolve,
-    resolve::check_override,
+    AuditEntry, Catalogue, Database, DbError, EffectiveWorker, ExplicitArgs, Override, OverrideAction, OverrideValues,
+    ResolveError, ResolvedConfig, Store, db, resolve, resolve::check_override,
 };
 
 pub use scrinalia_wire::OverrideChange;

@@ -7,7 +7,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    Catalogue, Store, DbError, ExplicitArgs, PipelineRun, PipelineRunView, PipelineView, ResolvedConfig,
+    Catalogue, DbError, ExplicitArgs, PipelineRun, PipelineRunView, PipelineView, ResolvedConfig, Store,
     catalogue::PipelineSpec,
     db::{self, pipelines::NewPipelineRun},
     runs::{RequestError, Resolver},

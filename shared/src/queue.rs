@@ -1,11 +1,7 @@
 //! Queue measurements: what each worker's `count-pending` last answered, stored by a daemon and read by the
 //! API (which never counts).
 
-
-use crate::{
-    Store, DbError, QueueCount,
-    db,
-};
+use crate::{DbError, QueueCount, Store, db};
 
 pub use crate::db::queue_counts::NewQueueCount;
 

@@ -12,9 +12,7 @@ pub use scrinalia_wire::resource::{
 
 use scrinalia_wire::{Reason, ReasonError};
 
-use crate::{
-    Catalogue, Database, DbError, ResourceSpec, Store, db,
-};
+use crate::{Catalogue, Database, DbError, ResourceSpec, Store, db};
 
 /// The largest capacity an override may set: far above any resource a run holds (a model server, a GPU, an
 /// API's rate), so a larger number is a typo rather than a limit.
@@ -181,7 +179,10 @@ impl Store {
 
     /// `catalogue` with each resource's capacity replaced by its override, for readers that reason about claims
     /// from the catalogue (why a run waits). Borrowed, and nothing is read, when it declares no resource.
-    pub(crate) async fn with_effective_capacities<'a>(&self, catalogue: &'a Catalogue) -> Result<Cow<'a, Catalogue>, DbError> {
+    pub(crate) async fn with_effective_capacities<'a>(
+        &self,
+        catalogue: &'a Catalogue,
+    ) -> Result<Cow<'a, Catalogue>, DbError> {
         if catalogue.resources.is_empty() {
             return Ok(Cow::Borrowed(catalogue));
         }

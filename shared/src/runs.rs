@@ -22,8 +22,7 @@ pub(crate) use resolver::Resolver;
 pub use scrinalia_db::ledger::{Cursor, IdRange, RunFilter, contains_pattern};
 
 use crate::{
-    Catalogue, Store, DbError, EndReason, ExplicitArgs, ProgressEntry, ResolveError, Run, RunPage, RunState,
-    db,
+    Catalogue, DbError, EndReason, ExplicitArgs, ProgressEntry, ResolveError, Run, RunPage, RunState, Store, db,
 };
 
 /// A run request as a person or a program makes it.
@@ -158,9 +157,7 @@ impl Store {
         match self.insert_request(&new).await? {
             Ok(run) => Ok(run),
             Err(Refused::InFlight(e)) => Err(e),
-            Err(Refused::Continued(..)) => {
-                Err(DbError::Unexpected("a plain request continues no run".into()).into())
-            }
+            Err(Refused::Continued(..)) => Err(DbError::Unexpected("a plain request continues no run".into()).into()),
         }
     }
 
@@ -243,7 +240,12 @@ impl Store {
 
     /// Stores the configuration the worker of a run held by `daemon` reported it uses (fenced like every owner
     /// write: refused with [`DbError::LeaseLost`] when the run is no longer this daemon's).
-    pub(crate) async fn report_config(&self, run: Uuid, daemon: Uuid, config: &serde_json::Value) -> Result<(), DbError> {
+    pub(crate) async fn report_config(
+        &self,
+        run: Uuid,
+        daemon: Uuid,
+        config: &serde_json::Value,
+    ) -> Result<(), DbError> {
         if db::runs::report_config(&self.db, run, daemon, config).await? {
             Ok(())
         } else {

@@ -8,8 +8,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    Catalogue, Store, DbError, ExplicitArgs, MissedPolicy, OverlapPolicy, Schedule, ScheduleAction,
-    ScheduleAuditEntry, ScheduleFire, ScheduleInput, SchedulePreview, ScheduleView, TargetKind,
+    Catalogue, DbError, ExplicitArgs, MissedPolicy, OverlapPolicy, Schedule, ScheduleAction, ScheduleAuditEntry,
+    ScheduleFire, ScheduleInput, SchedulePreview, ScheduleView, Store, TargetKind,
     cron::{CronError, CronSchedule},
     db::{self, schedules::ScheduleRow},
     pipelines::StepConfigs,
@@ -286,9 +286,10 @@ impl Store {
 
     /// Every schedule with its next fire times and last fire, by name.
     pub(crate) async fn schedules(&self) -> Result<Vec<ScheduleView>, DbError> {
-        let (schedules, fires) = tokio::try_join!(async { self.db.retrying(|| db::schedules::list(&self.db)).await }, async {
-            self.db.retrying(|| db::schedules::last_fires(&self.db)).await
-        })?;
+        let (schedules, fires) =
+            tokio::try_join!(async { self.db.retrying(|| db::schedules::list(&self.db)).await }, async {
+                self.db.retrying(|| db::schedules::last_fires(&self.db)).await
+            })?;
         Ok(schedules
             .into_iter()
             .map(|s| {

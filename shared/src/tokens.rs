@@ -25,7 +25,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use uuid::Uuid;
 
 use crate::{
-    Store, DbError, Role,
+    DbError, Role, Store,
     auth::{CreatedToken, ServiceToken, hash_token, new_token},
     db,
 };

@@ -306,7 +306,8 @@ impl Store {
         lease: Duration,
         limit: u32,
     ) -> Result<Vec<Claimed>, DbError> {
-        let claimed = db::webhooks::claim(&self.db, daemon, &names(hooks), lease.as_secs_f64(), i64::from(limit)).await?;
+        let claimed =
+            db::webhooks::claim(&self.db, daemon, &names(hooks), lease.as_secs_f64(), i64::from(limit)).await?;
         Ok(claimed
             .into_iter()
             .map(|((id, event_id, webhook, attempt, at), payload)| Claimed {

@@ -2,11 +2,14 @@
 //! server at an admin URL (dropped at the end, its connections included), or a SQLite file in a given folder.
 //! Raw SQL for what no domain operation does (seeding a backlog, breaking the append-only trail on purpose) goes
 //! through [`FreshDb::execute`] and [`FreshDb::scalar`], on a connection of their own.
+//!
+//! A test or a benchmark plays both processes, so it holds [`Stores`]: the API's store and the daemon's over one
+//! pool, each with what its process may do.
 
 use std::path::Path;
 
 use anyhow::Context as _;
-use scrinalia_shared::{Database, config::DatabaseSettings};
+use scrinalia_shared::{ApiStore, DaemonStore, Pings, Store, config::DatabaseSettings};
 use sqlx::{Connection, Executor, PgConnection, SqliteConnection};
 use uuid::Uuid;
 
@@ -29,10 +32,41 @@ impl Kind {
     }
 }
 
+/// The API's store and the daemon's over one pool, for a caller that plays both processes on one database (a
+/// test, a benchmark): `api` requests, cancels, continues and reads, `daemon` claims, leases, finishes,
+/// recovers, fires and prunes; what both do ([`Store`]: the clock, one run, the change feed, …) is reached
+/// through either. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Stores {
+    /// What an API process may do.
+    pub api: ApiStore,
+    /// What a daemon may do.
+    pub daemon: DaemonStore,
+}
+
+impl Stores {
+    /// Both stores over `store`'s pool.
+    pub fn over(store: Store) -> Self {
+        Self { api: ApiStore::new(store.clone()), daemon: DaemonStore::new(store) }
+    }
+
+    /// Both stores over a pool of one connection of its own that is not pinged before each use (see
+    /// [`DaemonStore::dedicated`]), for a caller that times each statement; on SQLite, the same pool.
+    pub async fn dedicated(&self) -> anyhow::Result<Self> {
+        let dedicated = self.daemon.dedicated().await.context("a dedicated connection")?;
+        Ok(Self::over(Store::clone(&dedicated)))
+    }
+
+    /// Closes the pool both share.
+    pub async fn close(&self) {
+        self.api.close().await;
+    }
+}
+
 /// A fresh database.
 pub struct FreshDb {
-    /// A pool on it.
-    pub db: Database,
+    /// Both stores over one pool on it.
+    pub db: Stores,
     /// Its URL, for configuration files of the real binaries.
     pub url: String,
     /// Which backend.
@@ -78,7 +112,7 @@ impl FreshDb {
     }
 
     /// Another pool on the same database (another process's view), with `connections` connections.
-    pub async fn another_pool(&self, connections: u32) -> anyhow::Result<Database> {
+    pub async fn another_pool(&self, connections: u32) -> anyhow::Result<Stores> {
         pool(&self.url, connections).await
     }
 
@@ -121,10 +155,14 @@ async fn drop_pg(admin: &str, name: &str) {
     }
 }
 
-async fn pool(url: &str, connections: u32) -> anyhow::Result<Database> {
+/// A migrated pool of `connections` on `url`, its connections pinged before each use (as the daemon's are, so
+/// that both stores may use it) and named `scrinalia` on PostgreSQL.
+async fn pool(url: &str, connections: u32) -> anyhow::Result<Stores> {
     let settings =
         DatabaseSettings { url: url.to_owned(), max_connections: connections, ..DatabaseSettings::default() };
-    let db = Database::connect(&settings).await.with_context(|| format!("connect to {}", settings.redacted_url()))?;
-    db.migrate().await.context("apply the migrations")?;
-    Ok(db)
+    let store = Store::connect(&settings, "scrinalia", Pings::BeforeEachUse)
+        .await
+        .with_context(|| format!("connect to {}", settings.redacted_url()))?;
+    store.migrate().await.context("apply the migrations")?;
+    Ok(Stores::over(store))
 }

@@ -17,7 +17,7 @@ pub mod wait;
 use std::path::{Path, PathBuf};
 
 pub use config::ConfigFile;
-pub use db::{FreshDb, Kind};
+pub use db::{FreshDb, Kind, Stores};
 pub use http::{Reply, free_port};
 pub use process::Process;
 pub use wait::{eventually, try_eventually};

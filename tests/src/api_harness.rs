@@ -153,7 +153,7 @@ impl TestApi {
     pub async fn with(db: &TestDb, config: &ApiConfig) -> Self {
         let path = db.dir.path().join("config.toml");
         let settings = config_file(&db.url, db.dir.path(), config).load(&path).expect("a valid configuration");
-        let state = AppState::new(settings, db.db.clone());
+        let state = AppState::new(settings, db.db.api.clone());
         Self { router: app(state.clone()), state, peer: SocketAddr::from(([127, 0, 0, 1], 40000)) }
     }
 

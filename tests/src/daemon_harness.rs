@@ -4,7 +4,9 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use scrinalia_shared::{Database, ExplicitArgs, Run, RunState, Settings, config::DaemonSettings, runs::RunRequest};
+use scrinalia_shared::{
+    ApiStore, ExplicitArgs, Run, RunState, Settings, Store, config::DaemonSettings, runs::RunRequest,
+};
 pub use scrinalia_testkit::probes::{ProbeEvent, probe, probe_events, with_defaults};
 use serde_json::Value;
 use uuid::Uuid;
@@ -70,7 +72,7 @@ impl Setup {
     }
 
     /// Requests a run of `worker` with explicit `options`, as the API would.
-    pub async fn request(&self, db: &Database, worker: &str, options: Value) -> Run {
+    pub async fn request(&self, db: &ApiStore, worker: &str, options: Value) -> Run {
         let options = options.as_object().cloned().unwrap_or_default().into_iter().collect();
         let request = RunRequest {
             worker: worker.to_owned(),
@@ -114,17 +116,17 @@ impl Setup {
 }
 
 /// Waits until the run satisfies `done`; returns it.
-pub async fn wait_run(db: &Database, run: Uuid, timeout: Duration, what: &str, done: impl Fn(&Run) -> bool) -> Run {
+pub async fn wait_run(db: &Store, run: Uuid, timeout: Duration, what: &str, done: impl Fn(&Run) -> bool) -> Run {
     eventually(timeout, what, || async { db.get_run(run).await.ok().flatten().filter(|r| done(r)) }).await
 }
 
 /// Waits until the run reaches a terminal state.
-pub async fn wait_finished(db: &Database, run: Uuid, timeout: Duration) -> Run {
+pub async fn wait_finished(db: &Store, run: Uuid, timeout: Duration) -> Run {
     wait_run(db, run, timeout, "the run to finish", |r| r.state.is_terminal()).await
 }
 
 /// Waits until the run is running and its worker has been started.
-pub async fn wait_started(db: &Database, run: Uuid, timeout: Duration) -> Run {
+pub async fn wait_started(db: &Store, run: Uuid, timeout: Duration) -> Run {
     wait_run(db, run, timeout, "the run to start", |r| r.state == RunState::Running && r.started_at.is_some()).await
 }
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use scrinalia_shared::{
-    Catalogue, Database, EndReason, ExplicitArgs, Run,
+    ApiStore, Catalogue, EndReason, ExplicitArgs, Run,
     runs::{Finish, RequestError, RunRequest},
 };
 use scrinalia_testkit::config::worker;
@@ -33,7 +33,7 @@ pub fn request(worker: &str) -> RunRequest {
 }
 
 /// Requests a run of `worker` (a worker of no engine and no option; see [`catalogue_of`]) by "tester".
-pub async fn insert(db: &Database, worker: &str) -> Result<Run, RequestError> {
+pub async fn insert(db: &ApiStore, worker: &str) -> Result<Run, RequestError> {
     db.request_run(&catalogue_of(&[worker]), request(worker)).await
 }
 

@@ -19,7 +19,7 @@ pub mod system;
 
 use std::path::PathBuf;
 
-use scrinalia_shared::Database;
+pub use scrinalia_testkit::Stores;
 pub use scrinalia_testkit::{Binaries, ConfigFile, Kind, Process, Reply, eventually, free_port, process::Ready};
 use scrinalia_testkit::{FreshDb, config};
 use sqlx::{Connection, PgConnection};
@@ -60,8 +60,8 @@ pub async fn terminate_connections(url: &str, program: Option<&str>) -> i64 {
 
 /// A fresh, migrated database for one test, with a scratch folder for files.
 pub struct TestDb {
-    /// The pool.
-    pub db: Database,
+    /// The API's store and the daemon's, over one pool (see [`Stores`]).
+    pub db: Stores,
     /// Its URL, for configuration files of the real binaries.
     pub url: String,
     /// Which backend.
@@ -92,7 +92,7 @@ impl TestDb {
     }
 
     /// Another pool on the same database (a second process's view).
-    pub async fn another_pool(&self) -> Database {
+    pub async fn another_pool(&self) -> Stores {
         self.fresh.another_pool(20).await.expect("another pool")
     }
 

@@ -34,14 +34,15 @@ pub(super) async fn idle(env: &Env, dbs: [&FreshDb; 2], dirs: [&Path; 2], opts: 
             reason: Some("the bench measures an idle daemon with many schedules".to_owned()),
             ..ScheduleInput::default()
         };
-        b.create_schedule(&settings.catalogue, "bench", &input)
+        b.api
+            .create_schedule(&settings.catalogue, "bench", &input)
             .await
             .with_context(|| format!("create {}", input.name))?;
     }
-    let listed = b.schedules().await?;
+    let listed = b.api.schedules().await?;
     let enabled = listed.iter().filter(|s| s.schedule.enabled).count();
     ensure!(enabled == opts.idle_schedules, "{enabled} schedules enabled, not {}", opts.idle_schedules);
-    let (next_fire, _) = b.next_due().await?;
+    let (next_fire, _) = b.daemon.next_due().await?;
     let window = Duration::from_secs(opts.idle_settle + opts.idle_seconds);
     if opts.idle_schedules > 0 {
         let next = next_fire.context("an enabled schedule has a next fire time")?;

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::{
-    AuditEntry, ConfigChange, Store, DbError, FollowKind, Origin, OverrideValues, ResolvedConfig, Run, Source,
+    AuditEntry, ConfigChange, DbError, FollowKind, Origin, OverrideValues, ResolvedConfig, Run, Source, Store,
 };
 
 /// The most audit entries read to find who set a field; a worker changed more often than this since the

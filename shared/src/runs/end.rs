@@ -126,7 +126,8 @@ pub(crate) fn retry_of(ended: &Run, unit: f64) -> Option<Retry> {
         return None;
     }
     // An interrupted run continues from its last checkpoint when the policy says so; a failed one starts over.
-    let resume = outcome == RetryOn::Interrupted && policy.resume && ended.checkpoint.is_some() && ended.checkpoint_at.is_some();
+    let resume =
+        outcome == RetryOn::Interrupted && policy.resume && ended.checkpoint.is_some() && ended.checkpoint_at.is_some();
     Some(Retry { attempt: ended.attempt + 1, delay_seconds: policy.delay(ended.attempt, unit), resume })
 }
 

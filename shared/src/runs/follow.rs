@@ -6,7 +6,7 @@
 use uuid::Uuid;
 
 use super::{Refused, RequestError};
-use crate::{Catalogue, Store, DbError, FollowKind, Run, RunState, db};
+use crate::{Catalogue, DbError, FollowKind, Run, RunState, Store, db};
 
 /// Why a run could not be continued; each displays as a sentence for people.
 #[derive(Debug, thiserror::Error)]

@@ -13,7 +13,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use uuid::Uuid;
 
 use crate::{
-    Catalogue, Daemon, DaemonState, Store, DbError, PipelineRunView, PipelineState, Run, RunState, WaitCode, Waiting,
+    Catalogue, Daemon, DaemonState, DbError, PipelineRunView, PipelineState, Run, RunState, Store, WaitCode, Waiting,
 };
 
 fn waiting(code: WaitCode, message: String) -> Waiting {

@@ -10,9 +10,9 @@ use uuid::Uuid;
 
 use super::{Store, forward};
 use crate::{
-    AuditEntry, Catalogue, ConfigChange, Daemon, DbError, EffectiveWorker, FollowKind, Override, Pings,
-    PipelineRun, PipelineRunView, PipelineView, ProgressEntry, QueueCount, Readiness, Run, RunPage, Schedule,
-    ScheduleAuditEntry, ScheduleFire, ScheduleInput, ScheduleView, Waiting, WorkerDescription,
+    AuditEntry, Catalogue, ConfigChange, Daemon, DbError, EffectiveWorker, FollowKind, Override, Pings, PipelineRun,
+    PipelineRunView, PipelineView, ProgressEntry, QueueCount, Readiness, Run, RunPage, Schedule, ScheduleAuditEntry,
+    ScheduleFire, ScheduleInput, ScheduleView, Waiting, WorkerDescription,
     auth::{CreatedToken, ServiceToken},
     config::{DatabaseSettings, RetentionSettings, Webhook},
     daemons::DrainError,

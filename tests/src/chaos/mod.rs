@@ -20,7 +20,7 @@ use std::{
 
 use rand::{Rng, seq::IndexedRandom};
 use scrinalia_shared::{
-    Database, OptionSpec, Role, Run, Settings, WorkerSpec,
+    ApiStore, OptionSpec, Role, Run, Settings, WorkerSpec,
     runs::{Cursor, RunFilter},
 };
 use serde_json::{Value, json};
@@ -192,7 +192,7 @@ pub struct Created {
 }
 
 /// Every row of the ledger.
-pub async fn ledger(db: &Database) -> Vec<Run> {
+pub async fn ledger(db: &ApiStore) -> Vec<Run> {
     let mut runs = Vec::new();
     let mut after = None;
     loop {

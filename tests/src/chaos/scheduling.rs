@@ -11,7 +11,7 @@ use std::{
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use scrinalia_shared::{
-    Catalogue, Database, FireOutcome, MissedPolicy, OverlapPolicy, PipelineRunView, PipelineState, RetryOn,
+    ApiStore, Catalogue, FireOutcome, MissedPolicy, OverlapPolicy, PipelineRunView, PipelineState, RetryOn,
     RetryPolicy, Run, RunState, ScheduleFire, ScheduleInput, catalogue::PipelineSpec, config::SettingsFile,
 };
 use serde_json::json;
@@ -54,7 +54,7 @@ pub fn configure(file: &mut SettingsFile) {
 }
 
 /// Creates the suite's schedules (probe-11's runs fail, so each is retried while the schedule keeps firing).
-pub async fn create_schedules(db: &Database, catalogue: &Catalogue) {
+pub async fn create_schedules(db: &ApiStore, catalogue: &Catalogue) {
     for (name, target, cron, _, overlap, missed) in SCHEDULES {
         let pipeline = target == PIPELINE;
         let arguments = match target {
@@ -78,7 +78,7 @@ pub async fn create_schedules(db: &Database, catalogue: &Catalogue) {
 }
 
 /// Pauses the suite's schedules (before the cluster settles), retrying through cut connections.
-pub async fn pause_schedules(db: &Database) {
+pub async fn pause_schedules(db: &ApiStore) {
     for (name, ..) in SCHEDULES {
         for _ in 0..20 {
             if db.set_schedule_enabled(name, false, "chaos", Some("the faults are over")).await.is_ok() {
@@ -90,7 +90,7 @@ pub async fn pause_schedules(db: &Database) {
 }
 
 /// Starts the pipeline (three times in four) or cancels its latest run, every 1–3 s until `end`.
-pub async fn pipeline_traffic(db: Database, catalogue: Catalogue, seed: u64, end: Instant) {
+pub async fn pipeline_traffic(db: ApiStore, catalogue: Catalogue, seed: u64, end: Instant) {
     let mut rng = StdRng::seed_from_u64(seed.wrapping_add(3));
     let mut latest: Option<Uuid> = None;
     while Instant::now() < end {
@@ -116,7 +116,7 @@ pub struct Scheduled {
 
 impl Scheduled {
     /// Reads the fires and the pipeline runs.
-    pub async fn read(db: &Database) -> Self {
+    pub async fn read(db: &ApiStore) -> Self {
         let mut fires = BTreeMap::new();
         for (name, ..) in SCHEDULES {
             let mut list = db.schedule_fires(name, 1000).await.expect("the fires");
@@ -273,7 +273,7 @@ pub fn no_pipeline_step_run_twice_or_skipped(s: &Scheduled) -> Vec<String> {
 }
 
 /// Waits until no pipeline run is running, at most `timeout`; returns those still running.
-pub async fn wait_pipelines_idle(db: &Database, timeout: Duration) -> Vec<Uuid> {
+pub async fn wait_pipelines_idle(db: &ApiStore, timeout: Duration) -> Vec<Uuid> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Ok(runs) = db.pipeline_runs(Some(PIPELINE), 500).await {

@@ -12,11 +12,13 @@ use std::{
     time::Duration,
 };
 
-use scrinalia_shared::Database;
 use uuid::Uuid;
 
 use super::resources::Holds;
-use crate::daemon_harness::{alive, realtime_ns};
+use crate::{
+    Stores,
+    daemon_harness::{alive, realtime_ns},
+};
 
 /// What the watcher saw.
 #[derive(Debug, Default)]
@@ -36,14 +38,14 @@ pub struct Watched {
 /// after the scan and the process is looked at again after the read, so a hit is a worker alive after its run
 /// ended in the ledger.
 pub struct Watcher {
-    db: Database,
+    db: Stores,
     stop: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<Watched>,
 }
 
 impl Watcher {
     /// Starts watching.
-    pub fn start(db: Database) -> Self {
+    pub fn start(db: Stores) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let reader = db.clone();
@@ -56,11 +58,11 @@ impl Watcher {
                     watched.executions.entry(*run).or_default().insert(*pid);
                 }
                 if !seen.is_empty()
-                    && let Ok(in_flight) = db.runs_in_flight().await
+                    && let Ok(in_flight) = db.api.runs_in_flight().await
                 {
                     let in_flight: HashSet<Uuid> = in_flight.iter().map(|r| r.id).collect();
                     for (pid, run) in seen.iter().filter(|(_, run)| !in_flight.contains(run)) {
-                        let Ok(Some(row)) = db.get_run(*run).await else { continue };
+                        let Ok(Some(row)) = db.api.get_run(*run).await else { continue };
                         if row.state.is_terminal() && executes(*pid, *run) && reported.insert(*run) {
                             watched.violations.push(format!(
                                 "run {run} of {} is {} in the ledger (finished at {:?}, {:?}) but its worker, pid {pid}, \
@@ -71,7 +73,7 @@ impl Watcher {
                     }
                 }
                 // One statement, so one snapshot of every holder; a read through a cut connection is skipped.
-                if let Ok(holders) = db.resource_holders().await {
+                if let Ok(holders) = db.daemon.resource_holders().await {
                     watched.holds.sample(&holders, realtime_ns());
                 }
                 watched.scans += 1;
@@ -88,7 +90,7 @@ impl Watcher {
         self.stop.store(true, Ordering::Relaxed);
         let mut watched = self.task.await.expect("the watcher");
         for _ in 0..20 {
-            if let Ok(left) = self.db.resource_holders().await {
+            if let Ok(left) = self.db.daemon.resource_holders().await {
                 watched.holds.at_end = Some(left);
                 break;
             }

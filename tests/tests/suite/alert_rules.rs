@@ -41,20 +41,20 @@ fn the_shipped_rules_pass_promtool_check_and_their_tests() {
 }
 
 async fn a_running_run_s_progress_age_grows_until_it_reports(t: &TestDb) {
-    let id = insert(&t.db, "ocr").await.expect("insert").id;
+    let id = insert(&t.db.api, "ocr").await.expect("insert").id;
     let daemon = Uuid::now_v7();
-    t.db.claim_runs(daemon, LONG_LEASE, 1, None).await.expect("claim");
-    t.db.mark_started(id, daemon, "runs/x").await.expect("started");
+    t.db.daemon.claim_runs(daemon, LONG_LEASE, 1, None).await.expect("claim");
+    t.db.daemon.mark_started(id, daemon, "runs/x").await.expect("started");
     let age = || async {
-        let ages = t.db.progress_ages().await.expect("ages");
+        let ages = t.db.api.progress_ages().await.expect("ages");
         ages.iter().find(|(w, _)| w == "ocr").map(|(_, s)| *s).expect("the running run's age")
     };
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let silent = age().await;
     assert!(silent >= 1.4, "no progress yet: the age counts from the start ({silent} s)");
-    t.db.record_progress(id, daemon, &json!({"done": 1, "total": 10})).await.expect("progress");
+    t.db.daemon.record_progress(id, daemon, &json!({"done": 1, "total": 10})).await.expect("progress");
     let reported = age().await;
     assert!(reported < silent, "a report resets it: {reported} s after {silent} s");
-    t.db.finish_run(id, daemon, &succeeded()).await.expect("finish");
-    assert!(t.db.progress_ages().await.expect("ages").is_empty(), "only running runs are measured");
+    t.db.daemon.finish_run(id, daemon, &succeeded()).await.expect("finish");
+    assert!(t.db.api.progress_ages().await.expect("ages").is_empty(), "only running runs are measured");
 }

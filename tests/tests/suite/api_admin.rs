@@ -51,8 +51,8 @@ async fn an_override_set_through_the_api_is_what_the_view_shows_and_the_next_run
     // Explicit arguments still win over the override.
     let id = run["id"].as_str().and_then(|s| s.parse::<Uuid>().ok()).expect("an id");
     let daemon = Uuid::now_v7();
-    t.db.claim_runs(daemon, LONG_LEASE, 1, None).await.expect("claim");
-    t.db.finish_run(id, daemon, &succeeded()).await.expect("finish");
+    t.db.daemon.claim_runs(daemon, LONG_LEASE, 1, None).await.expect("claim");
+    t.db.daemon.finish_run(id, daemon, &succeeded()).await.expect("finish");
     let explicit = api.trigger("tagger", Some(json!({"options": {"batch_size": 3}}))).await;
     assert_eq!(explicit["config"]["options"]["batch_size"], json!({"value": 3, "source": "explicit"}));
     assert_eq!(explicit["config"]["preset"]["source"], "override");
@@ -147,11 +147,11 @@ async fn daemons_are_listed_with_their_state_and_can_be_drained(t: &TestDb) {
     // Daemons that never heartbeat here: one registered at the start stays alive for the API for 30 s, however
     // slow the machine is until the drain.
     let api = TestApi::new(t).await;
-    let live = t.db.register_daemon(&new_daemon("host-a")).await.expect("register");
-    let stopped = t.db.register_daemon(&new_daemon("host-b")).await.expect("register");
-    t.db.mark_daemon_stopped(stopped.id).await.expect("stop");
+    let live = t.db.daemon.register_daemon(&new_daemon("host-a")).await.expect("register");
+    let stopped = t.db.daemon.register_daemon(&new_daemon("host-b")).await.expect("register");
+    t.db.daemon.mark_daemon_stopped(stopped.id).await.expect("stop");
     api.trigger("tagger", None).await;
-    t.db.claim_runs(live.id, LONG_LEASE, 1, None).await.expect("claim");
+    t.db.daemon.claim_runs(live.id, LONG_LEASE, 1, None).await.expect("claim");
 
     let body = api.get("/api/daemons", VIEWER).await.expect(StatusCode::OK, None);
     let daemons = body["daemons"].as_array().expect("daemons");
@@ -182,13 +182,13 @@ async fn daemons_are_listed_with_their_state_and_can_be_drained(t: &TestDb) {
     // API that waits 2 s, after more than 2 s of silence (a deliberate pause; a longer one changes nothing).
     let config = ApiConfig { heartbeat_and_gone_after: (1, 2), ..ApiConfig::default() };
     let api = TestApi::with(t, &config).await;
-    let silent = t.db.register_daemon(&new_daemon("host-c")).await.expect("register");
+    let silent = t.db.daemon.register_daemon(&new_daemon("host-c")).await.expect("register");
     tokio::time::sleep(Duration::from_millis(2300)).await;
     let body = api.get("/api/daemons", VIEWER).await.expect(StatusCode::OK, None);
     let state = body["daemons"].as_array().and_then(|d| d.iter().find(|d| d["id"] == silent.id.to_string()).cloned());
     assert_eq!(state.expect("listed")["state"], "gone");
     // A registry that waits a minute sees the row as stored: still active.
-    let stored = t.db.get_daemon(silent.id, Duration::from_secs(60)).await.expect("read").expect("a row");
+    let stored = t.db.api.get_daemon(silent.id, Duration::from_secs(60)).await.expect("read").expect("a row");
     assert_eq!(stored.state, DaemonState::Active, "the API only reports; it marks nothing");
     api.post(&format!("/api/daemons/{}/drain", silent.id), ADMIN, None)
         .await
@@ -201,7 +201,7 @@ async fn live_events_report_a_run_triggered_through_another_api_instance(t: &Tes
     let other_config = config_file(&t.url, t.dir.path(), &ApiConfig::default());
     let settings = other_config.load(&t.dir.path().join("other.toml")).expect("a configuration");
     let other_pool = t.another_pool().await;
-    let other = app(AppState::new(settings, other_pool.clone()));
+    let other = app(AppState::new(settings, other_pool.api.clone()));
 
     let request =
         Request::get("/api/events").header(header::AUTHORIZATION, format!("Bearer {VIEWER}")).body(Body::empty());
@@ -298,7 +298,7 @@ async fn liveness_readiness_openapi_and_unknown_routes(t: &TestDb) {
     let settings = config.load(&t.dir.path().join("down.toml")).expect("a configuration");
     let closed = t.another_pool().await;
     closed.close().await;
-    let down = TestApi { state: AppState::new(settings, closed.clone()), ..api.clone() };
+    let down = TestApi { state: AppState::new(settings, closed.api.clone()), ..api.clone() };
     let down = TestApi { router: app(down.state.clone()), ..down };
     down.send(Method::GET, "/readyz", None, None).await.expect(StatusCode::SERVICE_UNAVAILABLE, Some("not_ready"));
     let workers = down.get("/api/workers", VIEWER).await;

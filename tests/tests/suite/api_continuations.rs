@@ -26,7 +26,7 @@ async fn running(api: &TestApi, t: &TestDb, worker: &str, lease: Duration) -> (U
     let id = id_of(&api.trigger(worker, None).await);
     let daemon = Uuid::now_v7();
     let only = [worker.to_owned()];
-    assert_eq!(t.db.claim_runs(daemon, lease, 1, Some(&only)).await.expect("claim").len(), 1);
+    assert_eq!(t.db.daemon.claim_runs(daemon, lease, 1, Some(&only)).await.expect("claim").len(), 1);
     (id, daemon)
 }
 
@@ -34,9 +34,9 @@ async fn resume_and_restart_answer_201_or_a_sentence(t: &TestDb) {
     let api = TestApi::new(t).await;
     // An interrupted run with a checkpoint: its lease ran out.
     let (cut, daemon) = running(&api, t, "tagger", Duration::from_millis(300)).await;
-    t.db.store_checkpoint(cut, daemon, &json!({"batch": 7})).await.expect("checkpoint");
+    t.db.daemon.store_checkpoint(cut, daemon, &json!({"batch": 7})).await.expect("checkpoint");
     tokio::time::sleep(Duration::from_millis(600)).await;
-    t.db.recover_expired().await.expect("recover");
+    t.db.daemon.recover_expired().await.expect("recover");
 
     api.post(&format!("/api/runs/{cut}/resume"), VIEWER, None).await.expect(StatusCode::FORBIDDEN, Some("forbidden"));
     api.post("/api/runs/not-a-uuid/resume", OPERATOR, None).await.expect(StatusCode::BAD_REQUEST, Some("invalid_id"));
@@ -64,8 +64,8 @@ async fn resume_and_restart_answer_201_or_a_sentence(t: &TestDb) {
 
     // The resumed run finished well: it cannot be resumed (no bad end), and the worker is free again.
     let resumer = Uuid::now_v7();
-    t.db.claim_runs(resumer, LONG_LEASE, 1, None).await.expect("claim");
-    t.db.finish_run(id, resumer, &succeeded()).await.expect("finish");
+    t.db.daemon.claim_runs(resumer, LONG_LEASE, 1, None).await.expect("claim");
+    t.db.daemon.finish_run(id, resumer, &succeeded()).await.expect("finish");
     let body = api
         .post(&format!("/api/runs/{id}/resume"), OPERATOR, None)
         .await
@@ -75,7 +75,7 @@ async fn resume_and_restart_answer_201_or_a_sentence(t: &TestDb) {
     // An interrupted run without a checkpoint: no resume, but a restart; while it is queued, the worker is busy.
     let (bare, _) = running(&api, t, "judge", Duration::from_millis(300)).await;
     tokio::time::sleep(Duration::from_millis(600)).await;
-    t.db.recover_expired().await.expect("recover");
+    t.db.daemon.recover_expired().await.expect("recover");
     api.post(&format!("/api/runs/{bare}/resume"), OPERATOR, None)
         .await
         .expect(StatusCode::CONFLICT, Some("no_checkpoint"));

@@ -79,7 +79,7 @@ async fn register_daemon(t: &TestDb) -> Uuid {
         workers: vec![],
         labels: vec![],
     };
-    t.db.register_daemon(&new).await.expect("register").id
+    t.db.daemon.register_daemon(&new).await.expect("register").id
 }
 
 async fn health_reports_a_stopped_model_server_an_unopenable_store_and_no_daemon(t: &TestDb) {
@@ -156,7 +156,7 @@ async fn health_is_ok_when_everything_answers_and_reports_a_store_that_stops_bei
     let probes = t.dir.path().join("run-logs").join("health");
     assert!(probes.read_dir().map_or(true, |mut d| d.next().is_none()), "the probe key was deleted");
 
-    t.db.request_drain(daemon, "test", std::time::Duration::from_secs(30)).await.expect("drain");
+    t.db.api.request_drain(daemon, "test", std::time::Duration::from_secs(30)).await.expect("drain");
     let body = health(&api).await;
     assert_eq!(check(&body, "daemons")["status"], "degraded");
     assert_eq!(error_of(&body, "daemons"), "Every live daemon is draining: no new run will start.");

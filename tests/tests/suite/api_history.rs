@@ -34,7 +34,7 @@ async fn seed(api: &TestApi, t: &TestDb, worker: &str, token: &str, end: End, da
     let run = api.post(&format!("/api/workers/{worker}/runs"), token, None).await.expect(StatusCode::CREATED, None);
     let id: Uuid = run["id"].as_str().and_then(|s| s.parse().ok()).expect("a run id");
     let daemon = Uuid::now_v7();
-    assert_eq!(t.db.claim_runs(daemon, LONG_LEASE, 1, None).await.expect("claim").len(), 1);
+    assert_eq!(t.db.daemon.claim_runs(daemon, LONG_LEASE, 1, None).await.expect("claim").len(), 1);
     let finish = match end {
         End::Succeeded { processed } => Finish {
             reason: EndReason::ExitStatus,
@@ -44,7 +44,7 @@ async fn seed(api: &TestApi, t: &TestDb, worker: &str, token: &str, end: End, da
         },
         End::Failed { error, done } => {
             if let Some(done) = done {
-                t.db.record_progress(id, daemon, &json!({"done": done, "total": 100})).await.expect("progress");
+                t.db.daemon.record_progress(id, daemon, &json!({"done": done, "total": 100})).await.expect("progress");
             }
             Finish { reason: EndReason::ExitStatus, exit_code: Some(1), error: Some(error.into()), result: None }
         }
@@ -55,7 +55,7 @@ async fn seed(api: &TestApi, t: &TestDb, worker: &str, token: &str, end: End, da
             result: None,
         },
     };
-    t.db.finish_run(id, daemon, &finish).await.expect("finish");
+    t.db.daemon.finish_run(id, daemon, &finish).await.expect("finish");
     move_end(t, id, days_ago, duration_ms).await;
     id
 }

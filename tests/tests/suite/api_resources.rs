@@ -43,7 +43,7 @@ fn api_with_resource(t: &TestDb) -> TestApi {
 
 fn in_process(t: &TestDb, config: ConfigFile) -> TestApi {
     let settings = config.load(&t.dir.path().join("api.toml")).unwrap_or_else(|e| panic!("{e:#}"));
-    let state = AppState::new(settings, t.db.clone());
+    let state = AppState::new(settings, t.db.api.clone());
     TestApi { router: app(state.clone()), state, peer: SocketAddr::from(([127, 0, 0, 1], 40000)) }
 }
 
@@ -73,7 +73,7 @@ async fn a_capacity_override_is_listed_and_each_change_is_audited(t: &TestDb) {
         .expect(StatusCode::OK, None);
     assert_eq!((raised["capacity"].clone(), raised["catalogue_capacity"].clone()), (json!(3), json!(1)));
     assert_eq!((raised["source"].as_str(), raised["updated_by"].as_str()), (Some("override"), Some("ada-admin")));
-    let now = t.db.now().await.expect("the database clock");
+    let now = t.db.api.now().await.expect("the database clock");
     let at: chrono::DateTime<chrono::Utc> = serde_json::from_value(raised["updated_at"].clone()).expect("a time");
     assert!((now - at).num_seconds().abs() < 30, "updated_at is the database clock's: {at} vs {now}");
     assert_eq!(listed(&api).await, raised, "the list shows what the change answered");
@@ -190,8 +190,8 @@ async fn a_raised_capacity_lets_two_holders_run_at_once_until_it_is_reset(t: &Te
     let raised = put(&api, "model-server", ADMIN, json!({"capacity": 2, "reason": "a second GPU is in"})).await;
     assert_eq!(raised.expect(StatusCode::OK, None)["capacity"], 2);
 
-    let first = setup.request(&t.db, "probe-1", json!({"duration_ms": 2500})).await;
-    let second = setup.request(&t.db, "probe-2", json!({"duration_ms": 2500})).await;
+    let first = setup.request(&t.db.api, "probe-1", json!({"duration_ms": 2500})).await;
+    let second = setup.request(&t.db.api, "probe-2", json!({"duration_ms": 2500})).await;
     let holding = eventually(Duration::from_secs(20), "both probes holding the model server", || async {
         let r = listed(&api).await;
         (r["holders"].as_array().map(Vec::len) == Some(2)).then_some(r)
@@ -205,7 +205,7 @@ async fn a_raised_capacity_lets_two_holders_run_at_once_until_it_is_reset(t: &Te
     assert_eq!(holders, expected, "the list names the runs holding it");
 
     // A third waits, and says for which capacity.
-    let third = setup.request(&t.db, "probe-3", json!({"duration_ms": 100})).await;
+    let third = setup.request(&t.db.api, "probe-3", json!({"duration_ms": 100})).await;
     let third_path = format!("/api/runs/{}", third.id);
     let waits = |capacity: u32| {
         let (api, path) = (&api, &third_path);
@@ -227,17 +227,25 @@ async fn a_raised_capacity_lets_two_holders_run_at_once_until_it_is_reset(t: &Te
     assert_eq!((reset["capacity"].clone(), reset["holders"].as_array().map(Vec::len)), (json!(1), Some(2)));
     waits(1).await;
     for run in [first.id, second.id, third.id] {
-        assert_eq!(wait_finished(&t.db, run, Duration::from_secs(30)).await.state, RunState::Succeeded, "run {run}");
+        assert_eq!(
+            wait_finished(&t.db.api, run, Duration::from_secs(30)).await.state,
+            RunState::Succeeded,
+            "run {run}"
+        );
     }
     let (a, b, c) = (span(&setup, first.id), span(&setup, second.id), span(&setup, third.id));
     assert!(a.0 < b.1 && b.0 < a.1, "with capacity 2 both ran at once: {a:?} and {b:?}");
     assert!(c.0 >= a.1.max(b.1), "with capacity 1 the third started once both had ended: {c:?} after {a:?} {b:?}");
 
     // From now on one at a time again.
-    let one = setup.request(&t.db, "probe-1", json!({"duration_ms": 400})).await;
-    let two = setup.request(&t.db, "probe-2", json!({"duration_ms": 400})).await;
+    let one = setup.request(&t.db.api, "probe-1", json!({"duration_ms": 400})).await;
+    let two = setup.request(&t.db.api, "probe-2", json!({"duration_ms": 400})).await;
     for run in [one.id, two.id] {
-        assert_eq!(wait_finished(&t.db, run, Duration::from_secs(30)).await.state, RunState::Succeeded, "run {run}");
+        assert_eq!(
+            wait_finished(&t.db.api, run, Duration::from_secs(30)).await.state,
+            RunState::Succeeded,
+            "run {run}"
+        );
     }
     let (a, b) = (span(&setup, one.id), span(&setup, two.id));
     assert!(a.1 <= b.0 || b.1 <= a.0, "with capacity 1 the probes no longer overlap: {a:?} and {b:?}");

@@ -38,7 +38,7 @@ fn id_of(run: &Value) -> Uuid {
 /// Claims the oldest queued run for a new daemon; returns the daemon's id.
 async fn claim(t: &TestDb) -> Uuid {
     let daemon = Uuid::now_v7();
-    let claimed = t.db.claim_runs(daemon, LONG_LEASE, 1, None).await.expect("claim");
+    let claimed = t.db.daemon.claim_runs(daemon, LONG_LEASE, 1, None).await.expect("claim");
     assert_eq!(claimed.len(), 1, "one queued run to claim");
     daemon
 }
@@ -47,7 +47,7 @@ async fn claim(t: &TestDb) -> Uuid {
 async fn finished_run(api: &TestApi, t: &TestDb, worker: &str) -> Uuid {
     let id = id_of(&api.trigger(worker, None).await);
     let daemon = claim(t).await;
-    t.db.finish_run(id, daemon, &succeeded()).await.expect("finish");
+    t.db.daemon.finish_run(id, daemon, &succeeded()).await.expect("finish");
     id
 }
 
@@ -108,11 +108,12 @@ async fn the_worker_view_shows_queue_snapshots_the_run_in_flight_and_the_last_fi
         took_ms: 12,
         measured_by: daemon,
     };
-    t.db.store_queue_count(&NewQueueCount { pending: Some(42), ..count("tagger") }).await.expect("count");
+    t.db.daemon.store_queue_count(&NewQueueCount { pending: Some(42), ..count("tagger") }).await.expect("count");
     let unmeasurable =
         NewQueueCount { unmeasurable: Some("the judge reads a live feed".into()), done: Some(7), ..count("judge") };
-    t.db.store_queue_count(&unmeasurable).await.expect("count");
-    t.db.store_queue_count(&NewQueueCount { error: Some("count-pending timed out".into()), ..count("transfer") })
+    t.db.daemon.store_queue_count(&unmeasurable).await.expect("count");
+    t.db.daemon
+        .store_queue_count(&NewQueueCount { error: Some("count-pending timed out".into()), ..count("transfer") })
         .await
         .expect("count");
     let first = finished_run(&api, t, "tagger").await;
@@ -212,7 +213,7 @@ async fn a_second_trigger_is_409_naming_the_run_in_flight(t: &TestDb) {
     );
     assert_eq!(body["message"], expected);
 
-    t.db.finish_run(first, daemon, &succeeded()).await.expect("finish");
+    t.db.daemon.finish_run(first, daemon, &succeeded()).await.expect("finish");
     api.trigger("tagger", None).await;
 }
 
@@ -240,7 +241,7 @@ async fn bad_arguments_are_400_with_the_resolvers_sentence_and_insert_nothing(t:
 
 async fn the_ledger_pages_and_filters_through_the_api(t: &TestDb) {
     let api = TestApi::new(t).await;
-    let start = t.db.now().await.expect("now") - chrono::Duration::seconds(1);
+    let start = t.db.api.now().await.expect("now") - chrono::Duration::seconds(1);
     let mut ids = Vec::new();
     for worker in ["tagger", "transfer", "tagger", "transfer", "tagger"] {
         ids.push(finished_run(&api, t, worker).await);
@@ -293,7 +294,7 @@ async fn a_run_shows_its_progress_history(t: &TestDb) {
     let id = id_of(&api.trigger("tagger", None).await);
     let daemon = claim(t).await;
     for done in [10, 20] {
-        t.db.record_progress(id, daemon, &json!({"done": done, "total": 40})).await.expect("progress");
+        t.db.daemon.record_progress(id, daemon, &json!({"done": done, "total": 40})).await.expect("progress");
     }
     let run = api.get(&format!("/api/runs/{id}"), VIEWER).await.expect(StatusCode::OK, None);
     assert_eq!(run["state"], "running");
@@ -380,7 +381,7 @@ async fn the_log_is_the_chunks_in_key_order_and_follow_streams_until_the_run_end
     read_to(&mut body, &mut followed, "first\nsecond\n").await;
     write(3, "third\n");
     read_to(&mut body, &mut followed, "first\nsecond\nthird\n").await;
-    t.db.finish_run(id, daemon, &succeeded()).await.expect("finish");
+    t.db.daemon.finish_run(id, daemon, &succeeded()).await.expect("finish");
     let rest = async {
         while let Some(chunk) = body.next().await {
             followed.extend_from_slice(&chunk.expect("a chunk of the followed log"));

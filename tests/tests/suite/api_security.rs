@@ -79,7 +79,7 @@ async fn every_endpoint_needs_a_token_and_the_right_role(t: &TestDb) {
         workers: vec![],
         labels: vec![],
     };
-    t.db.register_daemon(&new).await.expect("register");
+    t.db.daemon.register_daemon(&new).await.expect("register");
     let override_body = Some(json!({"preset": "big", "reason": "role test"}));
     let endpoints: Vec<(Method, String, Option<Value>, Role)> = vec![
         (Method::GET, "/api/workers".into(), None, Role::Viewer),

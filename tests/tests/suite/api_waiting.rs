@@ -131,8 +131,8 @@ async fn each_waiting_reason_is_read_back_through_the_api(t: &TestDb) {
     );
 
     // Every daemon draining: nothing new is taken.
-    for daemon in t.db.list_daemons(Duration::from_secs(60)).await.expect("daemons") {
-        t.db.request_drain(daemon.id, "test", Duration::from_secs(60)).await.expect("drain");
+    for daemon in t.db.api.list_daemons(Duration::from_secs(60)).await.expect("daemons") {
+        t.db.api.request_drain(daemon.id, "test", Duration::from_secs(60)).await.expect("drain");
     }
     let waiting = waits_for(&stack, &second, "all_draining").await;
     assert_eq!(waiting["daemons"].as_array().map(Vec::len), Some(2), "{waiting}");

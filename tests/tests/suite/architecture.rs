@@ -159,7 +159,10 @@ fn the_checks_above_catch_a_macro_that_composes_a_workflow() {
     let harmless = "macro_rules! run_columns { ($d:ident;) => { \"id, worker, released_at\" }; }";
     let (_, body) = macros(harmless).pop().expect("one macro");
     assert!(!body.contains(".await") && !statements.iter().any(|s| calls(&body, s)));
-    assert_eq!(code_of("let a = 1; // insert(x).await\nlet url = \"http://x\";"), "let a = 1; \nlet url = \"http://x\";");
+    assert_eq!(
+        code_of("let a = 1; // insert(x).await\nlet url = \"http://x\";"),
+        "let a = 1; \nlet url = \"http://x\";"
+    );
     assert_eq!(without_strings(r#"f("select now()", "a\"b") + g()"#), r#"f("", "") + g()"#);
 }
 

@@ -58,8 +58,8 @@ async fn chaos_keeps_every_invariant() {
     let traffic = tokio::spawn(traffic(apis.clone(), workers, seed, end));
     // Schedules fire throughout, and the pipeline is started and cancelled beside the runs.
     let catalogue = setup.settings.catalogue.clone();
-    schedules::create_schedules(&db.db, &catalogue).await;
-    let pipelines = tokio::spawn(schedules::pipeline_traffic(db.db.clone(), catalogue, seed, end));
+    schedules::create_schedules(&db.db.api, &catalogue).await;
+    let pipelines = tokio::spawn(schedules::pipeline_traffic(db.db.api.clone(), catalogue, seed, end));
     let reads = tokio::spawn(reads(apis.clone(), seed, end));
     // Faults to daemons every 1.5–4 s while two are up; the connections cut twice, with requests in flight.
     let mut rng = StdRng::seed_from_u64(seed);
@@ -102,7 +102,7 @@ async fn chaos_keeps_every_invariant() {
     let created = traffic.await.expect("the traffic");
     reads.await.expect("the reads");
     pipelines.await.expect("the pipeline traffic");
-    schedules::pause_schedules(&db.db).await;
+    schedules::pause_schedules(&db.db.api).await;
 
     eprintln!("chaos: {:>5.1} s  faults stop; settling", started.elapsed().as_secs_f64());
     fleet.settle(&setup, &apis, Duration::from_secs(60)).await;
@@ -113,7 +113,7 @@ async fn chaos_keeps_every_invariant() {
         }
         leftovers = wait_until_idle(&db, Duration::from_secs(30)).await;
     }
-    let stuck = schedules::wait_pipelines_idle(&db.db, Duration::from_secs(30)).await;
+    let stuck = schedules::wait_pipelines_idle(&db.db.api, Duration::from_secs(30)).await;
     // How long the settling took is part of the suite's budget (runs queued behind a resource's slots, resumes
     // of long runs): printed so that a slower settling shows.
     eprintln!("chaos: {:>5.1} s  every run and pipeline run ended", started.elapsed().as_secs_f64());
@@ -136,14 +136,14 @@ async fn chaos_keeps_every_invariant() {
 
     let verdict = check(Evidence {
         setup: &setup,
-        runs: ledger(&db.db).await,
+        runs: ledger(&db.db.api).await,
         created,
         answers: apis.answers(),
         faults: fleet.faults.clone(),
         cuts,
         watched,
         daemons_started: fleet.started,
-        scheduled: Scheduled::read(&db.db).await,
+        scheduled: Scheduled::read(&db.db.api).await,
     });
     eprintln!("\nchaos figures (seed {seed}, {seconds} s, lease {} s):\n{}\n", LEASE.as_secs(), verdict.figures);
     problems.extend(verdict.violations);
@@ -219,7 +219,7 @@ async fn wait_until_idle(db: &TestDb, timeout: Duration) -> Vec<Uuid> {
     let deadline = Instant::now() + timeout;
     loop {
         // A failed read (a connection that was cut) is read again.
-        if let Ok(runs) = db.db.runs_in_flight().await {
+        if let Ok(runs) = db.db.api.runs_in_flight().await {
             let in_flight: Vec<Uuid> = runs.iter().map(|r| r.id).collect();
             if in_flight.is_empty() || Instant::now() > deadline {
                 return in_flight;

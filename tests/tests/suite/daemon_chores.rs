@@ -200,7 +200,7 @@ async fn a_count_that_hangs_is_killed_at_its_timeout_with_the_reason_stored(t: &
     let path = t.write_config(&config, "config.toml");
     let daemon = start_daemon(t.dir.path(), "daemon", &path, &[("COUNT_SECONDS", "30")]).await;
     let count = eventually(Duration::from_secs(30), "the count's failure", || async {
-        let counts = t.db.queue_counts().await.ok()?;
+        let counts = t.db.api.queue_counts().await.ok()?;
         counts.into_iter().find(|c| c.worker == "hangs" && c.error.is_some())
     })
     .await;

@@ -29,7 +29,7 @@ async fn an_idle_daemon_makes_under_one_query_a_second(db: &TestDb) {
     .await;
     eventually(Duration::from_secs(30), "every worker's first chores to be done", || async {
         for worker in &setup.settings.catalogue.workers {
-            let chores = db.db.chores(&worker.name).await.ok()?;
+            let chores = db.db.daemon.chores(&worker.name).await.ok()?;
             let done = |c: &Chore| {
                 let answered = c.requested_at.is_none_or(|r| c.started_at.is_some_and(|s| s >= r));
                 c.lease_by.is_none() && c.finished_at.is_some() && answered

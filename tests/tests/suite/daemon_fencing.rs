@@ -25,14 +25,15 @@ async fn a_killed_daemon_is_recovered_within_its_lease_and_its_sibling_goes_on()
     let db = TestDb::postgres().await;
     let setup = Setup::new(&db, |d| d.capacity = 1);
     let mut daemons = [setup.start_daemon("daemon-a", &[]), setup.start_daemon("daemon-b", &[])];
-    let doomed = setup.request(&db.db, "probe-1", json!({"duration_ms": 30_000})).await;
-    let survivor = setup.request(&db.db, "probe-2", json!({"duration_ms": 6_000})).await;
-    let doomed = wait_started(&db.db, doomed.id, Duration::from_secs(10)).await;
-    let survivor = wait_started(&db.db, survivor.id, Duration::from_secs(10)).await;
+    let doomed = setup.request(&db.db.api, "probe-1", json!({"duration_ms": 30_000})).await;
+    let survivor = setup.request(&db.db.api, "probe-2", json!({"duration_ms": 6_000})).await;
+    let doomed = wait_started(&db.db.api, doomed.id, Duration::from_secs(10)).await;
+    let survivor = wait_started(&db.db.api, survivor.id, Duration::from_secs(10)).await;
     assert_ne!(doomed.daemon_id, survivor.daemon_id, "capacity 1: each daemon holds one run");
     let worker = setup.probe_started(doomed.id, Duration::from_secs(5)).await.pid;
     let owner = db
         .db
+        .api
         .get_daemon(doomed.daemon_id.expect("claimed"), GONE_AFTER)
         .await
         .expect("daemon row")
@@ -41,9 +42,10 @@ async fn a_killed_daemon_is_recovered_within_its_lease_and_its_sibling_goes_on()
 
     daemons[victim].signal(Signal::SIGKILL);
     let killed = Instant::now();
-    let recovered =
-        wait_run(&db.db, doomed.id, LEASE + Duration::from_secs(6), "recovery", |r| r.state == RunState::Interrupted)
-            .await;
+    let recovered = wait_run(&db.db.api, doomed.id, LEASE + Duration::from_secs(6), "recovery", |r| {
+        r.state == RunState::Interrupted
+    })
+    .await;
     let took = killed.elapsed();
     eprintln!(
         "measured: SIGKILL of the owning daemon -> run interrupted in {} ms (lease {} s)",
@@ -57,7 +59,7 @@ async fn a_killed_daemon_is_recovered_within_its_lease_and_its_sibling_goes_on()
     assert!(recovered.error.as_deref().is_some_and(|e| e.starts_with("owner lost: daemon ")), "{:?}", recovered.error);
     assert_eq!(recovered.end_reason, Some(EndReason::OwnerLost));
 
-    let other = wait_finished(&db.db, survivor.id, Duration::from_secs(15)).await;
+    let other = wait_finished(&db.db.api, survivor.id, Duration::from_secs(15)).await;
     assert_eq!(other.state, RunState::Succeeded, "{other:?}\n{}", daemons[1 - victim].output());
     let _ = daemons[victim].wait(Duration::from_secs(5)).await;
     db.cleanup().await;
@@ -70,12 +72,12 @@ async fn a_frozen_daemon_is_fenced_by_its_supervisor_and_cannot_overwrite_the_le
     let lease = Duration::from_secs(6);
     let setup = Setup::new(&db, |d| d.lease_seconds = 6);
     let frozen = setup.start_daemon("daemon-frozen", &[]);
-    let old = setup.request(&db.db, "probe-1", json!({"duration_ms": 60_000, "ignore_sigterm": true})).await;
-    wait_started(&db.db, old.id, Duration::from_secs(10)).await;
+    let old = setup.request(&db.db.api, "probe-1", json!({"duration_ms": 60_000, "ignore_sigterm": true})).await;
+    wait_started(&db.db.api, old.id, Duration::from_secs(10)).await;
     let worker = setup.probe_started(old.id, Duration::from_secs(5)).await.pid;
     let rescuer = setup.start_daemon("daemon-rescuer", &[]);
     eventually(Duration::from_secs(10), "both daemons registered", || async {
-        db.db.list_daemons(GONE_AFTER).await.ok().filter(|d| d.len() == 2)
+        db.db.api.list_daemons(GONE_AFTER).await.ok().filter(|d| d.len() == 2)
     })
     .await;
 
@@ -87,7 +89,7 @@ async fn a_frozen_daemon_is_fenced_by_its_supervisor_and_cannot_overwrite_the_le
     assert!(setup.probe_run(old.id).1.is_none(), "killed by SIGKILL, the probe wrote no end line");
 
     let interrupted =
-        wait_run(&db.db, old.id, Duration::from_secs(10), "recovery", |r| r.state == RunState::Interrupted).await;
+        wait_run(&db.db.api, old.id, Duration::from_secs(10), "recovery", |r| r.state == RunState::Interrupted).await;
     let reason = interrupted.error.clone().expect("a reason");
     assert!(reason.starts_with("owner lost: daemon "), "{reason}");
     assert_eq!(interrupted.end_reason, Some(EndReason::OwnerLost));
@@ -98,8 +100,8 @@ async fn a_frozen_daemon_is_fenced_by_its_supervisor_and_cannot_overwrite_the_le
     let margin_ms = (at_ns(lease_end.to_utc()) - died) / 1_000_000;
     eprintln!("measured: frozen daemon's worker killed {margin_ms} ms before its lease expired");
     assert!(died < at_ns(lease_end.to_utc()), "the worker outlived its lease by {} ms", -margin_ms);
-    let new = setup.request(&db.db, "probe-1", json!({"duration_ms": 300})).await;
-    let done = wait_finished(&db.db, new.id, Duration::from_secs(10)).await;
+    let new = setup.request(&db.db.api, "probe-1", json!({"duration_ms": 300})).await;
+    let done = wait_finished(&db.db.api, new.id, Duration::from_secs(10)).await;
     assert_eq!(done.state, RunState::Succeeded, "{done:?}\n{}", rescuer.output());
     assert_ne!(done.daemon_id, interrupted.daemon_id);
     let new_start = setup.probe_run(new.id).0.expect("the new run's start line").at_ns;
@@ -110,7 +112,7 @@ async fn a_frozen_daemon_is_fenced_by_its_supervisor_and_cannot_overwrite_the_le
         frozen.output().contains("is no longer this daemon's").then_some(())
     })
     .await;
-    let after = db.db.get_run(old.id).await.expect("read").expect("row");
+    let after = db.db.api.get_run(old.id).await.expect("read").expect("row");
     assert_eq!(
         (after.state, after.error.as_deref()),
         (RunState::Interrupted, Some(reason.as_str())),
@@ -126,11 +128,11 @@ async fn terminated_database_connections_are_survived() {
     // A poll this slow means that a quick claim afterwards came through the re-established LISTEN.
     let setup = Setup::new(&db, |d| d.poll_seconds = 60);
     let mut daemon = setup.start_daemon("daemon", &[]);
-    let run = setup.request(&db.db, "probe-1", json!({"duration_ms": 4_000, "progress_steps": 8})).await;
-    wait_started(&db.db, run.id, Duration::from_secs(10)).await;
+    let run = setup.request(&db.db.api, "probe-1", json!({"duration_ms": 4_000, "progress_steps": 8})).await;
+    wait_started(&db.db.api, run.id, Duration::from_secs(10)).await;
 
     assert!(terminate_connections(&db.url, None).await > 0);
-    let done = wait_finished(&db.db, run.id, Duration::from_secs(15)).await;
+    let done = wait_finished(&db.db.api, run.id, Duration::from_secs(15)).await;
     assert_eq!(
         done.state,
         RunState::Succeeded,
@@ -148,9 +150,9 @@ async fn terminated_database_connections_are_survived() {
         (drops() > dropped).then_some(())
     })
     .await;
-    let _ = db.db.ping().await;
-    let next = setup.request(&db.db, "probe-2", json!({"duration_ms": 100})).await;
-    let next = wait_finished(&db.db, next.id, Duration::from_secs(10)).await;
+    let _ = db.db.api.ping().await;
+    let next = setup.request(&db.db.api, "probe-2", json!({"duration_ms": 100})).await;
+    let next = wait_finished(&db.db.api, next.id, Duration::from_secs(10)).await;
     assert_eq!(next.state, RunState::Succeeded);
     let waited = next.claimed_at.expect("claimed") - next.requested_at;
     // Well under the 60 s poll, with room for a slow machine's reconnection.
@@ -171,8 +173,8 @@ async fn the_daemons_connections_are_named_and_claims_use_their_own() {
     let db = TestDb::postgres().await;
     let setup = Setup::new(&db, |d| d.poll_seconds = 60);
     let daemon = setup.start_daemon("daemon", &[]);
-    let run = setup.request(&db.db, "probe-1", json!({"duration_ms": 50})).await;
-    let run = wait_finished(&db.db, run.id, Duration::from_secs(10)).await;
+    let run = setup.request(&db.db.api, "probe-1", json!({"duration_ms": 50})).await;
+    let run = wait_finished(&db.db.api, run.id, Duration::from_secs(10)).await;
     assert_eq!(run.state, RunState::Succeeded, "{run:?}\n{}", daemon.output());
 
     let backends = daemon_backends(&db.url).await;

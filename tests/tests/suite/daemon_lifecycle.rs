@@ -30,14 +30,14 @@ backend_tests!(
 async fn cancelling_kills_a_worker_that_ignores_sigterm(db: &TestDb) {
     let setup = Setup::new(db, |d| d.cancel_grace_seconds = 1);
     let daemon = setup.start_daemon("daemon", &[]);
-    let run = setup.request(&db.db, "probe-1", json!({"duration_ms": 60_000, "ignore_sigterm": true})).await;
-    wait_started(&db.db, run.id, Duration::from_secs(10)).await;
+    let run = setup.request(&db.db.api, "probe-1", json!({"duration_ms": 60_000, "ignore_sigterm": true})).await;
+    wait_started(&db.db.api, run.id, Duration::from_secs(10)).await;
     let worker = setup.probe_started(run.id, Duration::from_secs(5)).await.pid;
 
     let asked = Instant::now();
-    let outcome = db.db.request_cancel(run.id, "ada").await.expect("cancel");
+    let outcome = db.db.api.request_cancel(run.id, "ada").await.expect("cancel");
     assert!(matches!(outcome, Some(CancelOutcome::Requested(_))), "{outcome:?}");
-    let done = wait_finished(&db.db, run.id, Duration::from_secs(15)).await;
+    let done = wait_finished(&db.db.api, run.id, Duration::from_secs(15)).await;
     let took = asked.elapsed();
     assert_eq!(done.state, RunState::Cancelled, "{done:?}\n{}", daemon.output());
     assert_eq!((done.end_reason, done.error.as_deref()), (Some(EndReason::Cancelled), Some("cancelled by ada")));
@@ -64,9 +64,9 @@ async fn queue_counts_fall_after_runs(db: &TestDb) {
     });
     let setup = Setup::with(db, config.worker(transfer));
     let daemon = setup.start_daemon("daemon", &[]);
-    let not_ours = setup.request(&db.db, "probe-2", json!({})).await;
+    let not_ours = setup.request(&db.db.api, "probe-2", json!({})).await;
     let pending = |worker: &'static str| async move {
-        let counts = db.db.queue_counts().await.ok()?;
+        let counts = db.db.api.queue_counts().await.ok()?;
         counts.into_iter().find(|c| c.worker == worker)
     };
     let before = eventually(Duration::from_secs(20), "a first count of transfer", || async {
@@ -74,8 +74,8 @@ async fn queue_counts_fall_after_runs(db: &TestDb) {
     })
     .await;
     assert!(before.took_ms >= 0 && before.error.is_none(), "{before:?}");
-    let run = setup.request(&db.db, "transfer", json!({})).await;
-    let done = wait_finished(&db.db, run.id, Duration::from_secs(30)).await;
+    let run = setup.request(&db.db.api, "transfer", json!({})).await;
+    let done = wait_finished(&db.db.api, run.id, Duration::from_secs(30)).await;
     assert_eq!(done.state, RunState::Succeeded, "{done:?}\n{}", daemon.output());
     // The worker may empty its queue a moment before the run is marked finished, so a zero measured
     // then is also right; what must happen is a fresh count, taken after the run ended, that says zero.
@@ -85,10 +85,10 @@ async fn queue_counts_fall_after_runs(db: &TestDb) {
     })
     .await;
     assert_eq!(after.pending, Some(0), "{after:?}");
-    let counts = db.db.queue_counts().await.expect("counts");
+    let counts = db.db.api.queue_counts().await.expect("counts");
     assert!(counts.iter().any(|c| c.worker == "probe-1"), "probe-1 is taken, so counted: {counts:?}");
     assert!(!counts.iter().any(|c| c.worker == "probe-2"), "probe-2 is not this daemon's, so not counted: {counts:?}");
-    let not_ours = db.db.get_run(not_ours.id).await.expect("read").expect("row");
+    let not_ours = db.db.api.get_run(not_ours.id).await.expect("read").expect("row");
     assert_eq!(not_ours.state, RunState::Queued, "probe-2 is not this daemon's, so not claimed");
 }
 
@@ -103,19 +103,19 @@ async fn the_daemon_runs_in_process_until_its_injected_shutdown(db: &TestDb) {
     let (shutdown, telemetry) = (Shutdown::default(), Telemetry::default());
     let running = scrinalia_daemon::run(setup.settings.clone(), &telemetry, shutdown.clone());
     let drive = async {
-        let short = setup.request(&db.db, "probe-1", json!({"duration_ms": 100})).await;
-        let short = wait_finished(&db.db, short.id, Duration::from_secs(20)).await;
+        let short = setup.request(&db.db.api, "probe-1", json!({"duration_ms": 100})).await;
+        let short = wait_finished(&db.db.api, short.id, Duration::from_secs(20)).await;
         assert_eq!(short.state, RunState::Succeeded, "{short:?}");
-        let long = setup.request(&db.db, "probe-2", json!({"duration_ms": 60_000})).await;
-        let long = wait_started(&db.db, long.id, Duration::from_secs(20)).await;
+        let long = setup.request(&db.db.api, "probe-2", json!({"duration_ms": 60_000})).await;
+        let long = wait_started(&db.db.api, long.id, Duration::from_secs(20)).await;
         shutdown.graceful.cancel();
         long
     };
     let (stopped, long) = tokio::join!(running, drive);
     stopped.expect("the daemon stops cleanly");
-    let long = db.db.get_run(long.id).await.expect("read").expect("row");
+    let long = db.db.api.get_run(long.id).await.expect("read").expect("row");
     assert_eq!((long.state, long.end_reason), (RunState::Interrupted, Some(EndReason::DaemonShutdown)), "{long:?}");
-    let row = db.db.get_daemon(long.daemon_id.expect("claimed"), GONE_AFTER).await.expect("read").expect("row");
+    let row = db.db.api.get_daemon(long.daemon_id.expect("claimed"), GONE_AFTER).await.expect("read").expect("row");
     assert!(row.state == DaemonState::Gone && row.stopped_at.is_some(), "the daemon marked itself stopped: {row:?}");
 }
 
@@ -124,20 +124,20 @@ async fn sigterm_lets_a_short_run_finish_and_claims_nothing_more() {
     let db = TestDb::postgres().await;
     let setup = Setup::new(&db, |d| d.drain_seconds = 20);
     let mut daemon = setup.start_daemon("daemon", &[]);
-    let run = setup.request(&db.db, "probe-1", json!({"duration_ms": 2_000})).await;
-    let run = wait_started(&db.db, run.id, Duration::from_secs(10)).await;
+    let run = setup.request(&db.db.api, "probe-1", json!({"duration_ms": 2_000})).await;
+    let run = wait_started(&db.db.api, run.id, Duration::from_secs(10)).await;
     daemon.signal(Signal::SIGTERM);
     eventually(Duration::from_secs(20), "the daemon to stop claiming", || async {
         daemon.output().contains("claiming stopped; draining").then_some(())
     })
     .await;
-    let late = setup.request(&db.db, "probe-2", json!({})).await;
+    let late = setup.request(&db.db.api, "probe-2", json!({})).await;
     assert_eq!(daemon.wait(Duration::from_secs(15)).await, Some(0), "{}", daemon.output());
-    let done = db.db.get_run(run.id).await.expect("read").expect("row");
+    let done = db.db.api.get_run(run.id).await.expect("read").expect("row");
     assert_eq!(done.state, RunState::Succeeded, "{done:?}");
-    let late = db.db.get_run(late.id).await.expect("read").expect("row");
+    let late = db.db.api.get_run(late.id).await.expect("read").expect("row");
     assert_eq!(late.state, RunState::Queued, "a stopping daemon claims nothing");
-    let row = db.db.get_daemon(run.daemon_id.expect("claimed"), GONE_AFTER).await.expect("read").expect("row");
+    let row = db.db.api.get_daemon(run.daemon_id.expect("claimed"), GONE_AFTER).await.expect("read").expect("row");
     assert!(row.state == DaemonState::Gone && row.stopped_at.is_some(), "{row:?}");
     db.cleanup().await;
 }
@@ -147,13 +147,13 @@ async fn sigterm_interrupts_a_long_run_after_the_drain_time() {
     let db = TestDb::postgres().await;
     let setup = Setup::new(&db, |d| d.drain_seconds = 1);
     let mut daemon = setup.start_daemon("daemon", &[]);
-    let run = setup.request(&db.db, "probe-1", json!({"duration_ms": 60_000})).await;
-    wait_started(&db.db, run.id, Duration::from_secs(10)).await;
+    let run = setup.request(&db.db.api, "probe-1", json!({"duration_ms": 60_000})).await;
+    wait_started(&db.db.api, run.id, Duration::from_secs(10)).await;
     let signalled = Instant::now();
     daemon.signal(Signal::SIGTERM);
     assert_eq!(daemon.wait(Duration::from_secs(15)).await, Some(0), "{}", daemon.output());
     assert!(signalled.elapsed() >= Duration::from_secs(1), "the run had its drain time");
-    let done = db.db.get_run(run.id).await.expect("read").expect("row");
+    let done = db.db.api.get_run(run.id).await.expect("read").expect("row");
     assert_eq!((done.state, done.error.as_deref()), (RunState::Interrupted, Some("daemon shutdown")), "{done:?}");
     assert_eq!(done.end_reason, Some(EndReason::DaemonShutdown));
     let end = setup.probe_run(run.id).1.expect("stopped by SIGTERM, the probe wrote its end line");
@@ -166,8 +166,8 @@ async fn a_second_signal_stops_the_runs_at_once() {
     let db = TestDb::postgres().await;
     let setup = Setup::new(&db, |d| d.drain_seconds = 120);
     let mut daemon = setup.start_daemon("daemon", &[]);
-    let run = setup.request(&db.db, "probe-1", json!({"duration_ms": 60_000})).await;
-    wait_started(&db.db, run.id, Duration::from_secs(10)).await;
+    let run = setup.request(&db.db.api, "probe-1", json!({"duration_ms": 60_000})).await;
+    wait_started(&db.db.api, run.id, Duration::from_secs(10)).await;
     let signalled = Instant::now();
     daemon.signal(Signal::SIGTERM);
     // The second signal must come after the first was acted on, or it would be the first.
@@ -178,7 +178,7 @@ async fn a_second_signal_stops_the_runs_at_once() {
     daemon.signal(Signal::SIGINT);
     assert_eq!(daemon.wait(Duration::from_secs(15)).await, Some(0), "{}", daemon.output());
     assert!(signalled.elapsed() < Duration::from_secs(10), "no drain wait after the second signal");
-    let done = db.db.get_run(run.id).await.expect("read").expect("row");
+    let done = db.db.api.get_run(run.id).await.expect("read").expect("row");
     assert_eq!((done.state, done.error.as_deref()), (RunState::Interrupted, Some("daemon shutdown")), "{done:?}");
     assert_eq!(done.end_reason, Some(EndReason::DaemonShutdown));
     db.cleanup().await;
@@ -193,19 +193,19 @@ async fn a_drain_through_the_database_finishes_runs_then_exits() {
         d.gone_after_seconds = 180;
     });
     let mut daemon = setup.start_daemon("daemon", &[]);
-    let run = setup.request(&db.db, "probe-1", json!({"duration_ms": 2_500})).await;
-    let run = wait_started(&db.db, run.id, Duration::from_secs(10)).await;
+    let run = setup.request(&db.db.api, "probe-1", json!({"duration_ms": 2_500})).await;
+    let run = wait_started(&db.db.api, run.id, Duration::from_secs(10)).await;
     let id = run.daemon_id.expect("claimed");
-    db.db.request_drain(id, "operator", Duration::from_secs(180)).await.expect("the daemon is alive");
+    db.db.api.request_drain(id, "operator", Duration::from_secs(180)).await.expect("the daemon is alive");
     // The registry's notification makes the daemon heartbeat at once instead of within the minute.
     eventually(Duration::from_secs(30), "the daemon to stop claiming", || async {
         daemon.output().contains("claiming stopped; draining").then_some(())
     })
     .await;
-    let late = setup.request(&db.db, "probe-2", json!({})).await;
+    let late = setup.request(&db.db.api, "probe-2", json!({})).await;
     assert_eq!(daemon.wait(Duration::from_secs(15)).await, Some(0), "{}", daemon.output());
-    assert_eq!(db.db.get_run(run.id).await.expect("read").expect("row").state, RunState::Succeeded);
-    assert_eq!(db.db.get_run(late.id).await.expect("read").expect("row").state, RunState::Queued);
+    assert_eq!(db.db.api.get_run(run.id).await.expect("read").expect("row").state, RunState::Succeeded);
+    assert_eq!(db.db.api.get_run(late.id).await.expect("read").expect("row").state, RunState::Queued);
     db.cleanup().await;
 }
 

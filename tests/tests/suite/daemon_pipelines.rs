@@ -48,13 +48,13 @@ fn setup(t: &TestDb) -> Setup {
 }
 
 async fn start(t: &TestDb, setup: &Setup, arguments: Value) -> Uuid {
-    let started = t.db.start_pipeline(&setup.settings.catalogue, "three", "test", &arguments).await;
+    let started = t.db.api.start_pipeline(&setup.settings.catalogue, "three", "test", &arguments).await;
     started.expect("start the pipeline").pipeline_run.id
 }
 
 async fn ended(t: &TestDb, id: Uuid, timeout: Duration) -> PipelineRunView {
     eventually(timeout, "the pipeline run ends", || async {
-        t.db.pipeline_run(id).await.expect("read").filter(|p| p.pipeline_run.state.is_terminal())
+        t.db.api.pipeline_run(id).await.expect("read").filter(|p| p.pipeline_run.state.is_terminal())
     })
     .await
 }
@@ -101,13 +101,13 @@ async fn a_daemon_killed_right_after_step_one_does_not_stall_the_pipeline(t: &Te
     let first = start_daemon(&setup.dir, "daemon-a", &setup.config, &[]).await;
     let second = start_daemon(&setup.dir, "daemon-b", &setup.config, &[]).await;
     let id = start(t, &setup, json!({"probe-1": {"options": {"duration_ms": 1500}}})).await;
-    let view = t.db.pipeline_run(id).await.expect("read").expect("the pipeline run");
+    let view = t.db.api.pipeline_run(id).await.expect("read").expect("the pipeline run");
     let step_1 = view.runs[0].id;
     let step_1 = eventually(Duration::from_secs(20), "step 1 succeeds", || async {
-        t.db.get_run(step_1).await.ok().flatten().filter(|r| r.state.is_terminal())
+        t.db.api.get_run(step_1).await.ok().flatten().filter(|r| r.state.is_terminal())
     })
     .await;
-    let daemons = t.db.list_daemons(Duration::from_secs(30)).await.expect("daemons");
+    let daemons = t.db.api.list_daemons(Duration::from_secs(30)).await.expect("daemons");
     let owner = daemons.iter().find(|d| Some(d.id) == step_1.daemon_id).expect("step 1's daemon");
     let (killed, survivor) =
         if i64::from(owner.pid) == i64::from(first.pid().as_raw()) { (first, second) } else { (second, first) };
@@ -128,7 +128,7 @@ async fn a_daemon_killed_right_after_step_one_does_not_stall_the_pipeline(t: &Te
     }
     let probe_3 = view.runs.iter().filter(|r| r.worker == "probe-3").count();
     assert_eq!(probe_3, 1, "no step run twice");
-    wait_run(&t.db, step_2.id, Duration::from_secs(1), "step 2 is recorded", |r| r.state.is_terminal()).await;
+    wait_run(&t.db.api, step_2.id, Duration::from_secs(1), "step 2 is recorded", |r| r.state.is_terminal()).await;
 }
 
 async fn a_schedule_starts_the_pipeline_and_a_cancel_stops_its_running_step(t: &TestDb) {
@@ -142,27 +142,27 @@ async fn a_schedule_starts_the_pipeline_and_a_cancel_stops_its_running_step(t: &
         reason: Some("the pipeline as a unit".into()),
         ..ScheduleInput::default()
     };
-    let schedule = t.db.create_schedule(&setup.settings.catalogue, "test", &input).await.expect("create").schedule;
+    let schedule = t.db.api.create_schedule(&setup.settings.catalogue, "test", &input).await.expect("create").schedule;
     let fire = eventually(Duration::from_secs(20), "a fire starts the pipeline", || async {
-        let fires = t.db.schedule_fires("three-every-second", 100).await.expect("fires");
+        let fires = t.db.api.schedule_fires("three-every-second", 100).await.expect("fires");
         fires.into_iter().find(|f| f.outcome == FireOutcome::Requested)
     })
     .await;
     let id = fire.pipeline_run_id.expect("the fire names its pipeline run");
-    let view = t.db.pipeline_run(id).await.expect("read").expect("the pipeline run");
+    let view = t.db.api.pipeline_run(id).await.expect("read").expect("the pipeline run");
     assert_eq!((view.pipeline_run.schedule_id, view.pipeline_run.fire_at), (Some(schedule.id), Some(fire.fire_at)));
     assert_eq!(view.pipeline_run.requested_by, "schedule:three-every-second");
     // Later fires find the pipeline in flight: skipped, naming it.
     let skipped = eventually(Duration::from_secs(10), "a fire skipped", || async {
-        let fires = t.db.schedule_fires("three-every-second", 100).await.expect("fires");
+        let fires = t.db.api.schedule_fires("three-every-second", 100).await.expect("fires");
         fires.into_iter().find(|f| f.outcome == FireOutcome::Skipped)
     })
     .await;
     assert_eq!(skipped.blocked_by, Some(id), "the skip names the pipeline run in flight");
-    t.db.set_schedule_enabled("three-every-second", false, "test", Some("enough")).await.expect("pause");
+    t.db.api.set_schedule_enabled("three-every-second", false, "test", Some("enough")).await.expect("pause");
     let step = view.runs[0].id;
-    wait_run(&t.db, step, Duration::from_secs(20), "step 1 runs", |r| r.started_at.is_some()).await;
-    t.db.cancel_pipeline_run(id, "ada").await.expect("cancel").expect("the pipeline run");
+    wait_run(&t.db.api, step, Duration::from_secs(20), "step 1 runs", |r| r.started_at.is_some()).await;
+    t.db.api.cancel_pipeline_run(id, "ada").await.expect("cancel").expect("the pipeline run");
     let view = ended(t, id, Duration::from_secs(30)).await;
     daemon.stop(Duration::from_secs(10)).await;
     assert_eq!(view.pipeline_run.state, PipelineState::Cancelled, "{view:#?}");

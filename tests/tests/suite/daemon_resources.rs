@@ -45,18 +45,21 @@ async fn a_resource_of_capacity_one_never_has_two_holders(t: &TestDb) {
             trace_context: None,
         };
         // One in flight per worker: most triggers are refused while the other worker holds the slot.
-        accepted += usize::from(t.db.request_run(&setup.settings.catalogue, request).await.is_ok());
+        accepted += usize::from(t.db.api.request_run(&setup.settings.catalogue, request).await.is_ok());
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     eventually(Duration::from_secs(40), "every run ended", || async {
-        t.db.runs_in_flight().await.expect("in flight").is_empty().then_some(())
+        t.db.api.runs_in_flight().await.expect("in flight").is_empty().then_some(())
     })
     .await;
     let filter = RunFilter { limit: 500, ..RunFilter::default() };
-    let runs = t.db.list_runs(&filter).await.expect("runs").runs;
+    let runs = t.db.api.list_runs(&filter).await.expect("runs").runs;
     assert_eq!(runs.len(), accepted);
     assert!(runs.iter().filter(|r| r.state == RunState::Succeeded).count() >= 20, "runs went through");
-    assert!(t.db.resource_holders().await.expect("holders").is_empty(), "nothing holds the slot once runs ended");
+    assert!(
+        t.db.daemon.resource_holders().await.expect("holders").is_empty(),
+        "nothing holds the slot once runs ended"
+    );
 
     // The probes' own records: each run's process from its start line to its end line (or, for one whose daemon
     // was killed and that wrote no end line, to the run's recorded end), never overlapping another's.
@@ -100,27 +103,27 @@ async fn a_worker_that_needs_a_gpu_waits_for_a_gpu_daemon(t: &TestDb) {
     };
     let setup = Setup::with(t, config(&[]));
     let plain = setup.start_daemon("plain", &[]);
-    let needs_gpu = setup.request(&t.db, "probe-2", json!({"duration_ms": 50})).await;
-    let other = setup.request(&t.db, "probe-1", json!({"duration_ms": 50})).await;
-    let other = wait_finished(&t.db, other.id, Duration::from_secs(20)).await;
+    let needs_gpu = setup.request(&t.db.api, "probe-2", json!({"duration_ms": 50})).await;
+    let other = setup.request(&t.db.api, "probe-1", json!({"duration_ms": 50})).await;
+    let other = wait_finished(&t.db.api, other.id, Duration::from_secs(20)).await;
     assert_eq!(other.state, RunState::Succeeded, "the plain daemon claims what it can place");
     // The later run of probe-1 was claimed: the plain daemon passed over the older one it cannot place.
-    let waiting = t.db.get_run(needs_gpu.id).await.expect("read").expect("the run");
+    let waiting = t.db.api.get_run(needs_gpu.id).await.expect("read").expect("the run");
     assert_eq!(waiting.state, RunState::Queued, "no daemon labelled gpu yet");
-    let why = t.db.why_waiting(&setup.settings.catalogue, &waiting, Duration::from_secs(60)).await.expect("why");
+    let why = t.db.api.why_waiting(&setup.settings.catalogue, &waiting, Duration::from_secs(60)).await.expect("why");
     let why = why.expect("a queued run says why it waits");
     assert_eq!(why.code, WaitCode::NoCapableDaemon, "{why:?}");
     assert!(why.message.contains("lacks the label gpu"), "the sentence names the missing label: {why:?}");
-    let daemons = t.db.list_daemons(Duration::from_secs(60)).await.expect("daemons");
+    let daemons = t.db.api.list_daemons(Duration::from_secs(60)).await.expect("daemons");
     let plain_id = daemons.iter().find(|d| d.pid == plain.pid().as_raw()).expect("the plain daemon").id;
     assert_eq!(why.daemons, [plain_id], "it names the daemon that cannot take it");
 
     let gpu_config = setup.dir.join("gpu.toml");
     write(&config(&["gpu"]), &gpu_config);
     let gpu = start_daemon(&setup.dir, "gpu", &gpu_config, &[]).await;
-    let ran = wait_finished(&t.db, needs_gpu.id, Duration::from_secs(20)).await;
+    let ran = wait_finished(&t.db.api, needs_gpu.id, Duration::from_secs(20)).await;
     assert_eq!(ran.state, RunState::Succeeded);
-    let daemons = t.db.list_daemons(Duration::from_secs(60)).await.expect("daemons");
+    let daemons = t.db.api.list_daemons(Duration::from_secs(60)).await.expect("daemons");
     let host = daemons.iter().find(|d| Some(d.id) == ran.daemon_id).expect("its daemon");
     assert_eq!(host.pid, gpu.pid().as_raw(), "it ran on the daemon labelled gpu");
     for daemon in [plain, gpu] {

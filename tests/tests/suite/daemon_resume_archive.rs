@@ -53,17 +53,17 @@ fn journal(data: &Path) -> Vec<(String, String)> {
 /// has checkpointed 6 documents, and waits until the other daemon interrupts it.
 async fn cut_half_way(t: &TestDb, setup: &Setup) -> (Vec<Process>, Run) {
     let mut daemons = vec![setup.start_daemon("daemon-a", &[]), setup.start_daemon("daemon-b", &[])];
-    let first = setup.request(&t.db, "transfer", json!({"batch_size": 2, "delay_ms": 300})).await;
-    let first = wait_started(&t.db, first.id, Duration::from_secs(20)).await;
-    wait_run(&t.db, first.id, Duration::from_secs(30), "six documents checkpointed", |r| {
+    let first = setup.request(&t.db.api, "transfer", json!({"batch_size": 2, "delay_ms": 300})).await;
+    let first = wait_started(&t.db.api, first.id, Duration::from_secs(20)).await;
+    wait_run(&t.db.api, first.id, Duration::from_secs(30), "six documents checkpointed", |r| {
         r.checkpoint.as_ref().and_then(|c| c["done"].as_u64()).is_some_and(|d| d >= 6)
     })
     .await;
-    let owners = t.db.list_daemons(Duration::from_secs(60)).await.expect("daemons");
+    let owners = t.db.api.list_daemons(Duration::from_secs(60)).await.expect("daemons");
     let owner = owners.iter().find(|d| Some(d.id) == first.daemon_id).expect("registered");
     daemons.iter_mut().find(|d| d.pid().as_raw() == owner.pid).expect("ours").signal(Signal::SIGKILL);
     let cut =
-        wait_run(&t.db, first.id, Duration::from_secs(20), "recovery", |r| r.state == RunState::Interrupted).await;
+        wait_run(&t.db.api, first.id, Duration::from_secs(20), "recovery", |r| r.state == RunState::Interrupted).await;
     let done = cut.checkpoint.as_ref().and_then(|c| c["done"].as_u64()).expect("a checkpoint");
     assert!((6..20).contains(&done), "cut half-way, after {done} of 20");
     (daemons, cut)
@@ -76,8 +76,8 @@ async fn a_resumed_archive_run_processes_each_document_once(t: &TestDb) {
     let list = worklist(&data, &cut);
     assert_eq!(list.len(), 20, "the 20 documents staged at the start");
     let resumed =
-        t.db.continue_run(&setup.settings.catalogue, cut.id, FollowKind::Resume, "ada").await.expect("resume");
-    let resumed = wait_finished(&t.db, resumed.id, Duration::from_secs(60)).await;
+        t.db.api.continue_run(&setup.settings.catalogue, cut.id, FollowKind::Resume, "ada").await.expect("resume");
+    let resumed = wait_finished(&t.db.api, resumed.id, Duration::from_secs(60)).await;
     assert_eq!(resumed.state, RunState::Succeeded, "{resumed:?}\n{}", setup.run_log(&resumed));
     assert_ne!(resumed.daemon_id, cut.daemon_id);
 
@@ -109,8 +109,8 @@ async fn a_restarted_archive_run_processes_them_all_again(t: &TestDb) {
     let before = journal(&data).len();
     assert!(before >= 6, "the cut run journaled what it finished");
     let restarted =
-        t.db.continue_run(&setup.settings.catalogue, cut.id, FollowKind::Restart, "ada").await.expect("restart");
-    let restarted = wait_finished(&t.db, restarted.id, Duration::from_secs(60)).await;
+        t.db.api.continue_run(&setup.settings.catalogue, cut.id, FollowKind::Restart, "ada").await.expect("restart");
+    let restarted = wait_finished(&t.db.api, restarted.id, Duration::from_secs(60)).await;
     assert_eq!(restarted.state, RunState::Succeeded, "{}", setup.run_log(&restarted));
     let again: Vec<String> = journal(&data)
         .into_iter()

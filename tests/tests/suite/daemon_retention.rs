@@ -50,11 +50,11 @@ async fn two_daemons_prune_what_the_export_wrote_one_pass_at_a_time(t: &TestDb) 
     let logs_dir = dir.join("run-logs");
     // One run through the domain layer, with a log, older than the backlog.
     let daemon = Uuid::now_v7();
-    let logged = insert(&t.db, "bulk").await.expect("insert");
-    t.db.claim_runs(daemon, LONG_LEASE, 1, None).await.expect("claim");
+    let logged = insert(&t.db.api, "bulk").await.expect("insert");
+    t.db.daemon.claim_runs(daemon, LONG_LEASE, 1, None).await.expect("claim");
     let prefix = format!("runs/bulk/{}", logged.id);
-    t.db.mark_started(logged.id, daemon, &prefix).await.expect("start");
-    t.db.finish_run(logged.id, daemon, &succeeded()).await.expect("finish");
+    t.db.daemon.mark_started(logged.id, daemon, &prefix).await.expect("start");
+    t.db.daemon.finish_run(logged.id, daemon, &succeeded()).await.expect("finish");
     let ago = match t.kind {
         Kind::Postgres => "now() - make_interval(days => 200)".to_owned(),
         Kind::Sqlite => "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-200 days')".to_owned(),

@@ -41,7 +41,7 @@ fn setup(t: &TestDb) -> Setup {
 }
 
 async fn chain_of(t: &TestDb, run: &Run) -> Vec<Run> {
-    t.db.run_chain(run.id).await.expect("the chain")
+    t.db.api.run_chain(run.id).await.expect("the chain")
 }
 
 fn seconds(d: chrono::Duration) -> f64 {
@@ -51,7 +51,7 @@ fn seconds(d: chrono::Duration) -> f64 {
 async fn a_failed_run_is_retried_with_its_backoff_until_its_attempts_are_used(t: &TestDb) {
     let setup = setup(t);
     let daemon = start_daemon(&setup.dir, "daemon", &setup.config, &[]).await;
-    let first = setup.request(&t.db, "probe-1", json!({"exit_code": 3})).await;
+    let first = setup.request(&t.db.api, "probe-1", json!({"exit_code": 3})).await;
     assert_eq!(first.config.retry.as_ref().map(|r| r.source), Some(Source::Default), "the catalogue's policy");
     let chain = eventually(Duration::from_secs(30), "three failed attempts", || async {
         let chain = chain_of(t, &first).await;
@@ -85,14 +85,14 @@ async fn a_cancelled_run_is_never_retried(t: &TestDb) {
     let setup = setup(t);
     let daemon = start_daemon(&setup.dir, "daemon", &setup.config, &[]).await;
     // It would fail after 30 s; it is cancelled while it runs.
-    let run = setup.request(&t.db, "probe-1", json!({"exit_code": 3, "duration_ms": 30000})).await;
-    wait_run(&t.db, run.id, Duration::from_secs(20), "it starts", |r| r.started_at.is_some()).await;
-    t.db.request_cancel(run.id, "ada").await.expect("cancel").expect("the run");
-    let ended = wait_run(&t.db, run.id, Duration::from_secs(20), "it ends", |r| r.state.is_terminal()).await;
+    let run = setup.request(&t.db.api, "probe-1", json!({"exit_code": 3, "duration_ms": 30000})).await;
+    wait_run(&t.db.api, run.id, Duration::from_secs(20), "it starts", |r| r.started_at.is_some()).await;
+    t.db.api.request_cancel(run.id, "ada").await.expect("cancel").expect("the run");
+    let ended = wait_run(&t.db.api, run.id, Duration::from_secs(20), "it ends", |r| r.state.is_terminal()).await;
     assert_eq!(ended.state, RunState::Cancelled);
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(chain_of(t, &run).await.len(), 1, "no retry of a cancelled run");
-    assert!(t.db.runs_in_flight().await.expect("in flight").is_empty());
+    assert!(t.db.api.runs_in_flight().await.expect("in flight").is_empty());
     daemon.stop(Duration::from_secs(10)).await;
 }
 
@@ -105,18 +105,18 @@ async fn a_waiting_retry_holds_its_worker_and_cancelling_it_ends_the_chain(t: &T
         reason: Some("flaky model server: retry once".into()),
         ..OverrideChange::default()
     };
-    t.db.change_override(catalogue, "probe-2", "ada", &change).await.expect("the override");
-    let audit = t.db.audit_trail("probe-2", 10).await.expect("audit");
+    t.db.api.change_override(catalogue, "probe-2", "ada", &change).await.expect("the override");
+    let audit = t.db.api.audit_trail("probe-2", 10).await.expect("audit");
     assert_eq!(audit[0].after.as_ref().and_then(|a| a.retry.clone()), Some(policy(2, 60.0)), "{audit:?}");
     let daemon = start_daemon(&setup.dir, "daemon", &setup.config, &[]).await;
-    let first = setup.request(&t.db, "probe-2", json!({"exit_code": 3})).await;
+    let first = setup.request(&t.db.api, "probe-2", json!({"exit_code": 3})).await;
     assert_eq!(first.config.retry.as_ref().map(|r| r.source), Some(Source::Override));
     let retry = eventually(Duration::from_secs(20), "the retry waits", || async {
         chain_of(t, &first).await.into_iter().find(|r| r.attempt == 2)
     })
     .await;
     assert_eq!(retry.state, RunState::Queued);
-    let refused = t.db.request_run(
+    let refused = t.db.api.request_run(
         catalogue,
         scrinalia_shared::runs::RunRequest {
             worker: "probe-2".into(),
@@ -131,11 +131,11 @@ async fn a_waiting_retry_holds_its_worker_and_cancelling_it_ends_the_chain(t: &T
         }
         other => panic!("a manual request while a retry waits: {other:?}"),
     }
-    t.db.request_cancel(retry.id, "bob").await.expect("cancel").expect("the retry");
+    t.db.api.request_cancel(retry.id, "bob").await.expect("cancel").expect("the retry");
     tokio::time::sleep(Duration::from_secs(2)).await;
     let chain = chain_of(t, &first).await;
     let states: Vec<RunState> = chain.iter().map(|r| r.state).collect();
     assert_eq!(states, [RunState::Failed, RunState::Cancelled], "cancelling the retry ends the chain");
-    assert!(t.db.runs_in_flight().await.expect("in flight").is_empty(), "the worker is free again");
+    assert!(t.db.api.runs_in_flight().await.expect("in flight").is_empty(), "the worker is free again");
     daemon.stop(Duration::from_secs(10)).await;
 }

@@ -33,15 +33,15 @@ async fn success_is_recorded_with_result_progress_and_log(db: &TestDb) {
     let setup = Setup::new(db, |_| {});
     let daemon = setup.start_daemon("daemon", &[]);
     let options = json!({"duration_ms": 1500, "progress_steps": 6, "output_lines": 2});
-    let run = setup.request(&db.db, "probe-1", options).await;
-    let done = wait_finished(&db.db, run.id, Duration::from_secs(20)).await;
+    let run = setup.request(&db.db.api, "probe-1", options).await;
+    let done = wait_finished(&db.db.api, run.id, Duration::from_secs(20)).await;
     assert_eq!(done.state, RunState::Succeeded, "{done:?}\n{}", daemon.output());
     assert_eq!((done.exit_code, done.end_reason), (Some(0), Some(EndReason::ExitStatus)));
     assert_eq!(done.result, Some(json!({"processed": 6, "failed": 0})));
     assert!(done.duration_ms.is_some_and(|d| (1400..10_000).contains(&d)), "duration {:?}", done.duration_ms);
     assert!(done.started_at.is_some() && done.daemon_id.is_some());
 
-    let history = db.db.run_progress(run.id).await.expect("progress history");
+    let history = db.db.api.run_progress(run.id).await.expect("progress history");
     let last = history.last().expect("at least one progress report");
     assert_eq!(last.progress, json!({"done": 6, "total": 6, "message": "step 6"}), "the last report is always written");
     assert_eq!(done.progress.as_ref(), Some(&last.progress));
@@ -65,11 +65,11 @@ async fn failures_keep_status_and_stderr_tail(db: &TestDb) {
     let missing = worker("missing", &["/nonexistent/scrinalia-worker"]);
     let setup = Setup::with(db, Setup::config(db, |_| {}).worker(missing));
     let daemon = setup.start_daemon("daemon", &[]);
-    let unstartable = setup.request(&db.db, "missing", json!({})).await;
-    let failing = setup.request(&db.db, "probe-1", json!({"exit_code": 3, "output_lines": 30})).await;
-    let crashing = setup.request(&db.db, "probe-2", json!({"crash": true})).await;
+    let unstartable = setup.request(&db.db.api, "missing", json!({})).await;
+    let failing = setup.request(&db.db.api, "probe-1", json!({"exit_code": 3, "output_lines": 30})).await;
+    let crashing = setup.request(&db.db.api, "probe-2", json!({"crash": true})).await;
 
-    let failed = wait_finished(&db.db, failing.id, Duration::from_secs(20)).await;
+    let failed = wait_finished(&db.db.api, failing.id, Duration::from_secs(20)).await;
     assert_eq!(failed.state, RunState::Failed, "{failed:?}\n{}", daemon.output());
     assert_eq!((failed.exit_code, failed.end_reason), (Some(3), Some(EndReason::ExitStatus)));
     let error = failed.error.expect("an error sentence");
@@ -81,13 +81,13 @@ async fn failures_keep_status_and_stderr_tail(db: &TestDb) {
     );
     assert_eq!(failed.result, None);
 
-    let crashed = wait_finished(&db.db, crashing.id, Duration::from_secs(20)).await;
+    let crashed = wait_finished(&db.db.api, crashing.id, Duration::from_secs(20)).await;
     assert_eq!((crashed.state, crashed.end_reason), (RunState::Failed, Some(EndReason::Signal)));
     assert_eq!(crashed.exit_code, None);
     let error = crashed.error.expect("an error sentence");
     assert!(error.starts_with("killed by signal SIGABRT"), "{error}");
 
-    let unstarted = wait_finished(&db.db, unstartable.id, Duration::from_secs(20)).await;
+    let unstarted = wait_finished(&db.db.api, unstartable.id, Duration::from_secs(20)).await;
     assert_eq!((unstarted.state, unstarted.end_reason), (RunState::Failed, Some(EndReason::SpawnFailed)));
     let error = unstarted.error.expect("an error sentence");
     assert!(error.starts_with("could not run the worker: \"/nonexistent/scrinalia-worker\": "), "{error}");
@@ -98,10 +98,10 @@ async fn capacity_bounds_the_runs_in_flight(db: &TestDb) {
     let daemon = setup.start_daemon("daemon", &[]);
     let mut runs = Vec::new();
     for worker in ["probe-1", "probe-2", "probe-3"] {
-        runs.push(setup.request(&db.db, worker, json!({"duration_ms": 1_000})).await.id);
+        runs.push(setup.request(&db.db.api, worker, json!({"duration_ms": 1_000})).await.id);
     }
     for id in &runs {
-        let done = wait_finished(&db.db, *id, Duration::from_secs(20)).await;
+        let done = wait_finished(&db.db.api, *id, Duration::from_secs(20)).await;
         assert_eq!(done.state, RunState::Succeeded, "{done:?}\n{}", daemon.output());
     }
     // From the probes' own clock: never more than two executions at once.
@@ -123,8 +123,8 @@ async fn timeouts_fail_the_run(db: &TestDb) {
     let setup = Setup::new(db, |_| {});
     let daemon = setup.start_daemon("daemon", &[]);
     // probe-3's catalogue timeout is 2 s; ignoring SIGTERM, it is killed after the 1 s grace.
-    let run = setup.request(&db.db, "probe-3", json!({"duration_ms": 60_000, "ignore_sigterm": true})).await;
-    let done = wait_finished(&db.db, run.id, Duration::from_secs(20)).await;
+    let run = setup.request(&db.db.api, "probe-3", json!({"duration_ms": 60_000, "ignore_sigterm": true})).await;
+    let done = wait_finished(&db.db.api, run.id, Duration::from_secs(20)).await;
     assert_eq!(done.state, RunState::Failed, "{done:?}\n{}", daemon.output());
     assert_eq!((done.end_reason, done.error.as_deref()), (Some(EndReason::Timeout), Some("timed out after 2 s")));
     assert!(
@@ -140,9 +140,9 @@ async fn a_worker_missing_from_the_daemons_catalogue_fails_its_run(db: &TestDb) 
     // Requested through a catalogue that has `ghost`, claimed by a daemon whose catalogue does not (a daemon
     // started before the worker was added to the configuration, say).
     let setup = Setup::new(db, |_| {});
-    let ghost = insert(&db.db, "ghost").await.expect("a request");
+    let ghost = insert(&db.db.api, "ghost").await.expect("a request");
     let daemon = setup.start_daemon("daemon", &[]);
-    let done = wait_finished(&db.db, ghost.id, Duration::from_secs(20)).await;
+    let done = wait_finished(&db.db.api, ghost.id, Duration::from_secs(20)).await;
     assert_eq!((done.state, done.end_reason), (RunState::Failed, Some(EndReason::UnknownWorker)), "{done:?}");
     let error = done.error.expect("a sentence");
     assert!(error.starts_with("worker \"ghost\" is not in the catalogue of daemon "), "{error}\n{}", daemon.output());
@@ -151,11 +151,11 @@ async fn a_worker_missing_from_the_daemons_catalogue_fails_its_run(db: &TestDb) 
 async fn a_killed_supervisor_fails_its_run_and_takes_its_worker_down(db: &TestDb) {
     let setup = Setup::new(db, |_| {});
     let daemon = setup.start_daemon("daemon", &[]);
-    let run = setup.request(&db.db, "probe-1", json!({"duration_ms": 60_000})).await;
+    let run = setup.request(&db.db.api, "probe-1", json!({"duration_ms": 60_000})).await;
     let worker = setup.probe_started(run.id, Duration::from_secs(20)).await;
     let supervisor = supervisor_of(run.id).expect("the run's supervisor is running");
     kill(Pid::from_raw(supervisor), Signal::SIGKILL).expect("kill the supervisor");
-    let done = wait_finished(&db.db, run.id, Duration::from_secs(20)).await;
+    let done = wait_finished(&db.db.api, run.id, Duration::from_secs(20)).await;
     assert_eq!((done.state, done.end_reason), (RunState::Failed, Some(EndReason::SupervisorLost)), "{done:?}");
     let error = done.error.expect("a sentence");
     assert!(error.starts_with("the run's supervisor ended without a report"), "{error}\n{}", daemon.output());

@@ -42,7 +42,7 @@ fn every_second(name: &str, worker: &str) -> ScheduleInput {
 
 /// Every fire of `schedule`, oldest first.
 async fn fires_of(t: &TestDb, schedule: &str) -> Vec<ScheduleFire> {
-    let mut fires = t.db.schedule_fires(schedule, 1000).await.expect("fires");
+    let mut fires = t.db.api.schedule_fires(schedule, 1000).await.expect("fires");
     fires.reverse();
     fires
 }
@@ -50,7 +50,7 @@ async fn fires_of(t: &TestDb, schedule: &str) -> Vec<ScheduleFire> {
 /// Every run of `worker`, oldest first.
 async fn runs_of(t: &TestDb, worker: &str) -> Vec<Run> {
     let filter = RunFilter { worker: Some(worker.to_owned()), limit: 500, ..RunFilter::default() };
-    let mut runs = t.db.list_runs(&filter).await.expect("runs").runs;
+    let mut runs = t.db.api.list_runs(&filter).await.expect("runs").runs;
     runs.reverse();
     runs
 }
@@ -72,7 +72,7 @@ async fn three_daemons_fire_each_second_once_through_a_kill_and_a_restart(t: &Te
         daemons.push(Some(start_daemon(&setup.dir, &format!("daemon-{i}"), &setup.config, &[]).await));
     }
     let input = every_second("each-second", "probe-1");
-    let schedule = t.db.create_schedule(&setup.settings.catalogue, "test", &input).await;
+    let schedule = t.db.api.create_schedule(&setup.settings.catalogue, "test", &input).await;
     let schedule = schedule.expect("create the schedule").schedule;
     // Three windows of daemons firing: all three, then two after a SIGKILL, then two after a restart. What is
     // asserted is what was recorded in them on the database clock, so a slower machine only widens them.
@@ -88,7 +88,7 @@ async fn three_daemons_fire_each_second_once_through_a_kill_and_a_restart(t: &Te
     restarted.stop(Duration::from_secs(10)).await;
     daemons[1] = Some(start_daemon(&setup.dir, "daemon-1-again", &setup.config, &[]).await);
     tokio::time::sleep(Duration::from_secs(15)).await;
-    t.db.set_schedule_enabled("each-second", false, "test", Some("the window is over")).await.expect("pause");
+    t.db.api.set_schedule_enabled("each-second", false, "test", Some("the window is over")).await.expect("pause");
     // A daemon logs a fire as it records it: once the logs account for every fire recorded, the last pass is over.
     let earlier = [killed_log, std::fs::read_to_string(setup.dir.join("daemon-1.log")).unwrap_or_default()];
     let recorded = fires_of(t, "each-second").await.len();
@@ -141,8 +141,8 @@ async fn fires_that_fell_while_no_daemon_ran_follow_the_missed_policy(t: &TestDb
     let catalogue = &setup.settings.catalogue;
     let skip = ScheduleInput { missed: Some(MissedPolicy::Skip), ..every_second("skip-missed", "probe-1") };
     let once = ScheduleInput { missed: Some(MissedPolicy::Once), ..every_second("once-missed", "probe-2") };
-    t.db.create_schedule(catalogue, "test", &skip).await.expect("create");
-    t.db.create_schedule(catalogue, "test", &once).await.expect("create");
+    t.db.api.create_schedule(catalogue, "test", &skip).await.expect("create");
+    t.db.api.create_schedule(catalogue, "test", &once).await.expect("create");
     let daemon = start_daemon(&setup.dir, "daemon", &setup.config, &[]).await;
     eventually(Duration::from_secs(20), "both schedules fired", || async {
         let (a, b) = (fires_of(t, "skip-missed").await, fires_of(t, "once-missed").await);
@@ -150,9 +150,9 @@ async fn fires_that_fell_while_no_daemon_ran_follow_the_missed_policy(t: &TestDb
     })
     .await;
     daemon.stop(Duration::from_secs(10)).await;
-    let stopped: DateTime<Utc> = t.db.now().await.expect("clock");
+    let stopped: DateTime<Utc> = t.db.api.now().await.expect("clock");
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let restarted = t.db.now().await.expect("clock");
+    let restarted = t.db.api.now().await.expect("clock");
     let daemon = start_daemon(&setup.dir, "daemon-again", &setup.config, &[]).await;
     // A daemon fires in time order: once both have a fire after the restart, what fell before is recorded.
     eventually(Duration::from_secs(30), "both schedules to fire again after the restart", || async {
@@ -163,7 +163,7 @@ async fn fires_that_fell_while_no_daemon_ran_follow_the_missed_policy(t: &TestDb
     })
     .await;
     for name in ["skip-missed", "once-missed"] {
-        t.db.set_schedule_enabled(name, false, "test", Some("the window is over")).await.expect("pause");
+        t.db.api.set_schedule_enabled(name, false, "test", Some("the window is over")).await.expect("pause");
     }
     daemon.stop(Duration::from_secs(10)).await;
 
@@ -183,7 +183,7 @@ async fn fires_that_fell_while_no_daemon_ran_follow_the_missed_policy(t: &TestDb
     assert_eq!(ran.len(), 1, "`once` runs one of the fires that fell while no daemon ran: {once_down:#?}");
     let missed = once_down.iter().filter(|f| f.outcome == FireOutcome::Missed).count();
     assert_eq!(missed, once_down.len() - 1, "the others are recorded missed");
-    let run = t.db.get_run(ran[0].run_id.expect("the run")).await.expect("read").expect("the run");
+    let run = t.db.api.get_run(ran[0].run_id.expect("the run")).await.expect("read").expect("the run");
     assert_eq!(run.fire_at, Some(ran[0].fire_at));
     // After the restart, fires on time run again.
     assert!(once.iter().any(|f| f.fire_at > restarted && f.outcome == FireOutcome::Requested));
@@ -193,17 +193,17 @@ async fn overlap_skip_and_queue_against_a_long_run_in_flight(t: &TestDb) {
     let setup = Setup::new(t, |_| {});
     let catalogue = &setup.settings.catalogue;
     let daemon = start_daemon(&setup.dir, "daemon", &setup.config, &[]).await;
-    let long_1 = setup.request(&t.db, "probe-1", json!({"duration_ms": 4000})).await;
-    let long_2 = setup.request(&t.db, "probe-2", json!({"duration_ms": 4000})).await;
+    let long_1 = setup.request(&t.db.api, "probe-1", json!({"duration_ms": 4000})).await;
+    let long_2 = setup.request(&t.db.api, "probe-2", json!({"duration_ms": 4000})).await;
     for run in [&long_1, &long_2] {
-        wait_run(&t.db, run.id, Duration::from_secs(20), "the long run starts", |r| r.started_at.is_some()).await;
+        wait_run(&t.db.api, run.id, Duration::from_secs(20), "the long run starts", |r| r.started_at.is_some()).await;
     }
     let skip = ScheduleInput { overlap: Some(OverlapPolicy::Skip), ..every_second("overlap-skip", "probe-1") };
     let queue = ScheduleInput { overlap: Some(OverlapPolicy::Queue), ..every_second("overlap-queue", "probe-2") };
-    t.db.create_schedule(catalogue, "test", &skip).await.expect("create");
-    t.db.create_schedule(catalogue, "test", &queue).await.expect("create");
-    let long_1 = wait_run(&t.db, long_1.id, Duration::from_secs(20), "it ends", |r| r.state.is_terminal()).await;
-    let long_2 = wait_run(&t.db, long_2.id, Duration::from_secs(20), "it ends", |r| r.state.is_terminal()).await;
+    t.db.api.create_schedule(catalogue, "test", &skip).await.expect("create");
+    t.db.api.create_schedule(catalogue, "test", &queue).await.expect("create");
+    let long_1 = wait_run(&t.db.api, long_1.id, Duration::from_secs(20), "it ends", |r| r.state.is_terminal()).await;
+    let long_2 = wait_run(&t.db.api, long_2.id, Duration::from_secs(20), "it ends", |r| r.state.is_terminal()).await;
     let during = |run: &Run| {
         let end = run.finished_at.expect("ended") - chrono::Duration::milliseconds(200);
         move |f: &&ScheduleFire| f.fire_at < end
@@ -216,7 +216,7 @@ async fn overlap_skip_and_queue_against_a_long_run_in_flight(t: &TestDb) {
     })
     .await;
     for name in ["overlap-skip", "overlap-queue"] {
-        t.db.set_schedule_enabled(name, false, "test", Some("the window is over")).await.expect("pause");
+        t.db.api.set_schedule_enabled(name, false, "test", Some("the window is over")).await.expect("pause");
     }
     daemon.stop(Duration::from_secs(10)).await;
     assert_eq!((long_1.state, long_2.state), (RunState::Succeeded, RunState::Succeeded));
@@ -238,7 +238,7 @@ async fn overlap_skip_and_queue_against_a_long_run_in_flight(t: &TestDb) {
     let first = during_queue[0];
     assert_eq!(first.outcome, FireOutcome::Requested, "the waiting fire ran when the target was free: {queue:#?}");
     assert_eq!(first.blocked_by, Some(long_2.id));
-    let waited = t.db.get_run(first.run_id.expect("its run")).await.expect("read").expect("the run");
+    let waited = t.db.api.get_run(first.run_id.expect("its run")).await.expect("read").expect("the run");
     assert!(waited.requested_at >= long_2.finished_at.expect("ended"), "it was requested after the run ended");
     assert_eq!(waited.fire_at, Some(first.fire_at));
     for fire in &during_queue[1..] {
@@ -251,14 +251,14 @@ async fn a_schedule_that_cannot_fire_says_why_and_the_others_fire_on(t: &TestDb)
     let setup = Setup::new(t, |_| {});
     let catalogue = &setup.settings.catalogue;
     for (name, worker) in [("good", "probe-1"), ("unreadable", "probe-2"), ("stale-override", "probe-3")] {
-        t.db.create_schedule(catalogue, "test", &every_second(name, worker)).await.expect("create");
+        t.db.api.create_schedule(catalogue, "test", &every_second(name, worker)).await.expect("create");
     }
     let change = OverrideChange {
         options: [("duration_ms".to_owned(), json!(20))].into(),
         reason: Some("shorter runs".into()),
         ..OverrideChange::default()
     };
-    t.db.change_override(catalogue, "probe-3", "ada", &change).await.expect("the override");
+    t.db.api.change_override(catalogue, "probe-3", "ada", &change).await.expect("the override");
     // As another version or a hand edit would leave them: an expression this version cannot read, and an
     // override that no longer fits its worker.
     t.execute("update schedules set cron = '61 * * * * *' where name = 'unreadable'").await.expect("write");
@@ -272,7 +272,7 @@ async fn a_schedule_that_cannot_fire_says_why_and_the_others_fire_on(t: &TestDb)
     })
     .await;
     for name in ["good", "stale-override"] {
-        t.db.set_schedule_enabled(name, false, "test", Some("the window is over")).await.expect("pause");
+        t.db.api.set_schedule_enabled(name, false, "test", Some("the window is over")).await.expect("pause");
     }
     daemon.stop(Duration::from_secs(10)).await;
 
@@ -282,7 +282,7 @@ async fn a_schedule_that_cannot_fire_says_why_and_the_others_fire_on(t: &TestDb)
     let why = unreadable[0].reason.as_deref().unwrap_or_default();
     assert!(why.contains("'61 * * * * *'") || why.contains("\"61 * * * * *\""), "names the expression: {why}");
     assert!(why.contains("second") && why.contains("once it is edited"), "says which field, and what now: {why}");
-    let view = t.db.schedule("unreadable").await.expect("the schedule");
+    let view = t.db.api.schedule("unreadable").await.expect("the schedule");
     assert_eq!(view.schedule.next_fire_at, None, "it does not come due again");
 
     let stale = fires_of(t, "stale-override").await;

@@ -268,11 +268,11 @@ async fn a_run_whose_daemon_dies_is_announced_as_interrupted(t: &TestDb) {
     let config = Setup::config(t, |d| d.capacity = 1).with(|f| f.webhooks = vec![hook(&receiver.url, &[])]);
     let setup = Setup::with(t, config);
     let victim = scrinalia_tests::start_daemon(&setup.dir, "victim", &setup.config, &[]).await;
-    let run = setup.request(&t.db, "probe-1", json!({"duration_ms": 60000})).await;
-    wait_started(&t.db, run.id, Duration::from_secs(20)).await;
+    let run = setup.request(&t.db.api, "probe-1", json!({"duration_ms": 60000})).await;
+    wait_started(&t.db.api, run.id, Duration::from_secs(20)).await;
     victim.signal(Signal::SIGKILL);
     let rescuer = scrinalia_tests::start_daemon(&setup.dir, "rescuer", &setup.config, &[]).await;
-    let ended = wait_run(&t.db, run.id, Duration::from_secs(30), "recovery", |r| r.state.is_terminal()).await;
+    let ended = wait_run(&t.db.api, run.id, Duration::from_secs(30), "recovery", |r| r.state.is_terminal()).await;
     assert_eq!(ended.state, RunState::Interrupted);
     let got = receiver.wait_for(1, "the interruption").await;
     assert_signed(&got[0]);
@@ -280,15 +280,15 @@ async fn a_run_whose_daemon_dies_is_announced_as_interrupted(t: &TestDb) {
     assert_eq!((&body["type"], &body["data"]["run_id"]), (&json!("run.interrupted"), &json!(run.id)));
     assert_eq!(body["data"]["end_reason"], "owner_lost");
     let deliveries = eventually(Duration::from_secs(10), "the delivery recorded", || async {
-        let listed = t.db.webhook_deliveries(Some("ops"), Some(run.id), 10).await.expect("deliveries");
+        let listed = t.db.api.webhook_deliveries(Some("ops"), Some(run.id), 10).await.expect("deliveries");
         listed.into_iter().find(|d| d.state == DeliveryState::Delivered)
     })
     .await;
     assert_eq!(deliveries.event_id.to_string(), got[0].id);
     assert_eq!(deliveries.attempts.len(), 1);
     // The next success of the worker is a recovery from the interruption.
-    let next = setup.request(&t.db, "probe-1", json!({})).await;
-    assert_eq!(wait_finished(&t.db, next.id, Duration::from_secs(20)).await.state, RunState::Succeeded);
+    let next = setup.request(&t.db.api, "probe-1", json!({})).await;
+    assert_eq!(wait_finished(&t.db.api, next.id, Duration::from_secs(20)).await.state, RunState::Succeeded);
     let got = receiver.wait_for(2, "the recovery").await;
     assert_eq!(got[1].json()["data"]["previous_state"], "interrupted");
     rescuer.stop(Duration::from_secs(10)).await;
@@ -303,7 +303,7 @@ async fn four_claimers_take_each_due_delivery_once_and_a_dead_claim_comes_back(t
     let hooks = Setup::with(t, config).settings.webhooks;
     let mut queued = Vec::new();
     for _ in 0..40 {
-        queued.push(t.db.queue_webhook_test(&hooks[0], "ada").await.expect("a test event"));
+        queued.push(t.db.api.queue_webhook_test(&hooks[0], "ada").await.expect("a test event"));
     }
     let mut claimers = Vec::new();
     for _ in 0..4 {
@@ -311,8 +311,11 @@ async fn four_claimers_take_each_due_delivery_once_and_a_dead_claim_comes_back(t
         claimers.push(tokio::spawn(async move {
             let mut mine = Vec::new();
             loop {
-                let claimed =
-                    db.claim_webhook_deliveries(daemon, &hooks, Duration::from_secs(2), 3).await.expect("a claim");
+                let claimed = db
+                    .daemon
+                    .claim_webhook_deliveries(daemon, &hooks, Duration::from_secs(2), 3)
+                    .await
+                    .expect("a claim");
                 if claimed.is_empty() {
                     return mine;
                 }
@@ -331,7 +334,11 @@ async fn four_claimers_take_each_due_delivery_once_and_a_dead_claim_comes_back(t
     assert!(claimed.iter().all(|c| c.attempt == 1));
     // Nobody records: after the 2 s lease the deliveries are due again, as second attempts of the same events.
     let again = eventually(Duration::from_secs(10), "the dead claims to come back", || async {
-        let c = t.db.claim_webhook_deliveries(uuid::Uuid::now_v7(), &hooks, Duration::from_secs(60), 100).await.ok()?;
+        let c =
+            t.db.daemon
+                .claim_webhook_deliveries(uuid::Uuid::now_v7(), &hooks, Duration::from_secs(60), 100)
+                .await
+                .ok()?;
         (!c.is_empty()).then_some(c)
     })
     .await;
@@ -339,8 +346,8 @@ async fn four_claimers_take_each_due_delivery_once_and_a_dead_claim_comes_back(t
     let delivered = scrinalia_shared::webhooks::AttemptOutcome { status: Some(204), ..Default::default() };
     let first = &again[0];
     let next = scrinalia_shared::webhooks::Next::after(&hooks[0], first.attempt, &delivered);
-    assert!(t.db.record_webhook_attempt(first, uuid::Uuid::now_v7(), &delivered, next).await.expect("recorded"));
-    let listed = t.db.webhook_deliveries(Some("ops"), None, 500).await.expect("deliveries");
+    assert!(t.db.daemon.record_webhook_attempt(first, uuid::Uuid::now_v7(), &delivered, next).await.expect("recorded"));
+    let listed = t.db.api.webhook_deliveries(Some("ops"), None, 500).await.expect("deliveries");
     let one = listed.iter().find(|d| d.event_id == first.event_id).expect("the delivery");
     assert_eq!((one.state, one.attempts_made, one.attempts.len()), (DeliveryState::Delivered, 2, 1));
     assert_eq!(one.attempts[0].status_code, Some(204));

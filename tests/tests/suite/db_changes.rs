@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use scrinalia_shared::{
-    Change, ChoreKind, DaemonState, Database, OverrideAction, RunState,
+    Change, ChoreKind, DaemonState, OverrideAction, RunState, Store,
     changes::{ChangeFeed, Topic},
     daemons::NewDaemon,
     descriptions::{NewDescription, NewReadiness},
@@ -39,7 +39,7 @@ async fn next_matching(feed: &mut ChangeFeed, what: &str, wanted: impl Fn(&Chang
 }
 
 /// A feed of `topic` once it has said that it listens (its first resync).
-async fn listening(db: &Database, topic: Topic) -> ChangeFeed {
+async fn listening(db: &Store, topic: Topic) -> ChangeFeed {
     let mut feed = db.changes(topic).expect("a change feed");
     next_matching(&mut feed, "the first resync", |c| matches!(c, Change::Resync { .. })).await;
     assert!(feed.is_live(), "a feed that announced itself listens");
@@ -59,14 +59,14 @@ fn daemon(id: Uuid) -> NewDaemon {
 }
 
 async fn the_events_feed_reports_runs_queues_workers_daemons_and_overrides(t: &TestDb) {
-    let mut feed = listening(&t.db, Topic::Events { sqlite_poll: Duration::from_millis(50) }).await;
+    let mut feed = listening(&t.db.api, Topic::Events { sqlite_poll: Duration::from_millis(50) }).await;
     let writer = t.another_pool().await;
 
-    let run = insert(&writer, "feed").await.expect("a request");
+    let run = insert(&writer.api, "feed").await.expect("a request");
     let queued = Change::Run { run: run.id, worker: "feed".into(), state: RunState::Queued };
     assert_eq!(next_matching(&mut feed, "the queued run", |c| *c == queued).await, queued);
     let owner = Uuid::new_v4();
-    writer.claim_runs(owner, LONG_LEASE, 1, None).await.expect("claim");
+    writer.daemon.claim_runs(owner, LONG_LEASE, 1, None).await.expect("claim");
     let running = Change::Run { run: run.id, worker: "feed".into(), state: RunState::Running };
     assert_eq!(next_matching(&mut feed, "the running run", |c| *c == running).await, running);
 
@@ -79,7 +79,7 @@ async fn the_events_feed_reports_runs_queues_workers_daemons_and_overrides(t: &T
         took_ms: 1,
         measured_by: owner,
     };
-    writer.store_queue_count(&count).await.expect("a count");
+    writer.daemon.store_queue_count(&count).await.expect("a count");
     let measured = Change::Queue { worker: "feed".into() };
     assert_eq!(next_matching(&mut feed, "the queue change", |c| *c == measured).await, measured);
 
@@ -90,7 +90,7 @@ async fn the_events_feed_reports_runs_queues_workers_daemons_and_overrides(t: &T
         command: vec!["w".into()],
         took_ms: 1,
     };
-    writer.store_description(&description).await.expect("a description");
+    writer.daemon.store_description(&description).await.expect("a description");
     let described = Change::Worker { worker: "feed".into() };
     assert_eq!(next_matching(&mut feed, "the description", |c| *c == described).await, described);
     let readiness = NewReadiness {
@@ -101,49 +101,49 @@ async fn the_events_feed_reports_runs_queues_workers_daemons_and_overrides(t: &T
         took_ms: 1,
         checked_by: owner,
     };
-    writer.store_readiness(&readiness).await.expect("a readiness");
+    writer.daemon.store_readiness(&readiness).await.expect("a readiness");
     assert_eq!(next_matching(&mut feed, "the readiness", |c| *c == described).await, described);
 
-    writer.register_daemon(&daemon(owner)).await.expect("register");
+    writer.daemon.register_daemon(&daemon(owner)).await.expect("register");
     let active = Change::Daemon { daemon: owner, state: DaemonState::Active };
     assert_eq!(next_matching(&mut feed, "the new daemon", |c| *c == active).await, active);
-    writer.request_drain(owner, "ada", Duration::from_secs(60)).await.expect("drain");
+    writer.api.request_drain(owner, "ada", Duration::from_secs(60)).await.expect("drain");
     let draining = Change::Daemon { daemon: owner, state: DaemonState::Draining };
     assert_eq!(next_matching(&mut feed, "the draining daemon", |c| *c == draining).await, draining);
 
-    writer.clear_override(&catalogue_of(&["feed"]), "feed", "ada", Some("nothing to clear")).await.expect("clear");
+    writer.api.clear_override(&catalogue_of(&["feed"]), "feed", "ada", Some("nothing to clear")).await.expect("clear");
     let cleared = Change::Override { worker: "feed".into(), actor: "ada".into(), action: OverrideAction::Clear };
     assert_eq!(next_matching(&mut feed, "the override change", |c| *c == cleared).await, cleared);
     writer.close().await;
 }
 
 async fn the_queue_feed_wakes_daemons_for_requests_cancellations_chores_and_their_rows(t: &TestDb) {
-    let mut feed = listening(&t.db, Topic::Queue).await;
+    let mut feed = listening(&t.db.api, Topic::Queue).await;
     let writer = t.another_pool().await;
     let postgres = t.kind == Kind::Postgres;
     // SQLite cannot say what changed: a write by another connection is `written`, and the daemon looks.
     let woken = |expected: Change| move |c: &Change| *c == expected || (!postgres && *c == Change::Written);
 
-    let run = insert(&writer, "woken").await.expect("a request");
+    let run = insert(&writer.api, "woken").await.expect("a request");
     let requested = Change::Requested { run: run.id, worker: "woken".into() };
     next_matching(&mut feed, "the request", woken(requested)).await;
     let owner = Uuid::new_v4();
-    writer.claim_runs(owner, LONG_LEASE, 1, None).await.expect("claim");
-    writer.request_cancel(run.id, "ada").await.expect("cancel").expect("the run");
+    writer.daemon.claim_runs(owner, LONG_LEASE, 1, None).await.expect("claim");
+    writer.api.request_cancel(run.id, "ada").await.expect("cancel").expect("the run");
     let cancel = Change::Cancel { run: run.id, worker: "woken".into(), daemon: Some(owner) };
     next_matching(&mut feed, "the cancellation", woken(cancel)).await;
-    writer.register_daemon(&daemon(owner)).await.expect("register");
+    writer.daemon.register_daemon(&daemon(owner)).await.expect("register");
     let registered = Change::Daemon { daemon: owner, state: DaemonState::Active };
     next_matching(&mut feed, "the daemon row", woken(registered)).await;
-    writer.request_chore(&["woken".to_owned()], ChoreKind::Count).await.expect("a chore");
+    writer.api.request_chore(&["woken".to_owned()], ChoreKind::Count).await.expect("a chore");
     let chore = Change::Chore { worker: "woken".into(), chore: ChoreKind::Count };
     next_matching(&mut feed, "the chore asked for", woken(chore)).await;
     writer.close().await;
 }
 
 async fn schedules_pipelines_and_run_ends_reach_panels_and_daemons(t: &TestDb) {
-    let mut events = listening(&t.db, Topic::Events { sqlite_poll: Duration::from_millis(50) }).await;
-    let mut queue = listening(&t.db, Topic::Queue).await;
+    let mut events = listening(&t.db.api, Topic::Events { sqlite_poll: Duration::from_millis(50) }).await;
+    let mut queue = listening(&t.db.api, Topic::Queue).await;
     let writer = t.another_pool().await;
     let postgres = t.kind == Kind::Postgres;
     let woken = |expected: Change| move |c: &Change| *c == expected || (!postgres && *c == Change::Written);
@@ -162,20 +162,20 @@ async fn schedules_pipelines_and_run_ends_reach_panels_and_daemons(t: &TestDb) {
         reason: Some("every night".into()),
         ..Default::default()
     };
-    let schedule = writer.create_schedule(&catalogue, "ada", &input).await.expect("a schedule").schedule;
+    let schedule = writer.api.create_schedule(&catalogue, "ada", &input).await.expect("a schedule").schedule;
     let changed = Change::Schedule { schedule: schedule.id };
     next_matching(&mut events, "the schedule, to panels", |c| *c == changed).await;
     next_matching(&mut queue, "the schedule, to daemons", woken(changed.clone())).await;
-    writer.delete_schedule("nightly", "ada", Some("not needed")).await.expect("delete");
+    writer.api.delete_schedule("nightly", "ada", Some("not needed")).await.expect("delete");
     next_matching(&mut events, "the deleted schedule", |c| *c == changed).await;
 
-    let started = writer.start_pipeline(&catalogue, "pair", "ada", &serde_json::Value::Null).await.expect("start");
+    let started = writer.api.start_pipeline(&catalogue, "pair", "ada", &serde_json::Value::Null).await.expect("start");
     let id = started.pipeline_run.id;
     let running =
         Change::Pipeline { pipeline_run: id, pipeline: "pair".into(), state: scrinalia_shared::PipelineState::Running };
     next_matching(&mut events, "the pipeline run", |c| *c == running).await;
     let step = &started.runs[0];
-    writer.request_cancel(step.id, "ada").await.expect("cancel").expect("the step");
+    writer.api.request_cancel(step.id, "ada").await.expect("cancel").expect("the step");
     let ended = Change::Ended { run: step.id, worker: "first".into() };
     next_matching(&mut queue, "the step's end, to daemons", woken(ended)).await;
     let cancelled = Change::Pipeline {

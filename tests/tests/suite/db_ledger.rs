@@ -54,19 +54,19 @@ backend_tests!(
 
 async fn the_ledger_pages_by_keyset_and_filters_by_worker_state_and_time(t: &TestDb) {
     let daemon = Uuid::new_v4();
-    let before = t.db.now().await.expect("now");
+    let before = t.db.api.now().await.expect("now");
     let mut all = Vec::new();
     for i in 0..25 {
         let worker = if i % 2 == 0 { "even" } else { "odd" };
-        let run = insert(&t.db, worker).await.expect("insert");
-        t.db.claim_runs(daemon, LONG_LEASE, 1, None).await.expect("claim");
-        t.db.finish_run(run.id, daemon, &succeeded()).await.expect("finish");
+        let run = insert(&t.db.api, worker).await.expect("insert");
+        t.db.daemon.claim_runs(daemon, LONG_LEASE, 1, None).await.expect("claim");
+        t.db.daemon.finish_run(run.id, daemon, &succeeded()).await.expect("finish");
         all.push(run.id);
     }
     let mut seen = Vec::new();
     let mut after = None;
     loop {
-        let page = t.db.list_runs(&RunFilter { after, limit: 10, ..RunFilter::default() }).await.expect("page");
+        let page = t.db.api.list_runs(&RunFilter { after, limit: 10, ..RunFilter::default() }).await.expect("page");
         assert!(page.runs.len() <= 10);
         seen.extend(page.runs.iter().map(|r| r.id));
         match page.next {
@@ -77,16 +77,16 @@ async fn the_ledger_pages_by_keyset_and_filters_by_worker_state_and_time(t: &Tes
     all.reverse();
     assert_eq!(seen, all, "every run once, newest first, across pages");
 
-    let even = t.db.list_runs(&RunFilter { worker: Some("even".into()), limit: 100, ..RunFilter::default() }).await;
+    let even = t.db.api.list_runs(&RunFilter { worker: Some("even".into()), limit: 100, ..RunFilter::default() }).await;
     let even = even.expect("filter by worker");
     assert_eq!(even.runs.len(), 13);
     assert!(even.runs.iter().all(|r| r.worker == "even") && even.next.is_none());
 
     let queued = RunFilter { state: Some(RunState::Queued), limit: 100, ..RunFilter::default() };
-    assert!(t.db.list_runs(&queued).await.expect("filter by state").runs.is_empty());
+    assert!(t.db.api.list_runs(&queued).await.expect("filter by state").runs.is_empty());
 
     let later = before + chrono::Duration::hours(1);
-    let none = t.db.list_runs(&RunFilter { from: Some(later), limit: 100, ..RunFilter::default() }).await;
+    let none = t.db.api.list_runs(&RunFilter { from: Some(later), limit: 100, ..RunFilter::default() }).await;
     assert!(none.expect("filter by time").runs.is_empty());
     let window = RunFilter {
         from: Some(before - chrono::Duration::seconds(5)),
@@ -94,47 +94,47 @@ async fn the_ledger_pages_by_keyset_and_filters_by_worker_state_and_time(t: &Tes
         limit: 100,
         ..RunFilter::default()
     };
-    assert_eq!(t.db.list_runs(&window).await.expect("window").runs.len(), 25);
+    assert_eq!(t.db.api.list_runs(&window).await.expect("window").runs.len(), 25);
 }
 
 async fn last_finished_and_in_flight_runs_per_worker(t: &TestDb) {
     let daemon = Uuid::new_v4();
-    let first = insert(&t.db, "summarize").await.expect("insert").id;
-    t.db.claim_runs(daemon, LONG_LEASE, 1, None).await.expect("claim");
-    t.db.finish_run(first, daemon, &succeeded()).await.expect("finish");
+    let first = insert(&t.db.api, "summarize").await.expect("insert").id;
+    t.db.daemon.claim_runs(daemon, LONG_LEASE, 1, None).await.expect("claim");
+    t.db.daemon.finish_run(first, daemon, &succeeded()).await.expect("finish");
     tokio::time::sleep(Duration::from_millis(5)).await;
-    let second = insert(&t.db, "summarize").await.expect("insert").id;
-    t.db.claim_runs(daemon, LONG_LEASE, 1, None).await.expect("claim");
-    t.db.finish_run(second, daemon, &succeeded()).await.expect("finish");
-    let queued = insert(&t.db, "embed").await.expect("insert").id;
+    let second = insert(&t.db.api, "summarize").await.expect("insert").id;
+    t.db.daemon.claim_runs(daemon, LONG_LEASE, 1, None).await.expect("claim");
+    t.db.daemon.finish_run(second, daemon, &succeeded()).await.expect("finish");
+    let queued = insert(&t.db.api, "embed").await.expect("insert").id;
 
     let names = vec!["summarize".to_owned(), "embed".to_owned(), "never-ran".to_owned()];
-    let last = t.db.last_finished(&names).await.expect("last finished");
+    let last = t.db.api.last_finished(&names).await.expect("last finished");
     assert_eq!(ids(&last), vec![second], "only the latest finished run of each worker");
-    assert_eq!(ids(&t.db.runs_in_flight().await.expect("in flight")), vec![queued]);
+    assert_eq!(ids(&t.db.api.runs_in_flight().await.expect("in flight")), vec![queued]);
 }
 
 async fn partial_overrides_keep_an_append_only_audit_trail(t: &TestDb) {
     let catalogue = override_catalogue();
     let set = change(json!({"preset": "thorough", "options": {"batch_size": 8}}), "bigger model for the backlog");
-    let stored = t.db.change_override(&catalogue, "tag-suggest", "alice", &set).await.expect("valid");
+    let stored = t.db.api.change_override(&catalogue, "tag-suggest", "alice", &set).await.expect("valid");
     let stored = stored.stored.expect("an override exists");
     assert_eq!(stored.values.preset.as_deref(), Some("thorough"));
     assert_eq!(stored.values.engine, None, "a field not given keeps following the default");
     assert_eq!(stored.updated_by, "alice");
 
     let unset = change(json!({"preset": null}), "back to the default preset");
-    let after = t.db.change_override(&catalogue, "tag-suggest", "bob", &unset).await.expect("valid");
+    let after = t.db.api.change_override(&catalogue, "tag-suggest", "bob", &unset).await.expect("valid");
     assert_eq!(
         after.stored.expect("still an override").values,
         OverrideValues { options: [("batch_size".to_owned(), json!(8))].into(), ..Default::default() }
     );
 
-    let cleared = t.db.clear_override(&catalogue, "tag-suggest", "carol", Some("defaults again")).await;
+    let cleared = t.db.api.clear_override(&catalogue, "tag-suggest", "carol", Some("defaults again")).await;
     assert!(cleared.expect("valid").stored.is_none(), "an empty override is removed");
-    assert!(t.db.get_override("tag-suggest").await.expect("get").is_none());
+    assert!(t.db.daemon.get_override("tag-suggest").await.expect("get").is_none());
 
-    let trail = t.db.audit_trail("tag-suggest", 10).await.expect("audit");
+    let trail = t.db.api.audit_trail("tag-suggest", 10).await.expect("audit");
     let actors: Vec<&str> = trail.iter().map(|e| e.actor.as_str()).collect();
     assert_eq!(actors, ["carol", "bob", "alice"], "newest first");
     assert_eq!(trail[2].before, None);
@@ -155,15 +155,15 @@ async fn concurrent_override_edits_do_not_lose_each_other(t: &TestDb) {
         let db = t.another_pool().await;
         edits.push(tokio::spawn(async move {
             let edit = change(json!({"options": {format!("opt{i}"): i}}), "parallel edit");
-            db.change_override(&override_catalogue(), "embed", &format!("user{i}"), &edit).await
+            db.api.change_override(&override_catalogue(), "embed", &format!("user{i}"), &edit).await
         }));
     }
     for edit in edits {
         edit.await.expect("task").expect("valid");
     }
-    let stored = t.db.get_override("embed").await.expect("get").expect("exists");
+    let stored = t.db.daemon.get_override("embed").await.expect("get").expect("exists");
     assert_eq!(stored.values.options.len(), 6, "no edit lost: {:?}", stored.values);
-    assert_eq!(t.db.audit_trail("embed", 100).await.expect("audit").len(), 6);
+    assert_eq!(t.db.api.audit_trail("embed", 100).await.expect("audit").len(), 6);
 }
 
 async fn daemons_register_heartbeat_drain_and_go(t: &TestDb) {
@@ -177,48 +177,48 @@ async fn daemons_register_heartbeat_drain_and_go(t: &TestDb) {
         workers: vec!["embed".into()],
         labels: vec!["gpu".into(), "host-a".into()],
     };
-    let registered = t.db.register_daemon(&new).await.expect("register");
+    let registered = t.db.daemon.register_daemon(&new).await.expect("register");
     assert_eq!(
         (registered.state, registered.runs_in_flight, registered.workers.clone()),
         (DaemonState::Active, 0, vec!["embed".to_owned()])
     );
 
-    let run = insert(&t.db, "embed").await.expect("insert").id;
-    t.db.claim_runs(id, LONG_LEASE, 1, None).await.expect("claim");
-    let beat = t.db.heartbeat(id).await.expect("heartbeat").expect("registered");
+    let run = insert(&t.db.api, "embed").await.expect("insert").id;
+    t.db.daemon.claim_runs(id, LONG_LEASE, 1, None).await.expect("claim");
+    let beat = t.db.daemon.heartbeat(id).await.expect("heartbeat").expect("registered");
     assert!(beat.heartbeat_at >= registered.heartbeat_at);
     assert_eq!(beat.runs_in_flight, 1);
 
-    let drained = t.db.request_drain(id, "operator", GONE_AFTER).await.expect("drain");
+    let drained = t.db.api.request_drain(id, "operator", GONE_AFTER).await.expect("drain");
     assert_eq!((drained.state, drained.drain_requested_by.as_deref()), (DaemonState::Draining, Some("operator")));
     assert_eq!(
-        t.db.heartbeat(id).await.expect("heartbeat").expect("exists").state,
+        t.db.daemon.heartbeat(id).await.expect("heartbeat").expect("exists").state,
         DaemonState::Draining,
         "draining sticks"
     );
-    t.db.finish_run(run, id, &succeeded()).await.expect("finish");
+    t.db.daemon.finish_run(run, id, &succeeded()).await.expect("finish");
 
     let stale = Uuid::new_v4();
-    t.db.register_daemon(&NewDaemon { id: stale, ..new.clone() }).await.expect("register");
+    t.db.daemon.register_daemon(&NewDaemon { id: stale, ..new.clone() }).await.expect("register");
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    t.db.heartbeat(id).await.expect("heartbeat");
+    t.db.daemon.heartbeat(id).await.expect("heartbeat");
     // Silent for longer than the registry waits: gone by the database clock before anyone marks it so.
-    let silent = t.db.get_daemon(stale, GONE_AFTER).await.expect("get").expect("exists");
+    let silent = t.db.api.get_daemon(stale, GONE_AFTER).await.expect("get").expect("exists");
     assert_eq!(silent.state, DaemonState::Gone, "{silent:?}");
     assert!(silent.heartbeat_age_seconds >= 1.0 && silent.heartbeat_age_seconds < 60.0, "{silent:?}");
-    let patient = t.db.get_daemon(stale, Duration::from_secs(60)).await.expect("get").expect("exists");
+    let patient = t.db.api.get_daemon(stale, Duration::from_secs(60)).await.expect("get").expect("exists");
     assert_eq!(patient.state, DaemonState::Active, "still active for a registry that waits a minute");
-    let gone = t.db.mark_gone_daemons(GONE_AFTER).await.expect("mark gone");
+    let gone = t.db.daemon.mark_gone_daemons(GONE_AFTER).await.expect("mark gone");
     assert_eq!(gone, vec![stale], "only the silent daemon is gone");
-    t.db.mark_daemon_stopped(id).await.expect("stopped");
-    let listed = t.db.list_daemons(GONE_AFTER).await.expect("list");
+    t.db.daemon.mark_daemon_stopped(id).await.expect("stopped");
+    let listed = t.db.api.list_daemons(GONE_AFTER).await.expect("list");
     assert_eq!(listed.len(), 2);
     assert!(listed.iter().all(|d| d.state == DaemonState::Gone && d.stopped_at.is_some()));
-    let refused = t.db.request_drain(stale, "operator", GONE_AFTER).await;
+    let refused = t.db.api.request_drain(stale, "operator", GONE_AFTER).await;
     assert!(matches!(refused, Err(DrainError::Gone(d)) if d == stale), "a gone daemon cannot drain: {refused:?}");
     let unknown = Uuid::new_v4();
-    assert!(matches!(t.db.request_drain(unknown, "operator", GONE_AFTER).await, Err(DrainError::Unknown(_))));
-    assert!(t.db.get_daemon(unknown, GONE_AFTER).await.expect("get").is_none());
+    assert!(matches!(t.db.api.request_drain(unknown, "operator", GONE_AFTER).await, Err(DrainError::Unknown(_))));
+    assert!(t.db.api.get_daemon(unknown, GONE_AFTER).await.expect("get").is_none());
 }
 
 async fn queue_snapshots_replace_the_previous_one(t: &TestDb) {
@@ -232,9 +232,9 @@ async fn queue_snapshots_replace_the_previous_one(t: &TestDb) {
         took_ms: 12,
         measured_by: by,
     };
-    t.db.store_queue_count(&count(Some(40), None, None)).await.expect("store");
-    t.db.store_queue_count(&count(None, Some("too costly to count"), Some(7))).await.expect("replace");
-    let counts = t.db.queue_counts().await.expect("read");
+    t.db.daemon.store_queue_count(&count(Some(40), None, None)).await.expect("store");
+    t.db.daemon.store_queue_count(&count(None, Some("too costly to count"), Some(7))).await.expect("replace");
+    let counts = t.db.api.queue_counts().await.expect("read");
     assert_eq!(counts.len(), 1);
     let c = &counts[0];
     assert_eq!(
@@ -250,11 +250,11 @@ async fn queue_snapshots_replace_the_previous_one(t: &TestDb) {
 /// and requests are tried again on the next connection until a fresh one, and an override edit begins again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_that_does_not_ping_before_use_survives_all_its_connections_cut() {
-    use scrinalia_shared::{Database, Pings, config::DatabaseSettings};
+    use scrinalia_shared::{ApiStore, config::DatabaseSettings};
 
     let t = TestDb::postgres().await;
     let settings = DatabaseSettings { url: t.url.clone(), max_connections: 5, ..DatabaseSettings::default() };
-    let db = Database::connect_as(&settings, "scrinalia-api", Pings::OnlyAfterUse).await.expect("connect");
+    let db = ApiStore::connect(&settings, "scrinalia-api").await.expect("connect");
     let five_at_once = || async {
         tokio::try_join!(
             db.list_overrides(),

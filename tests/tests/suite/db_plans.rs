@@ -6,13 +6,15 @@
 //! PostgreSQL both the custom plan (of the values) and the generic plan (which a prepared statement switches to
 //! after its fifth run) are checked; on SQLite the plan of `EXPLAIN QUERY PLAN`. The claim reaches the queued
 //! rows through an index of queued rows alone, without touching history. The statements are the very ones the code runs
-//! (`Database::explain_panel_reads`), so a later change that turns one into a scan fails here, naming it.
+//! (`scrinalia_db::Database::explain_panel_reads`), so a later change that turns one into a scan fails here, naming it.
 
 use std::time::Instant;
 
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use scrinalia_db::Database;
 use scrinalia_shared::{
     ExplainedRead, PlanSample, Resolved, ResolvedConfig, RunState, Source,
+    config::DatabaseSettings,
     runs::{Cursor, RunFilter},
 };
 use scrinalia_tests::{Kind, TestDb, backend_tests};
@@ -301,7 +303,12 @@ async fn every_panel_read_and_the_claim_are_index_served_on_a_million_analysed_r
         run,
         daemon: Uuid::now_v7(),
     };
-    let reads = t.db.explain_panel_reads(&sample).await.expect("the plans");
+    // The plans are of the SQL layer's own statements, which it explains on a pool of its own (no store forwards
+    // this: it is the test's question, not a process's).
+    let settings = DatabaseSettings { url: t.url.clone(), ..DatabaseSettings::default() };
+    let sql = Database::connect(&settings).await.expect("connect");
+    let reads = sql.explain_panel_reads(&sample).await.expect("the plans");
+    sql.close().await;
     assert!(reads.len() >= 12, "every panel read is explained: {:?}", reads.iter().map(|r| r.name).collect::<Vec<_>>());
     let mut failures = Vec::new();
     for read in &reads {
@@ -329,16 +336,17 @@ async fn every_panel_read_and_the_claim_are_index_served_on_a_million_analysed_r
 
     // The pages the plans are of still answer what they say, through the real function.
     let page =
-        t.db.list_runs(&RunFilter {
-            worker: Some("w-7".into()),
-            state: Some(RunState::Failed),
-            from: Some(day),
-            to: Some(day + TimeDelta::days(1)),
-            limit: 50,
-            ..RunFilter::default()
-        })
-        .await
-        .expect("a filtered page");
+        t.db.api
+            .list_runs(&RunFilter {
+                worker: Some("w-7".into()),
+                state: Some(RunState::Failed),
+                from: Some(day),
+                to: Some(day + TimeDelta::days(1)),
+                limit: 50,
+                ..RunFilter::default()
+            })
+            .await
+            .expect("a filtered page");
     assert!(!page.runs.is_empty(), "the seed has failed runs of w-7 on {day}");
     assert!(
         page.runs.iter().all(|r| r.worker == "w-7"
@@ -348,7 +356,8 @@ async fn every_panel_read_and_the_claim_are_index_served_on_a_million_analysed_r
         "every run of the page matches its filter"
     );
     let deep =
-        t.db.list_runs(&RunFilter { after: Some(sample.deep), limit: 50, ..RunFilter::default() })
+        t.db.api
+            .list_runs(&RunFilter { after: Some(sample.deep), limit: 50, ..RunFilter::default() })
             .await
             .expect("a deep page");
     assert_eq!(deep.runs.len(), 50);
@@ -357,10 +366,10 @@ async fn every_panel_read_and_the_claim_are_index_served_on_a_million_analysed_r
         "a deep page holds only runs after its cursor"
     );
     assert!(deep.runs.windows(2).all(|w| (w[0].requested_at, w[0].id) > (w[1].requested_at, w[1].id)), "newest first");
-    let first = t.db.list_runs(&RunFilter { limit: 50, ..RunFilter::default() }).await.expect("the first page");
+    let first = t.db.api.list_runs(&RunFilter { limit: 50, ..RunFilter::default() }).await.expect("the first page");
     assert_eq!(first.runs.len(), 50);
     assert!(first.next.is_some(), "the first page has a next one");
-    let chain = t.db.run_chain(run).await.expect("the chain");
+    let chain = t.db.api.run_chain(run).await.expect("the chain");
     assert!(chain.len() >= 2 && chain.iter().any(|r| r.id == run), "the retry's chain holds it and what it retries");
     eprintln!(
         "{}: {} statements explained, {:.1} s in all",

@@ -26,7 +26,7 @@ async fn a_claim_does_not_wait_for_a_resource_locked_by_a_frozen_claim() {
     let placement = Placement::of(&catalogue, Vec::<String>::new());
     let mut queued = Vec::new();
     for worker in ["a", "b", "c"] {
-        queued.push(t.db.request_run(&catalogue, request(worker)).await.expect("request").id);
+        queued.push(t.db.api.request_run(&catalogue, request(worker)).await.expect("request").id);
     }
 
     // The frozen daemon: a transaction that took the gpu's claim lock and never ends while it is stopped.
@@ -39,7 +39,7 @@ async fn a_claim_does_not_wait_for_a_resource_locked_by_a_frozen_claim() {
 
     // A claim that waited for the lock would never return while it is held.
     let daemon = Uuid::now_v7();
-    let claim = t.db.claim_placed(daemon, Duration::from_secs(5), 10, None, &placement);
+    let claim = t.db.daemon.claim_placed(daemon, Duration::from_secs(5), 10, None, &placement);
     let claimed = tokio::time::timeout(Duration::from_secs(30), claim)
         .await
         .expect("the claim returns while another transaction holds the resource's lock")
@@ -51,14 +51,14 @@ async fn a_claim_does_not_wait_for_a_resource_locked_by_a_frozen_claim() {
         assert!(left.num_milliseconds() >= 4_900, "the lease is counted from the claim: {left}");
     }
     for id in &queued[..2] {
-        assert_eq!(t.db.get_run(*id).await.expect("read").expect("run").state, RunState::Queued);
+        assert_eq!(t.db.api.get_run(*id).await.expect("read").expect("run").state, RunState::Queued);
     }
-    assert!(t.db.resource_holders().await.expect("holders").is_empty());
+    assert!(t.db.daemon.resource_holders().await.expect("holders").is_empty());
 
     sqlx::query("rollback").execute(&mut frozen).await.expect("rollback");
-    let claimed = t.db.claim_placed(daemon, Duration::from_secs(5), 10, None, &placement).await.expect("claim");
+    let claimed = t.db.daemon.claim_placed(daemon, Duration::from_secs(5), 10, None, &placement).await.expect("claim");
     assert_eq!(ids(&claimed), { ids_of(&queued[..2]) }, "both gpu runs once the lock is free");
-    assert_eq!(t.db.resource_holders().await.expect("holders").len(), 2);
+    assert_eq!(t.db.daemon.resource_holders().await.expect("holders").len(), 2);
     drop(frozen);
     t.cleanup().await;
 }

@@ -53,14 +53,14 @@ fn id_sql(t: &TestDb, id: Uuid) -> String {
 /// A run of `worker` that ended in `state` `days` ago, with a log of two objects and `progress` reports.
 async fn finished(t: &TestDb, logs: &LogStore, worker: &str, state: &str, days: f64, progress: u32) -> Uuid {
     let daemon = Uuid::now_v7();
-    let run = insert(&t.db, worker).await.expect("insert");
-    t.db.claim_runs(daemon, LONG_LEASE, 1, Some(&[worker.to_owned()])).await.expect("claim");
+    let run = insert(&t.db.api, worker).await.expect("insert");
+    t.db.daemon.claim_runs(daemon, LONG_LEASE, 1, Some(&[worker.to_owned()])).await.expect("claim");
     let prefix = logs.run_prefix(worker, run.id);
-    t.db.mark_started(run.id, daemon, prefix.as_ref()).await.expect("start");
+    t.db.daemon.mark_started(run.id, daemon, prefix.as_ref()).await.expect("start");
     for i in 0..progress {
-        t.db.record_progress(run.id, daemon, &json!({"done": i})).await.expect("progress");
+        t.db.daemon.record_progress(run.id, daemon, &json!({"done": i})).await.expect("progress");
     }
-    t.db.finish_run(run.id, daemon, &succeeded()).await.expect("finish");
+    t.db.daemon.finish_run(run.id, daemon, &succeeded()).await.expect("finish");
     for key in [logs.chunk_key(worker, run.id, 0), logs.cut_key(worker, run.id, 1)] {
         let file = log_root(t).join(key.as_ref());
         std::fs::create_dir_all(file.parent().expect("a folder")).expect("the log's folder");
@@ -124,7 +124,7 @@ async fn a_pass_prunes_what_the_policy_and_the_export_say_with_logs_progress_and
     ))
     .await
     .expect("link");
-    let retry = insert(&t.db, "c").await.expect("queued");
+    let retry = insert(&t.db.api, "c").await.expect("queued");
     t.execute(&format!("update worker_runs set retry_of = {} where id = {}", id_sql(t, c[1]), id_sql(t, retry.id)))
         .await
         .expect("link");
@@ -143,8 +143,8 @@ async fn a_pass_prunes_what_the_policy_and_the_export_say_with_logs_progress_and
             workers: vec![],
             labels: vec![],
         };
-        t.db.register_daemon(&new).await.expect("register");
-        t.db.mark_daemon_stopped(id).await.expect("stopped");
+        t.db.daemon.register_daemon(&new).await.expect("register");
+        t.db.daemon.mark_daemon_stopped(id).await.expect("stopped");
         daemons.push(id);
     }
     let sql = format!("update daemons set stopped_at = {} where id = {}", days_ago(t, 2.0), id_sql(t, daemons[0]));
@@ -152,35 +152,35 @@ async fn a_pass_prunes_what_the_policy_and_the_export_say_with_logs_progress_and
 
     // The export lists exactly what the pass is about to delete, oldest finished first; and by worker, by time.
     let later = Utc::now() + chrono::Duration::days(1);
-    let listed = t.db.prunable_runs(&s, Some(later), None, None, 1000).await.expect("export");
+    let listed = t.db.api.prunable_runs(&s, Some(later), None, None, 1000).await.expect("export");
     let mut want: Vec<Uuid> = expected.iter().map(|e| e.1).collect();
     let mut got: Vec<Uuid> = listed.iter().map(|r| r.id).collect();
     assert!(listed.windows(2).all(|w| w[0].finished_at <= w[1].finished_at), "oldest first");
     want.sort();
     got.sort();
     assert_eq!(got, want, "the export is the policy");
-    let of_a = t.db.prunable_runs(&s, Some(later), Some("a"), None, 1000).await.expect("export a");
+    let of_a = t.db.api.prunable_runs(&s, Some(later), Some("a"), None, 1000).await.expect("export a");
     assert_eq!(of_a.len(), 3);
     let old = Utc::now() - chrono::Duration::days(52);
-    let before = t.db.prunable_runs(&s, Some(old), None, None, 1000).await.expect("export before");
+    let before = t.db.api.prunable_runs(&s, Some(old), None, None, 1000).await.expect("export before");
     assert_eq!(before.iter().map(|r| r.id).collect::<Vec<_>>(), [c[0]], "only what finished before");
-    let page = t.db.prunable_runs(&s, Some(later), None, None, 2).await.expect("page");
+    let page = t.db.api.prunable_runs(&s, Some(later), None, None, 2).await.expect("page");
     let last = page.last().map(|r| (r.finished_at.expect("finished"), r.id));
-    let rest = t.db.prunable_runs(&s, Some(later), None, last, 1000).await.expect("next page");
+    let rest = t.db.api.prunable_runs(&s, Some(later), None, last, 1000).await.expect("next page");
     assert_eq!(page.len() + rest.len(), want.len(), "keyset pages cover the export");
 
-    let all: Vec<i32> = t.db.run_progress(thinned).await.expect("progress").iter().map(|p| p.seq).collect();
+    let all: Vec<i32> = t.db.api.run_progress(thinned).await.expect("progress").iter().map(|p| p.seq).collect();
     assert_eq!(all.len(), 20);
 
     // One pass (batches of two) does it all.
     let holder = Uuid::now_v7();
     let started = tokio::time::Instant::now();
-    let counts = t.db.prune_pass(&s, &logs, holder, &|| false).await.expect("pass").expect("the lease was free");
+    let counts = t.db.daemon.prune_pass(&s, &logs, holder, &|| false).await.expect("pass").expect("the lease was free");
     // No second pass before the interval, by anyone. The pass ended after `started`, so while less than the
     // interval has passed since then on this test's clock, less has passed since its end on the database's; a
     // machine slow enough to take longer than that between the two statements would see the next pass due.
-    let second = t.db.prune_pass(&s, &logs, holder, &|| false).await.expect("pass").is_none();
-    let third = t.db.prune_pass(&s, &logs, Uuid::now_v7(), &|| false).await.expect("pass").is_none();
+    let second = t.db.daemon.prune_pass(&s, &logs, holder, &|| false).await.expect("pass").is_none();
+    let third = t.db.daemon.prune_pass(&s, &logs, Uuid::now_v7(), &|| false).await.expect("pass").is_none();
     if started.elapsed() < Duration::from_secs(s.interval_seconds) {
         assert!(second && third, "a second pass within the interval");
     } else {
@@ -189,18 +189,18 @@ async fn a_pass_prunes_what_the_policy_and_the_export_say_with_logs_progress_and
     assert_eq!((counts.runs, counts.logs, counts.daemons, counts.log_failures), (5, 5, 1, 0), "{counts:?}");
     assert_eq!(counts.progress, 16, "one run's 20 reports thinned to 4: {counts:?}");
     for (worker, id) in &expected {
-        assert!(t.db.get_run(*id).await.expect("get").is_none(), "pruned: {worker} {id}");
+        assert!(t.db.api.get_run(*id).await.expect("get").is_none(), "pruned: {worker} {id}");
         assert_eq!(log_objects(t, &logs, worker, *id), 0, "its log is gone");
     }
     for (worker, id) in &kept {
-        assert!(t.db.get_run(*id).await.expect("get").is_some(), "kept: {worker} {id}");
+        assert!(t.db.api.get_run(*id).await.expect("get").is_some(), "kept: {worker} {id}");
         if *id != retry.id {
             assert_eq!(log_objects(t, &logs, worker, *id), 2, "its log is kept");
         }
     }
-    let follower = t.db.get_run(c[3]).await.expect("get").expect("kept");
+    let follower = t.db.api.get_run(c[3]).await.expect("get").expect("kept");
     assert_eq!(follower.follows, None, "the link to a pruned run is set to null");
-    let seqs: Vec<i32> = t.db.run_progress(thinned).await.expect("progress").iter().map(|p| p.seq).collect();
+    let seqs: Vec<i32> = t.db.api.run_progress(thinned).await.expect("progress").iter().map(|p| p.seq).collect();
     assert_eq!(seqs.len(), 4, "{seqs:?}");
     assert_eq!((seqs.first(), seqs.last()), (all.first(), all.last()), "the first and the last are kept: {seqs:?}");
     let pid = |id: Uuid| format!("update daemons set pid = pid where id = {}", id_sql(t, id));
@@ -209,6 +209,6 @@ async fn a_pass_prunes_what_the_policy_and_the_export_say_with_logs_progress_and
 
     // The next pass, an interval after the first ended (on the database clock), finds nothing to do.
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let again = t.db.prune_pass(&s, &logs, Uuid::now_v7(), &|| false).await.expect("pass").expect("due again");
+    let again = t.db.daemon.prune_pass(&s, &logs, Uuid::now_v7(), &|| false).await.expect("pass").expect("due again");
     assert_eq!((again.runs, again.progress, again.daemons, again.logs), (0, 0, 0, 0));
 }

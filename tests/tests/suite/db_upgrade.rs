@@ -8,7 +8,7 @@
 
 use std::{collections::BTreeMap, path::Path, time::Duration};
 
-use scrinalia_shared::{Database, config::DatabaseSettings};
+use scrinalia_shared::{DaemonStore, config::DatabaseSettings};
 use sqlx::{
     SqlitePool,
     migrate::{MigrateError, Migrator},
@@ -30,7 +30,8 @@ const ADDED_TRIGGERS: [&str; 4] = [
 /// The SQLite migrations, as the daemons embed them.
 static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
 
-/// A pool of one connection on `path`, opened as `Database::connect` opens SQLite: what the migrations run on.
+/// A pool of one connection on `path`, opened as `scrinalia_db::Database::connect` opens SQLite: what the
+/// migrations run on.
 async fn pool(path: &Path) -> SqlitePool {
     let options = SqliteConnectOptions::new()
         .filename(path)
@@ -297,7 +298,8 @@ async fn the_rebuild_keeps_every_row_index_trigger_and_reference_and_drops_only_
 
     // The daemons' own migrator takes the file from here.
     let url = format!("sqlite://{}", file.display());
-    let db = Database::connect(&DatabaseSettings { url, ..DatabaseSettings::default() }).await.expect("connect");
+    let settings = DatabaseSettings { url, ..DatabaseSettings::default() };
+    let db = DaemonStore::connect(&settings, "scrinalia").await.expect("connect");
     db.migrate().await.expect("the daemons' migrations accept the rebuilt file");
     db.close().await;
     eprintln!("the rebuild of {} runs took {took:?}", before.rows["worker_runs"].len());

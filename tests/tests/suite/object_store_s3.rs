@@ -210,8 +210,8 @@ async fn a_runs_output_goes_to_the_bucket_and_reads_back_through_the_api_while_a
     }
 
     // A hundred days on (a newer run of the worker kept as its last one), a prune pass takes the run and its log.
-    let newer = insert(&t.db, "probe-1").await.expect("a newer run");
-    t.db.request_cancel(newer.id, "vera").await.expect("cancel the newer run");
+    let newer = insert(&t.db.api, "probe-1").await.expect("a newer run");
+    t.db.api.request_cancel(newer.id, "vera").await.expect("cancel the newer run");
     let aged = format!(
         "update worker_runs set finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-100 days') where id = x'{}'",
         id.replace('-', "")
@@ -221,7 +221,7 @@ async fn a_runs_output_goes_to_the_bucket_and_reads_back_through_the_api_while_a
     // The daemon made a pass as it started; the next is due an interval after that one.
     let settings = RetentionSettings { keep_last_per_worker: 1, interval_seconds: 1, ..RetentionSettings::default() };
     let counts = eventually(Duration::from_secs(10), "a prune pass to be due", || async {
-        t.db.prune_pass(&settings, &logs, uuid::Uuid::now_v7(), &|| false).await.expect("a prune pass")
+        t.db.daemon.prune_pass(&settings, &logs, uuid::Uuid::now_v7(), &|| false).await.expect("a prune pass")
     })
     .await;
     assert_eq!((counts.runs, counts.logs > 0), (1, true), "{counts:?}");

@@ -41,8 +41,8 @@ fn start_daemon(setup: &Setup, name: &str, env: &[(&str, &str)]) -> (Child, Path
 /// Runs one probe to its end with the daemon, then stops the daemon; returns the run id and the daemon's stdout.
 async fn one_run(db: &TestDb, setup: &Setup, env: &[(&str, &str)]) -> (String, String) {
     let (mut daemon, out, err) = start_daemon(setup, "daemon", env);
-    let run = setup.request(&db.db, "probe-1", json!({"duration_ms": 300, "output_lines": 2})).await;
-    let done = wait_finished(&db.db, run.id, Duration::from_secs(30)).await;
+    let run = setup.request(&db.db.api, "probe-1", json!({"duration_ms": 300, "output_lines": 2})).await;
+    let done = wait_finished(&db.db.api, run.id, Duration::from_secs(30)).await;
     let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
     assert_eq!(done.state, RunState::Succeeded, "{done:?}\n{}\n{}", read(&out), read(&err));
     let pid = Pid::from_raw(daemon.id().expect("running") as i32);

@@ -330,7 +330,7 @@ async fn metrics_of_both_processes_move_after_a_run(db: &TestDb) {
         (api_sees == Some(1.0) && daemon_sees == Some(1.0)).then_some(())
     })
     .await;
-    let done = wait_finished(&db.db, id, Duration::from_secs(30)).await;
+    let done = wait_finished(&db.db.api, id, Duration::from_secs(30)).await;
     assert_eq!(done.state, RunState::Succeeded, "{done:?}\n{}", daemon.output());
 
     let after = eventually(Duration::from_secs(5), "the daemon to count the finished run", || async {
@@ -380,13 +380,13 @@ async fn a_recovered_run_is_counted_by_the_daemon_that_recovered_it() {
     let db = TestDb::postgres().await;
     let setup = Setup::new(&db, |_| {});
     let victim = setup.start_daemon("victim", &[]);
-    let run = setup.request(&db.db, "probe-1", json!({"duration_ms": 60_000})).await;
-    wait_started(&db.db, run.id, Duration::from_secs(10)).await;
+    let run = setup.request(&db.db.api, "probe-1", json!({"duration_ms": 60_000})).await;
+    wait_started(&db.db.api, run.id, Duration::from_secs(10)).await;
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let rescuer = setup.start_daemon("rescuer", &[("SCRINALIA__DAEMON__METRICS_LISTEN", &listen)]);
     victim.signal(nix::sys::signal::Signal::SIGKILL);
-    let done = wait_finished(&db.db, run.id, Duration::from_secs(20)).await;
+    let done = wait_finished(&db.db.api, run.id, Duration::from_secs(20)).await;
     assert_eq!(done.state, RunState::Interrupted, "{done:?}\n{}", rescuer.output());
     let client = reqwest::Client::new();
     let url = format!("http://{listen}/metrics");

@@ -206,7 +206,7 @@ async fn trigger(base: &str, db: &TestDb, traceparent: Option<&str>, api: &Proce
     assert_eq!(response.status(), reqwest::StatusCode::CREATED, "{}", api.output());
     let run: Value = response.json().await.expect("the run");
     let id: Uuid = run["id"].as_str().and_then(|s| s.parse().ok()).expect("a run id");
-    let done = wait_finished(&db.db, id, Duration::from_secs(30)).await;
+    let done = wait_finished(&db.db.api, id, Duration::from_secs(30)).await;
     assert_eq!(done.state, RunState::Succeeded, "{done:?}\n{}", daemon.output());
     run
 }

@@ -129,7 +129,8 @@ pub(super) async fn a_deleted_schedule_keeps_its_fires_and_audit_trail_readable_
     let id = uuid_of(&created["id"]);
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let pass =
-        t.db.fire_due_schedules(api.state.catalogue(), Uuid::now_v7(), Duration::from_secs(60))
+        t.db.daemon
+            .fire_due_schedules(api.state.catalogue(), Uuid::now_v7(), Duration::from_secs(60))
             .await
             .expect("fire what is due");
     assert!(pass.requested >= 1, "the schedule fired: {pass:?}");

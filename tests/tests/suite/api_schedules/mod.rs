@@ -59,7 +59,7 @@ async fn api_of(t: &TestDb) -> TestApi {
     };
     let config = config_file(&t.url, t.dir.path(), &ApiConfig::default()).with(|f| f.pipelines = vec![pipeline]);
     let settings = config.load(&t.dir.path().join("config.toml")).expect("a valid configuration");
-    let state = AppState::new(settings, t.db.clone());
+    let state = AppState::new(settings, t.db.api.clone());
     TestApi { router: app(state.clone()), state, peer: std::net::SocketAddr::from(([127, 0, 0, 1], 40000)) }
 }
 

@@ -13,7 +13,7 @@ use super::{api_of, delete, message, nightly, put, three_increasing};
 
 pub(super) async fn the_preview_is_the_next_three_fire_times(t: &TestDb) {
     let api = api_of(t).await;
-    let now = t.db.now().await.expect("the database clock");
+    let now = t.db.api.now().await.expect("the database clock");
     let preview = api
         .post("/api/schedules/preview", VIEWER, Some(json!({"cron": "*/5 * * * *"})))
         .await

@@ -63,6 +63,6 @@ pub(super) async fn oversized_bodies_get_413(t: &TestDb) {
     reply.expect(StatusCode::CREATED, None);
 
     assert_eq!(run_count(t).await, 1, "only the body under the limit created a run");
-    assert!(t.db.get_override("probe-1").await.expect("read the override").is_none());
+    assert!(t.db.daemon.get_override("probe-1").await.expect("read the override").is_none());
     stack.assert_healthy().await;
 }

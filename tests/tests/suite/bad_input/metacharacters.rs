@@ -216,12 +216,12 @@ pub(super) async fn metacharacters_are_stored_verbatim_or_refused_and_reach_a_wo
     stack.finished(run["id"].as_str().expect("an id")).await;
 
     // The tables are all there and hold what was written; no injected command ran.
-    let runs = t.db.list_runs(&RunFilter { limit: 500, ..RunFilter::default() }).await.expect("the ledger").runs;
+    let runs = t.db.api.list_runs(&RunFilter { limit: 500, ..RunFilter::default() }).await.expect("the ledger").runs;
     assert!(runs.len() > values.len(), "{} runs", runs.len());
     assert!(runs.iter().all(|r| r.state == RunState::Succeeded), "every run succeeded");
-    assert!(t.db.list_overrides().await.expect("the overrides").is_empty());
-    assert_eq!(t.db.audit_trail("probe-3", 1000).await.expect("the audit trail").len(), 2 * values.len());
-    assert!(!t.db.list_daemons(GONE_AFTER).await.expect("the daemons").is_empty());
+    assert!(t.db.api.list_overrides().await.expect("the overrides").is_empty());
+    assert_eq!(t.db.api.audit_trail("probe-3", 1000).await.expect("the audit trail").len(), 2 * values.len());
+    assert!(!t.db.api.list_daemons(GONE_AFTER).await.expect("the daemons").is_empty());
     assert!(!canary.exists(), "{} exists: a value was run by a shell", canary.display());
     assert!(keep.is_dir(), "{} was removed: a value was run by a shell", keep.display());
     stack.assert_healthy().await;

@@ -146,5 +146,10 @@ fn pct(s: &str) -> String {
 
 /// How many runs the ledger holds, read through the database layer (which also proves the table exists).
 async fn run_count(t: &TestDb) -> usize {
-    t.db.list_runs(&RunFilter { limit: 500, ..RunFilter::default() }).await.expect("the ledger can be read").runs.len()
+    t.db.api
+        .list_runs(&RunFilter { limit: 500, ..RunFilter::default() })
+        .await
+        .expect("the ledger can be read")
+        .runs
+        .len()
 }

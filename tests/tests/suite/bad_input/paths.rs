@@ -127,7 +127,7 @@ pub(super) async fn traversal_and_bad_ids_get_a_sentence(t: &TestDb) {
     }
 
     assert_eq!(run_count(t).await, 0, "no request created a run");
-    assert!(t.db.list_overrides().await.expect("read the overrides").is_empty(), "no request set an override");
+    assert!(t.db.api.list_overrides().await.expect("read the overrides").is_empty(), "no request set an override");
     let store = t.dir.path().join("run-logs");
     let empty = !store.exists() || store.read_dir().is_ok_and(|mut d| d.next().is_none());
     assert!(empty, "nothing was written to the run-log store");

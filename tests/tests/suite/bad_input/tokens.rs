@@ -95,8 +95,8 @@ pub(super) async fn writes_refuse_missing_malformed_and_low_role_tokens(t: &Test
     assert_eq!(run_count(t).await, 1, "no refused trigger created a run");
     let still = stack.get(&format!("/api/runs/{run}"), VIEWER).await.expect(StatusCode::OK, None);
     assert_eq!((still["state"].as_str(), still["cancel_requested_at"].is_null()), (Some("running"), true));
-    assert!(t.db.get_override("probe-1").await.expect("read the override").is_none());
-    assert!(t.db.audit_trail("probe-1", 10).await.expect("read the audit trail").is_empty());
+    assert!(t.db.daemon.get_override("probe-1").await.expect("read the override").is_none());
+    assert!(t.db.api.audit_trail("probe-1", 10).await.expect("read the audit trail").is_empty());
     let daemons = stack.get("/api/daemons", VIEWER).await.expect(StatusCode::OK, None);
     assert!(daemons["daemons"][0]["drain_requested_at"].is_null(), "no refused drain got through: {daemons}");
     stack.assert_healthy().await;
