@@ -61,13 +61,17 @@ pub struct Links<'a> {
 /// worker, one per (schedule, fire time), one retry per run). Both dialects speak it, and on PostgreSQL a refusal
 /// does not abort the transaction it runs in.
 pub async fn insert(on: impl Into<On<'_>>, new: &NewRun<'_>) -> Result<Option<Run>> {
+    // `requested_at` is the statement's clock, not its transaction's start: a run requested in a transaction that
+    // waited for another's end (a waiting fire released as its target's run ends) is stamped after that end.
     const INSERT: Sql = sql!(
         "insert into worker_runs (id, worker, requested_by, arguments, config, trace_context, schedule_id, fire_at, \
              retry_of, attempt, not_before, pipeline_run_id, pipeline_step, follows, follows_as, checkpoint, \
-             checkpoint_at) \
+             checkpoint_at, requested_at) \
          values ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, 1), ",
         now_plus(11),
-        ", $12, $13, $14, $15, $16, $17) on conflict do nothing returning ",
+        ", $12, $13, $14, $15, $16, $17, ",
+        clock,
+        ") on conflict do nothing returning ",
         run_columns!()
     );
     let inserted = run!(on, INSERT, |pool, sql| sqlx::query_as::<_, Run>(sql)

@@ -196,11 +196,10 @@ impl Store {
     }
 
     /// Asks for a pipeline run to be cancelled by `actor`: its current step is cancelled, and the pipeline run
-    /// ends `cancelled` once that step has ended. `None` when there is no such pipeline run.
+    /// ends `cancelled` once that step has ended; one that ended already is left as it is. `None` when there is no
+    /// such pipeline run.
     pub(crate) async fn cancel_pipeline_run(&self, id: Uuid, actor: &str) -> Result<Option<PipelineRunView>, DbError> {
-        if !advance::cancel(&self.db, id, actor).await? {
-            return Ok(None);
-        }
+        advance::cancel(&self.db, id, actor).await?;
         self.pipeline_run(id).await
     }
 

@@ -147,7 +147,7 @@ pub(crate) async fn start(db: &Database, new: &NewPipelineRun<'_>) -> db::Result
 
 /// Asks for a pipeline run to be cancelled by `actor`: its current step is cancelled (at once when queued; its
 /// daemon stops it when running), and the pipeline run ends `cancelled` when that step has ended. `false` when
-/// it is not running.
+/// it is not running (it ended already, or there is no such pipeline run): nothing changes then.
 pub(crate) async fn cancel(db: &Database, id: Uuid, actor: &str) -> db::Result<bool> {
     let mut tx = db.begin_write().await?;
     let Some(current) = db::pipelines::flag_cancel(&mut tx, id, actor).await? else { return Ok(false) };

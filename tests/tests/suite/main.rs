@@ -46,6 +46,7 @@ mod db_changes;
 mod db_checks;
 mod db_chores;
 mod db_continuations;
+mod db_leases;
 mod db_ledger;
 mod db_plans;
 mod db_queue;
