@@ -39,3 +39,53 @@ pub(crate) fn pipeline(step: i32) -> PipelineRun {
         cancel_requested_by: None,
     }
 }
+
+/// A schedule of worker `b` every minute in UTC, next due at `next`, with the given policies.
+pub(crate) fn schedule(
+    overlap: crate::OverlapPolicy,
+    missed: crate::MissedPolicy,
+    next: chrono::DateTime<Utc>,
+) -> crate::Schedule {
+    crate::Schedule {
+        id: Uuid::now_v7(),
+        name: "every-minute".into(),
+        target_kind: crate::TargetKind::Worker,
+        target: "b".into(),
+        cron: "* * * * *".into(),
+        time_zone: "UTC".into(),
+        arguments: json!({}),
+        enabled: true,
+        overlap,
+        missed,
+        next_fire_at: Some(next),
+        waiting_fire_at: None,
+        created_by: "ada".into(),
+        created_at: Utc::now(),
+        updated_by: "ada".into(),
+        updated_at: Utc::now(),
+    }
+}
+
+/// A catalogue of one worker, `b`, with no engine.
+pub(crate) fn catalogue() -> crate::Catalogue {
+    let worker = crate::WorkerSpec {
+        name: "b".into(),
+        title: None,
+        axis: "enrichment".into(),
+        governance: "curated".into(),
+        stamp: "b_v1".into(),
+        description: None,
+        command: vec!["worker".into()],
+        engine: None,
+        preset: None,
+        engine_source: None,
+        engine_source_url: None,
+        options: Vec::new(),
+        timeout_seconds: 600,
+        env: Default::default(),
+        retry: None,
+        resources: Vec::new(),
+        labels: Vec::new(),
+    };
+    crate::Catalogue::new(vec![worker], Default::default()).expect("a valid catalogue")
+}

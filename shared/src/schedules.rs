@@ -18,6 +18,8 @@ use crate::{
 
 mod firing;
 mod pass;
+#[cfg(test)]
+mod tests;
 
 pub use firing::FirePass;
 
