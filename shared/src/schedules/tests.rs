@@ -15,6 +15,9 @@ fn at(minute: u32, second: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 12, 4, 9, minute, second).single().expect("a time")
 }
 
+/// A planned fire: its time, its outcome, and whether it requests its target.
+type Planned = (DateTime<Utc>, FireOutcome, bool);
+
 /// The fires of a schedule every minute, due at 09:00, when the clock reads `now` and a fire may be 30 s late.
 fn planned(
     missed: MissedPolicy,
