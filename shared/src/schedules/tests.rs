@@ -19,10 +19,7 @@ fn at(minute: u32, second: u32) -> DateTime<Utc> {
 type Planned = (DateTime<Utc>, FireOutcome, bool);
 
 /// The fires of a schedule every minute, due at 09:00, when the clock reads `now` and a fire may be 30 s late.
-fn planned(
-    missed: MissedPolicy,
-    now: DateTime<Utc>,
-) -> (Vec<(DateTime<Utc>, FireOutcome, bool)>, Option<DateTime<Utc>>) {
+fn planned(missed: MissedPolicy, now: DateTime<Utc>) -> (Vec<Planned>, Option<DateTime<Utc>>) {
     let schedule = schedule(OverlapPolicy::Skip, missed, at(0, 0));
     let resolver = Resolver::new(Vec::new(), Vec::new());
     let plan = plan(&catalogue(), &resolver, &schedule, now, chrono::Duration::seconds(30));
