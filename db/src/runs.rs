@@ -55,23 +55,28 @@ pub struct Links<'a> {
     pub follows: Option<(Uuid, FollowKind)>,
     /// The checkpoint it starts from (a resume's predecessor's), with the time it was reported.
     pub checkpoint: Option<(&'a Value, chrono::DateTime<chrono::Utc>)>,
+    /// Stamped with the statement's clock rather than its transaction's start: a request its transaction may
+    /// have waited for another's end to make (a fire that waited for its target), so that it is stamped after
+    /// that end. Every other request is stamped when its transaction began, so that all the runs of one
+    /// transaction (a fire pass, say) carry one time.
+    pub stamped_when_written: bool,
 }
 
 /// Inserts a request, `on conflict do nothing`: `None` when a unique index refuses it (the one in flight per
 /// worker, one per (schedule, fire time), one retry per run). Both dialects speak it, and on PostgreSQL a refusal
 /// does not abort the transaction it runs in.
 pub async fn insert(on: impl Into<On<'_>>, new: &NewRun<'_>) -> Result<Option<Run>> {
-    // `requested_at` is the statement's clock, not its transaction's start: a run requested in a transaction that
-    // waited for another's end (a waiting fire released as its target's run ends) is stamped after that end.
     const INSERT: Sql = sql!(
         "insert into worker_runs (id, worker, requested_by, arguments, config, trace_context, schedule_id, fire_at, \
              retry_of, attempt, not_before, pipeline_run_id, pipeline_step, follows, follows_as, checkpoint, \
              checkpoint_at, requested_at) \
          values ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, 1), ",
         now_plus(11),
-        ", $12, $13, $14, $15, $16, $17, ",
+        ", $12, $13, $14, $15, $16, $17, case when $18 then ",
         clock,
-        ") on conflict do nothing returning ",
+        " else ",
+        now,
+        " end) on conflict do nothing returning ",
         run_columns!()
     );
     let inserted = run!(on, INSERT, |pool, sql| sqlx::query_as::<_, Run>(sql)
@@ -92,6 +97,7 @@ pub async fn insert(on: impl Into<On<'_>>, new: &NewRun<'_>) -> Result<Option<Ru
         .bind(new.links.follows.map(|f| f.1))
         .bind(new.links.checkpoint.map(|c| Json(c.0)))
         .bind(new.links.checkpoint.map(|c| DbTime(c.1)))
+        .bind(new.links.stamped_when_written)
         .fetch_optional(pool)
         .await);
     match inserted {

@@ -106,6 +106,7 @@ impl Retry {
                 step: ended.pipeline_run_id.zip(ended.pipeline_step),
                 follows: checkpoint.map(|_| (ended.id, crate::FollowKind::Resume)),
                 checkpoint,
+                stamped_when_written: false,
             },
         }
     }

@@ -119,7 +119,7 @@ pub(crate) async fn fire_pass(
             let (mut outcome, mut reason) = (fire.outcome, fire.reason.clone());
             let (mut run, mut pipeline_run, mut blocked_by) = (None, None, None);
             if let Some(target) = &fire.target {
-                match request(&mut tx, schedule, fire.at, target).await? {
+                match request(&mut tx, schedule, fire.at, target, false).await? {
                     Requested::Run(id) => run = Some(id),
                     Requested::Pipeline(id) => pipeline_run = Some(id),
                     Requested::Blocked(None) => {
@@ -175,7 +175,7 @@ pub(crate) async fn release_waiting(
     if !db::schedules::fires::take_waiting(&mut tx, schedule.id, at).await? {
         return Ok(false);
     }
-    let requested = match request(&mut tx, schedule, at, target).await? {
+    let requested = match request(&mut tx, schedule, at, target, true).await? {
         Requested::Run(id) => (Some(id), None),
         Requested::Pipeline(id) => (None, Some(id)),
         Requested::Blocked(_) => return Ok(false),
@@ -186,8 +186,15 @@ pub(crate) async fn release_waiting(
     Ok(true)
 }
 
-/// In the transaction `tx`, requests `target` for the fire of `schedule` at `at`.
-async fn request(tx: &mut Tx, schedule: &Schedule, at: DateTime<Utc>, target: &Target) -> db::Result<Requested> {
+/// In the transaction `tx`, requests `target` for the fire of `schedule` at `at`; a fire that waited for its
+/// target is stamped when its run is written (`after_wait`), after the end it waited for.
+async fn request(
+    tx: &mut Tx,
+    schedule: &Schedule,
+    at: DateTime<Utc>,
+    target: &Target,
+    after_wait: bool,
+) -> db::Result<Requested> {
     let by = format!("schedule:{}", schedule.name);
     let fire = Some((schedule.id, at));
     Ok(match target {
@@ -199,7 +206,7 @@ async fn request(tx: &mut Tx, schedule: &Schedule, at: DateTime<Utc>, target: &T
                 arguments,
                 config,
                 trace_context: None,
-                links: Links { fire, ..Links::default() },
+                links: Links { fire, stamped_when_written: after_wait, ..Links::default() },
             };
             match db::runs::insert(&mut *tx, &new).await? {
                 Some(run) => Requested::Run(run.id),
