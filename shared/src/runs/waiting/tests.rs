@@ -6,8 +6,7 @@ use uuid::Uuid;
 
 use super::WaitFacts;
 use crate::{
-    Catalogue, Daemon, DaemonState, EndReason, PipelineRun, PipelineRunView, PipelineState, ResolvedConfig, Run,
-    RunState, WaitCode,
+    Catalogue, Daemon, DaemonState, EndReason, PipelineRunView, PipelineState, ResolvedConfig, Run, RunState, WaitCode,
 };
 
 fn run(worker: &str, state: RunState) -> Run {
@@ -37,23 +36,9 @@ fn facts(daemons: Vec<Daemon>, in_flight: Vec<Run>) -> WaitFacts {
 
 /// A pipeline run of steps a then b, at step 2 (b), with `current` as its current run.
 fn at_b(current: Option<&Run>) -> PipelineRunView {
-    let pipeline_run = PipelineRun {
-        id: Uuid::now_v7(),
-        pipeline: "p".into(),
-        state: PipelineState::Running,
-        steps: vec!["a".into(), "b".into()],
-        step: 1,
-        current_run: current.map(|r| r.id),
-        arguments: json!({}),
-        requested_by: "ada".into(),
-        requested_at: Utc::now(),
-        finished_at: None,
-        error: None,
-        schedule_id: None,
-        fire_at: None,
-        cancel_requested_at: None,
-        cancel_requested_by: None,
-    };
+    let mut pipeline_run = crate::fixtures::pipeline(1);
+    pipeline_run.steps = vec!["a".into(), "b".into()];
+    pipeline_run.current_run = current.map(|r| r.id);
     PipelineRunView { pipeline_run, runs: current.into_iter().cloned().collect(), waiting: None }
 }
 
