@@ -175,12 +175,12 @@ impl Database {
                 }
             }
             (Pool::Postgres(pool), _) if self.limited => {
-                // A migration may take longer than an API's statements: lifted for its connection, then reset
-                // to the connection's own setting.
-                let mut conn = pool.acquire().await?;
-                sqlx::query("set statement_timeout = 0").execute(&mut *conn).await?;
-                let migrated = POSTGRES_MIGRATOR.run(&mut *conn).await;
-                sqlx::query("reset statement_timeout").execute(&mut *conn).await?;
+                // A migration may take longer than an API's statements: run on a connection of its own whose
+                // later `-c statement_timeout=0` overrides the pool's.
+                let options = pool.connect_options().as_ref().clone().options([("statement_timeout", 0)]);
+                let unlimited = PgPoolOptions::new().max_connections(1).connect_with(options).await?;
+                let migrated = POSTGRES_MIGRATOR.run(&unlimited).await;
+                unlimited.close().await;
                 Ok(migrated?)
             }
             (Pool::Postgres(pool), _) => Ok(POSTGRES_MIGRATOR.run(&**pool).await?),
