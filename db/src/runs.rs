@@ -344,17 +344,11 @@ pub async fn progress_of(on: impl Into<On<'_>>, id: Uuid) -> Result<Vec<Progress
 
 /// Up to `$3` of a run's progress reports with a `seq` below `$2`, newest first (the primary key (run_id, seq),
 /// read backwards, serves it).
-pub(crate) const PROGRESS_BEFORE: Sql = sql!(
-    "select seq, at, progress from run_progress where run_id = $1 and seq < $2 order by seq desc limit $3"
-);
+pub(crate) const PROGRESS_BEFORE: Sql =
+    sql!("select seq, at, progress from run_progress where run_id = $1 and seq < $2 order by seq desc limit $3");
 
 /// Up to `limit` of a run's progress reports with a `seq` below `before`, newest first.
-pub async fn progress_before(
-    on: impl Into<On<'_>>,
-    id: Uuid,
-    before: i32,
-    limit: u32,
-) -> Result<Vec<ProgressEntry>> {
+pub async fn progress_before(on: impl Into<On<'_>>, id: Uuid, before: i32, limit: u32) -> Result<Vec<ProgressEntry>> {
     Ok(run!(on, PROGRESS_BEFORE, |pool, sql| sqlx::query_as(sql)
         .bind(id)
         .bind(before)

@@ -22,7 +22,8 @@ pub(crate) use resolver::Resolver;
 pub use scrinalia_db::ledger::{Cursor, IdRange, RunFilter, contains_pattern};
 
 use crate::{
-    Catalogue, DbError, EndReason, ExplicitArgs, ProgressEntry, ProgressPage, ResolveError, Run, RunPage, RunState, Store, db,
+    Catalogue, DbError, EndReason, ExplicitArgs, ProgressEntry, ProgressPage, ResolveError, Run, RunPage, RunState,
+    Store, db,
 };
 
 /// A run request as a person or a program makes it.

@@ -11,8 +11,8 @@ use uuid::Uuid;
 use super::{Store, forward};
 use crate::{
     AuditEntry, Catalogue, ConfigChange, Daemon, DbError, EffectiveWorker, FollowKind, Override, Pings, PipelineRun,
-    PipelineRunView, PipelineView, ProgressEntry, ProgressPage, QueueCount, Readiness, Run, RunPage, Schedule, ScheduleAuditEntry,
-    ScheduleFire, ScheduleInput, ScheduleView, Waiting, WorkerDescription,
+    PipelineRunView, PipelineView, ProgressEntry, ProgressPage, QueueCount, Readiness, Run, RunPage, Schedule,
+    ScheduleAuditEntry, ScheduleFire, ScheduleInput, ScheduleView, Waiting, WorkerDescription,
     auth::{CreatedToken, ServiceToken},
     config::{DatabaseSettings, RetentionSettings, Webhook},
     daemons::DrainError,

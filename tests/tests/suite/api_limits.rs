@@ -198,8 +198,12 @@ async fn run_detail_holds_the_last_reports_and_pages_back_to_the_first(t: &TestD
 
     let (status, detail) = get(&format!("{base}/api/runs/{id}"), VIEWER).await;
     assert_eq!(status, 200, "{detail}");
-    let shown: Vec<i64> =
-        detail["progress_history"].as_array().expect("a history").iter().map(|p| p["seq"].as_i64().unwrap_or(0)).collect();
+    let shown: Vec<i64> = detail["progress_history"]
+        .as_array()
+        .expect("a history")
+        .iter()
+        .map(|p| p["seq"].as_i64().unwrap_or(0))
+        .collect();
     assert_eq!(shown.len(), 500, "the detail holds the last 500 reports");
     assert_eq!(shown, (i64::from(N) - 499..=i64::from(N)).collect::<Vec<_>>(), "the last ones, oldest first");
     assert_eq!(detail["progress_total"], N, "and counts them all");
