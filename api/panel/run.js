@@ -110,7 +110,9 @@ export function mount(root, [id], ctx) {
         h("tbody", null, Object.entries(r.result).map(resultRow))) : null,
       r.error ? [h("h3", null, "Error"), h("pre", { class: "error-block" }, r.error)] : null,
       !r.result && !r.error && TERMINAL.has(r.state) ? h("p", { class: "muted" }, "No result was reported.") : null,
-      history.length ? h("details", { class: "history" }, h("summary", null, `Progress reports (${history.length})`),
+      // The detail holds the last reports only (`progress_total` counts them all); the last 200 are listed.
+      history.length ? h("details", { class: "history" },
+        h("summary", null, `Progress reports (${r.progress_total ?? history.length})`),
         h("ol", null, history.slice(-200).map(report))) : null);
 
     renderConfig(r);

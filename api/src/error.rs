@@ -130,6 +130,13 @@ impl ApiError {
 
 impl From<DbError> for ApiError {
     fn from(e: DbError) -> Self {
+        if e.is_timed_out() {
+            tracing::warn!(error = %e, "a database statement exceeded api.statement_timeout_seconds");
+            return Self::unavailable(
+                "database_timeout",
+                "The database did not answer this request in time (api.statement_timeout_seconds); try again shortly.",
+            );
+        }
         if e.is_unavailable() {
             tracing::warn!(error = %e, "database unavailable");
             return Self::unavailable("unavailable", "The database cannot be reached right now; try again shortly.");

@@ -99,6 +99,12 @@ pub struct Limit<const DEFAULT: u32, const MAX: u32>(pub u32);
 /// The size of a page of runs, pipeline runs or webhook deliveries.
 pub type PageLimit = Limit<50, 500>;
 
+/// How many progress reports of a run (`GET /api/runs/{id}` shows the last [`PROGRESS_SHOWN`]).
+pub type ProgressLimit = Limit<500, 5000>;
+
+/// How many of a run's last progress reports its detail holds.
+pub const PROGRESS_SHOWN: u32 = 500;
+
 /// How many entries of an audit trail or a schedule's fires.
 pub type TrailLimit = Limit<100, 1000>;
 

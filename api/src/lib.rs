@@ -6,6 +6,7 @@
 //! `shutdown` completes, then waits for those tasks.
 
 pub mod auth;
+pub mod cache;
 pub mod error;
 pub mod extract;
 pub mod live;
@@ -13,11 +14,12 @@ pub mod middleware;
 pub mod openapi;
 pub mod panel;
 pub mod routes;
+pub mod server;
 pub mod state;
+pub mod streams;
 
 use std::{
     future::Future,
-    net::SocketAddr,
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -58,7 +60,7 @@ pub fn app(state: AppState) -> Router {
         .merge(openapi::router())
         .merge(routes::me::router())
         .merge(routes::tokens::router())
-        .merge(routes::metrics::router(state.settings().api.metrics))
+        .merge(routes::metrics::router(state.settings().api.metrics && state.settings().api.metrics_listen.is_none()))
         .merge(panel::router(&panel_policy(state.settings())));
     let limit = state.settings().api.body_limit_bytes;
     let router = routes
@@ -78,6 +80,19 @@ pub fn app(state: AppState) -> Router {
     router.with_state(state)
 }
 
+/// `/metrics` alone, for `api.metrics_listen`: with the same error bodies and request spans as the API.
+fn metrics_app(state: AppState) -> Router {
+    routes::metrics::router(true)
+        .fallback(routes::meta::not_found)
+        .layer(axum::middleware::from_fn(middleware::json_errors))
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http()
+                .make_span_with(middleware::request_span)
+                .on_response(middleware::record_status),
+        )
+        .with_state(state)
+}
+
 /// Serves the API on `settings.api.listen` until `shutdown` completes, then stops accepting, ends live streams
 /// and waits for requests in progress. `telemetry` says whether metrics are exported over OTLP too.
 pub async fn serve(
@@ -86,7 +101,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let url = settings.database.redacted_url();
-    let db = ApiStore::connect(&settings.database, "scrinalia-api")
+    let timeout = Some(Duration::from_secs(settings.api.statement_timeout_seconds)).filter(|t| !t.is_zero());
+    let db = ApiStore::connect_limited(&settings.database, "scrinalia-api", timeout)
         .await
         .with_context(|| format!("cannot connect to the database {url}"))?;
     db.migrate().await.context("cannot apply the database migrations")?;
@@ -112,15 +128,37 @@ pub async fn serve(
         Some(grant) => tracing::warn!(anonymous = %grant, "anonymous access is on: {grant}"),
         None => tracing::info!("anonymous access is off: every request needs a bearer token"),
     }
+    let api = &state.settings().api;
+    let limits = server::Limits {
+        header_read_timeout: Duration::from_secs(api.header_read_timeout_seconds),
+        connections: api.connection_limit,
+    };
+    let metrics = match api.metrics_listen.filter(|_| api.metrics) {
+        Some(address) => {
+            let listener =
+                TcpListener::bind(address).await.with_context(|| format!("cannot listen on {address} for /metrics"))?;
+            tracing::info!(listen = %listener.local_addr()?, "/metrics served on a listener of its own");
+            Some(listener)
+        }
+        None => None,
+    };
     let token = state.shutdown_token().clone();
-    axum::serve(listener, app(state).into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(async move {
+    let signal = {
+        let token = token.clone();
+        async move {
             shutdown.await;
             tracing::info!("shutting down: no new connections; live streams end");
             token.cancel();
-        })
-        .await
-        .context("the HTTP server failed")?;
+        }
+    };
+    let metrics = async {
+        if let Some(listener) = metrics {
+            let router = metrics_app(state.clone());
+            server::serve(listener, router, limits, token.clone()).await;
+        }
+    };
+    // Ends once the shutdown signal came and every connection of both listeners closed.
+    tokio::join!(signal, server::serve(listener, app(state.clone()), limits, token.clone()), metrics);
     // The live relay and the gauges' refresh end on the shutdown token; they are waited for, briefly.
     let joined =
         tokio::time::timeout(Duration::from_secs(2), async { while background.join_next().await.is_some() {} });

@@ -6,7 +6,10 @@ use std::{sync::Arc, time::Duration};
 use scrinalia_shared::{ApiStore, Catalogue, Settings, changes::Topic, logstore::LogStore};
 use tokio_util::sync::CancellationToken;
 
-use crate::{auth::AuthState, live::Live};
+use crate::{auth::AuthState, cache::Cached, live::Live, streams::Streams};
+
+/// How long `/metrics` and the run-log store's health probe are reused before being measured again.
+pub const CACHE_FOR: Duration = Duration::from_secs(5);
 
 /// The state of the API, shared by every request.
 #[derive(Clone)]
@@ -19,6 +22,11 @@ struct Inner {
     http: reqwest::Client,
     live: Arc<Live>,
     auth: AuthState,
+    streams: Streams,
+    /// `/metrics` as last rendered, so that scrapes from many Prometheus servers cost no more queries.
+    metrics: Cached<String>,
+    /// The run-log store's probe as last made, so that `/api/health` does not write to the store on every call.
+    object_store_probe: Cached<Result<(), String>>,
     shutdown: CancellationToken,
 }
 
@@ -37,7 +45,19 @@ impl AppState {
             .unwrap_or_default();
         let live = Arc::new(Live::default());
         let auth = AuthState::new(&settings.auth);
-        Self(Arc::new(Inner { settings, db, logs, http, live, auth, shutdown: CancellationToken::new() }))
+        let streams = Streams::new(settings.api.streams_per_caller);
+        Self(Arc::new(Inner {
+            settings,
+            db,
+            logs,
+            http,
+            live,
+            auth,
+            streams,
+            metrics: Cached::new(CACHE_FOR),
+            object_store_probe: Cached::new(CACHE_FOR),
+            shutdown: CancellationToken::new(),
+        }))
     }
 
     /// The configuration.
@@ -85,6 +105,21 @@ impl AppState {
     /// What authentication keeps between requests (the service tokens' map).
     pub fn auth(&self) -> &AuthState {
         &self.0.auth
+    }
+
+    /// The live streams open, by caller.
+    pub fn streams(&self) -> &Streams {
+        &self.0.streams
+    }
+
+    /// `/metrics`' rendered text, kept for [`CACHE_FOR`].
+    pub fn metrics_cache(&self) -> &Cached<String> {
+        &self.0.metrics
+    }
+
+    /// The run-log store probe's outcome, kept for [`CACHE_FOR`].
+    pub fn object_store_probe(&self) -> &Cached<Result<(), String>> {
+        &self.0.object_store_probe
     }
 
     /// Cancelled when the process shuts down; live streams end on it.

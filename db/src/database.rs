@@ -59,6 +59,8 @@ pub struct Database {
     feed: pooler::FeedSource,
     /// `database.pooler`, which the dedicated pools follow too.
     pooler: Pooler,
+    /// Whether the pool's statements have a statement timeout (which migrations lift).
+    limited: bool,
 }
 
 /// Runs `$body` with `$pool` bound to the pool of `$db`: the same code, compiled for each backend, for what is
@@ -83,19 +85,35 @@ impl Database {
     /// operator which program holds each one (a daemon's claim connection adds ` claims` to it).
     /// `pings` says how the pool checks its idle connections (PostgreSQL only; see `Pings`).
     pub async fn connect_as(settings: &DatabaseSettings, application_name: &str, pings: Pings) -> Result<Self> {
+        Self::connect_limited(settings, application_name, pings, None).await
+    }
+
+    /// As `connect_as`, every statement of the pool bounded by `statement_timeout` on PostgreSQL (an API's: its
+    /// reads must not hold a connection for minutes). On a direct connection it is the session's setting, given
+    /// when it connects; behind a pooler a `SET LOCAL` that begins each transaction, so that it never outlives it.
+    /// Migrations run without it. SQLite has no statement timeout: none is set.
+    pub async fn connect_limited(
+        settings: &DatabaseSettings,
+        application_name: &str,
+        pings: Pings,
+        statement_timeout: Option<Duration>,
+    ) -> Result<Self> {
         let url = settings.url.as_str();
         let acquire = Duration::from_secs(settings.connect_timeout_seconds);
         let mut feed = pooler::FeedSource::Poll;
         let pool = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let options = PgConnectOptions::from_str(url)?.application_name(application_name);
-            let options = pooler::connect_options(options, settings);
+            let mut options = pooler::connect_options(options, settings);
+            if let Some(timeout) = statement_timeout.filter(|_| settings.pooler != Pooler::Transaction) {
+                options = options.options([("statement_timeout", timeout.as_millis().max(1))]);
+            }
             let pool_options = PgPoolOptions::new()
                 .max_connections(settings.max_connections)
                 .test_before_acquire(pings == Pings::BeforeEachUse)
                 .acquire_timeout(acquire);
             let pool = pool_options.connect_with(options).await?;
             feed = pooler::feed_source(&pool, settings, application_name)?;
-            Pool::Postgres(pooler::PgExec::new(pool, settings.pooler))
+            Pool::Postgres(pooler::PgExec::new(pool, settings.pooler).limited(statement_timeout))
         } else if url.starts_with("sqlite:") {
             let options = SqliteConnectOptions::from_str(url)?
                 .create_if_missing(true)
@@ -125,7 +143,8 @@ impl Database {
         } else {
             return Err(DbError::UnsupportedUrl(crate::redact_url(url)));
         };
-        Ok(Self { pool, own_writes: OwnWrites::default(), feed, pooler: settings.pooler })
+        let limited = statement_timeout.is_some();
+        Ok(Self { pool, own_writes: OwnWrites::default(), feed, pooler: settings.pooler, limited })
     }
 
     /// Applies pending migrations. Safe when several processes start at once: PostgreSQL serialises them with
@@ -154,6 +173,15 @@ impl Database {
                         Err(e) => return Err(e.into()),
                     }
                 }
+            }
+            (Pool::Postgres(pool), _) if self.limited => {
+                // A migration may take longer than an API's statements: run on a connection of its own whose
+                // later `-c statement_timeout=0` overrides the pool's.
+                let options = pool.connect_options().as_ref().clone().options([("statement_timeout", 0)]);
+                let unlimited = PgPoolOptions::new().max_connections(1).connect_with(options).await?;
+                let migrated = POSTGRES_MIGRATOR.run(&unlimited).await;
+                unlimited.close().await;
+                Ok(migrated?)
             }
             (Pool::Postgres(pool), _) => Ok(POSTGRES_MIGRATOR.run(&**pool).await?),
             (Pool::Sqlite(pool), _) => {
@@ -196,6 +224,8 @@ impl Database {
                     own_writes: self.own_writes.clone(),
                     feed: self.feed.clone(),
                     pooler: self.pooler,
+                    // Only a daemon asks for one, and its pool has no statement timeout.
+                    limited: false,
                 })
             }
             Pool::Sqlite(_) => Ok(self.clone()),

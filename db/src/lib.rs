@@ -86,7 +86,15 @@ impl DbError {
     /// Whether the connection broke under the statement (as opposed to no connection being available at all),
     /// so that the same statement on a fresh connection may well succeed.
     pub fn is_connection_lost(&self) -> bool {
-        self.is_unavailable() && !matches!(self, Self::Sqlx(sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed))
+        self.is_unavailable()
+            && !self.is_timed_out()
+            && !matches!(self, Self::Sqlx(sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed))
+    }
+
+    /// Whether the statement was cancelled by its `statement_timeout` (SQLSTATE 57014): the database answers,
+    /// but this statement took too long, so repeating it at once would only wait as long again.
+    pub fn is_timed_out(&self) -> bool {
+        matches!(self, Self::Sqlx(sqlx::Error::Database(e)) if e.code().as_deref() == Some("57014"))
     }
 
     /// Whether the error means the database could not be reached (as opposed to a refused statement).

@@ -41,18 +41,42 @@ const BEGIN_POOLED: &str = "BEGIN; DEALLOCATE ALL";
 pub(crate) struct PgExec {
     pool: PgPool,
     pooled: bool,
+    /// Behind a pooler with a statement timeout: what begins each transaction, `SET LOCAL` included (on a direct
+    /// connection the timeout is the session's, set when it connects).
+    begin_limited: Option<String>,
 }
 
 impl PgExec {
     /// The pool `pool`, behind `pooler`.
     pub(crate) fn new(pool: PgPool, pooler: Pooler) -> Self {
-        Self { pool, pooled: pooler == Pooler::Transaction }
+        Self { pool, pooled: pooler == Pooler::Transaction, begin_limited: None }
+    }
+
+    /// Behind a pooler, every transaction of this pool (its own and each statement's) begins with `SET LOCAL
+    /// statement_timeout`, which ends with the transaction and so never reaches another client of the pooler.
+    pub(crate) fn limited(mut self, timeout: Option<std::time::Duration>) -> Self {
+        self.begin_limited = timeout
+            .filter(|_| self.pooled)
+            .map(|t| format!("BEGIN; SET LOCAL statement_timeout = {}", t.as_millis().max(1)));
+        self
+    }
+
+    /// Begins a statement's own transaction behind a pooler.
+    async fn begin_statement(&self) -> sqlx::Result<sqlx::Transaction<'static, Postgres>> {
+        match &self.begin_limited {
+            Some(begin) => self.pool.begin_with(sqlx::AssertSqlSafe(begin.clone())).await,
+            None => self.pool.begin().await,
+        }
     }
 }
 
 /// Begins one of the layer's transactions on `pool`.
 pub(crate) async fn begin(pool: &PgExec) -> sqlx::Result<sqlx::Transaction<'static, Postgres>> {
-    if pool.pooled { pool.pool.begin_with(BEGIN_POOLED).await } else { pool.pool.begin().await }
+    match (&pool.begin_limited, pool.pooled) {
+        (Some(begin), _) => pool.pool.begin_with(sqlx::AssertSqlSafe(format!("{begin}; DEALLOCATE ALL"))).await,
+        (None, true) => pool.pool.begin_with(BEGIN_POOLED).await,
+        (None, false) => pool.pool.begin().await,
+    }
 }
 
 impl Deref for PgExec {
@@ -95,10 +119,10 @@ impl<'p> Executor<'p> for &'_ PgExec {
         if !self.pooled {
             return (&self.pool).fetch_many(query);
         }
-        let pool = self.pool.clone();
+        let exec = self.clone();
         // Read to the end inside the transaction: it must be committed before the caller acts on the rows.
         let all = async move {
-            let mut tx = pool.begin().await?;
+            let mut tx = exec.begin_statement().await?;
             let items: Vec<_> = (&mut *tx).fetch_many(Unnamed(query)).try_collect().await?;
             tx.commit().await?;
             Ok::<_, sqlx::Error>(items)
@@ -119,9 +143,9 @@ impl<'p> Executor<'p> for &'_ PgExec {
         if !self.pooled {
             return (&self.pool).fetch_optional(query);
         }
-        let pool = self.pool.clone();
+        let exec = self.clone();
         async move {
-            let mut tx = pool.begin().await?;
+            let mut tx = exec.begin_statement().await?;
             let row = (&mut *tx).fetch_optional(Unnamed(query)).await?;
             tx.commit().await?;
             Ok(row)

@@ -342,6 +342,29 @@ pub async fn progress_of(on: impl Into<On<'_>>, id: Uuid) -> Result<Vec<Progress
     Ok(run!(on, PROGRESS, |pool, sql| sqlx::query_as(sql).bind(id).fetch_all(pool).await)?)
 }
 
+/// Up to `$3` of a run's progress reports with a `seq` below `$2`, newest first (the primary key (run_id, seq),
+/// read backwards, serves it).
+pub(crate) const PROGRESS_BEFORE: Sql =
+    sql!("select seq, at, progress from run_progress where run_id = $1 and seq < $2 order by seq desc limit $3");
+
+/// Up to `limit` of a run's progress reports with a `seq` below `before`, newest first.
+pub async fn progress_before(on: impl Into<On<'_>>, id: Uuid, before: i32, limit: u32) -> Result<Vec<ProgressEntry>> {
+    Ok(run!(on, PROGRESS_BEFORE, |pool, sql| sqlx::query_as(sql)
+        .bind(id)
+        .bind(before)
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await)?)
+}
+
+/// How many progress reports a run has (the primary key serves it).
+pub(crate) const PROGRESS_COUNT: Sql = sql!("select count(*) from run_progress where run_id = $1");
+
+/// How many progress reports a run has.
+pub async fn progress_count(on: impl Into<On<'_>>, id: Uuid) -> Result<i64> {
+    Ok(run!(on, PROGRESS_COUNT, |pool, sql| sqlx::query_scalar(sql).bind(id).fetch_one(pool).await)?)
+}
+
 /// Every run queued or running, oldest first (the partial index of the runs in flight serves it).
 pub(crate) const IN_FLIGHT: Sql =
     sql!("select ", run_columns!(), " from worker_runs where state in ('queued', 'running') order by requested_at");

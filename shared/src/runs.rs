@@ -22,7 +22,8 @@ pub(crate) use resolver::Resolver;
 pub use scrinalia_db::ledger::{Cursor, IdRange, RunFilter, contains_pattern};
 
 use crate::{
-    Catalogue, DbError, EndReason, ExplicitArgs, ProgressEntry, ResolveError, Run, RunPage, RunState, Store, db,
+    Catalogue, DbError, EndReason, ExplicitArgs, ProgressEntry, ProgressPage, ResolveError, Run, RunPage, RunState,
+    Store, db,
 };
 
 /// A run request as a person or a program makes it.
@@ -330,6 +331,27 @@ impl Store {
     /// A run's progress history, oldest first.
     pub(crate) async fn run_progress(&self, id: Uuid) -> Result<Vec<ProgressEntry>, DbError> {
         self.db.retrying(|| db::runs::progress_of(&self.db, id)).await
+    }
+
+    /// A page of `limit` of a run's progress reports, oldest first: the newest, or those before the report `before`
+    /// (a `seq`), with the run's count of reports and the `before` of the page before it.
+    pub(crate) async fn run_progress_page(
+        &self,
+        id: Uuid,
+        before: Option<i32>,
+        limit: u32,
+    ) -> Result<ProgressPage, DbError> {
+        let limit = limit.max(1);
+        let (mut progress, total) = tokio::try_join!(
+            self.db.retrying(|| db::runs::progress_before(&self.db, id, before.unwrap_or(i32::MAX), limit + 1)),
+            self.db.retrying(|| db::runs::progress_count(&self.db, id)),
+        )?;
+        // One more than asked says whether a page comes before this one.
+        let more = progress.len() > limit as usize;
+        progress.truncate(limit as usize);
+        progress.reverse();
+        let before = if more { progress.first().map(|p| p.seq) } else { None };
+        Ok(ProgressPage { progress, total: u64::try_from(total).unwrap_or(0), before })
     }
 
     /// A page of the ledger, newest first.

@@ -32,6 +32,17 @@ impl Store {
         Ok(Self { db: Database::connect_as(settings, application_name, pings).await? })
     }
 
+    /// As `connect`, each statement bounded by `statement_timeout` on PostgreSQL (see
+    /// [`Database::connect_limited`]; migrations are not).
+    pub(crate) async fn connect_limited(
+        settings: &DatabaseSettings,
+        application_name: &str,
+        pings: Pings,
+        statement_timeout: Option<std::time::Duration>,
+    ) -> Result<Self, DbError> {
+        Ok(Self { db: Database::connect_limited(settings, application_name, pings, statement_timeout).await? })
+    }
+
     /// Applies pending migrations (safe when several processes start at once).
     pub async fn migrate(&self) -> Result<(), DbError> {
         self.db.migrate().await

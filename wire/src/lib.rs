@@ -39,8 +39,8 @@ pub use queue::QueueCount;
 pub use reason::{MAX_REASON, Reason, ReasonBody, ReasonError};
 pub use resource::{ResourceAudit, ResourceAuditEntry, ResourceChange, ResourceSource, ResourceView, ResourcesView};
 pub use run::{
-    CancelKind, CancelView, EndReason, FollowKind, MAX_CHECKPOINT_BYTES, ProgressEntry, Run, RunDetail, RunPage,
-    RunState,
+    CancelKind, CancelView, EndReason, FollowKind, MAX_CHECKPOINT_BYTES, ProgressEntry, ProgressPage, Run, RunDetail,
+    RunPage, RunState,
 };
 pub use schedule::{
     FireOutcome, MissedPolicy, OverlapPolicy, PreviewInput, RetryOn, RetryPolicy, Schedule, ScheduleAction,

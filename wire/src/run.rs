@@ -290,6 +290,20 @@ pub struct ProgressEntry {
     pub progress: Value,
 }
 
+/// `GET /api/runs/{id}/progress`: a page of a run's progress reports, oldest first, read backwards from the newest
+/// (`before` the `seq` of the oldest report of the page after it).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ProgressPage {
+    /// The reports of this page, oldest first.
+    pub progress: Vec<ProgressEntry>,
+    /// How many progress reports the run has in all.
+    pub total: u64,
+    /// The `before` that reads the page before this one; none when this page starts at the first report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<i32>,
+}
+
 /// `GET /api/runs/{id}`: a run with its progress history, its chain, why it waits and what a rerun changed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -297,8 +311,15 @@ pub struct RunDetail {
     /// The run.
     #[serde(flatten)]
     pub run: Run,
-    /// Every progress report, oldest first.
+    /// The last progress reports (at most 500), oldest first; `GET /api/runs/{id}/progress?before=` pages back
+    /// through the rest.
     pub progress_history: Vec<ProgressEntry>,
+    /// How many progress reports the run has in all.
+    #[serde(default)]
+    pub progress_total: u64,
+    /// When `progress_history` does not start at the first report: the `before` that reads the page before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_before: Option<i32>,
     /// The chain the run belongs to, oldest first: its retries, resumes, restarts and reruns (just the run
     /// when there are none).
     pub chain: Vec<Run>,

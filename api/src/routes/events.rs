@@ -1,7 +1,8 @@
 //! `GET /api/events`: Server-Sent Events of run, queue, daemon and override changes, whichever API process (or
 //! daemon) made them. Each event's name is its kind (`Change::PANEL_KINDS`: `run`, `queue`, `daemon`, `override`,
 //! or `resync` when changes may have been missed and the client should read everything again) and its data the
-//! JSON of the `Change`; every stream opens with `ready`.
+//! JSON of the `Change`; every stream opens with `ready`. A stream counts against its caller's
+//! `api.streams_per_caller` and ends within seconds of its token's revocation or expiry (`crate::streams`).
 
 use std::{convert::Infallible, time::Duration};
 
@@ -18,7 +19,7 @@ use axum::{
 use scrinalia_shared::Change;
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::{auth::Viewer, error::ErrorBody, live::LiveEvent, state::AppState};
+use crate::{error::ApiResult, error::ErrorBody, live::LiveEvent, state::AppState, streams::Watcher};
 
 /// How often an idle stream sends a comment, so that proxies keep it open.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -34,9 +35,11 @@ pub fn router() -> Router<AppState> {
             then run, queue, daemon, override or resync, with a JSON payload such as \
             {\"kind\":\"run\",\"run\":\"…\",\"worker\":\"…\",\"state\":\"running\"} or \
             {\"kind\":\"override\",\"worker\":\"…\",\"actor\":\"…\",\"action\":\"set\"}; the first event is `ready`"),
-        (status = 401, body = ErrorBody)),
+        (status = 401, body = ErrorBody),
+        (status = 429, body = ErrorBody, description = "The caller holds `api.streams_per_caller` streams already")),
     security(("bearer" = [])))]
-pub(crate) async fn events(_: Viewer, State(state): State<AppState>) -> Response {
+pub(crate) async fn events(watcher: Watcher, State(state): State<AppState>) -> ApiResult<Response> {
+    let watched = state.clone();
     let mut receiver = state.live().subscribe();
     let token = state.shutdown_token().clone();
     let stream = async_stream::stream! {
@@ -60,9 +63,10 @@ pub(crate) async fn events(_: Viewer, State(state): State<AppState>) -> Response
             yield Ok(Event::default().event(event.kind).data(event.data.as_ref()));
         }
     };
+    let stream = watcher.watch(&watched, stream)?;
     let mut response =
         Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive")).into_response();
     // Tells reverse proxies such as nginx not to buffer the stream.
     response.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
-    response
+    Ok(response)
 }

@@ -1,7 +1,8 @@
 //! Health of everything a run depends on: the database, each Ollama model server (reachable, and every preset's
 //! model present, the presets the workers' code declares included), the run-log store (a probe key written, read
-//! and deleted), the daemons (alive by heartbeat) and each worker (ready as its last `check` said, and whether its
-//! catalogue entry agrees with its code). The checks run at once, each bounded in time; the answer is always 200 with the status in the
+//! and deleted, at most once every few seconds: its outcome is reused for `state::CACHE_FOR`), the daemons
+//! (alive by heartbeat) and each worker (ready as its last `check` said, and whether its catalogue entry agrees
+//! with its code). The checks run at once, each bounded in time; the answer is always 200 with the status in the
 //! body, so that a panel can show what is down even when most things are.
 
 use std::{
@@ -156,7 +157,10 @@ async fn object_store(state: &AppState) -> Outcome {
         }
         store.store().delete(&key).await.map_err(|e| format!("cannot delete what it wrote: {}", store.explain(&e)))
     };
-    match probe.await {
+    // Reused for a few seconds, failures included: a health check polled by many panels and monitors must not
+    // turn into a stream of writes to the store.
+    let outcome = state.object_store_probe().get(async { Ok::<_, std::convert::Infallible>(probe.await) }).await;
+    match outcome.unwrap_or_else(|never| match never {}) {
         Ok(()) => (Status::Ok, None, Value::Null),
         Err(e) => (Status::Down, Some(format!("The run-log store {e}.")), Value::Null),
     }

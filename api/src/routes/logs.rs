@@ -2,7 +2,8 @@
 //! order, concatenated), so that a log of any size passes through the API in small blocks. `?tail=N` starts at
 //! the last N lines (found by reading backwards from the end); a `Range: bytes=…` header answers 206 with that
 //! part. With `?follow=true` the response stays open and sends new output while the run is in flight, and ends
-//! when the run has ended and its last output has been sent.
+//! when the run has ended and its last output has been sent; such a followed log is a live stream
+//! (`crate::streams`: it counts against the caller's share and ends when the caller's token is revoked).
 
 use std::time::Duration;
 
@@ -23,11 +24,11 @@ use utoipa::IntoParams;
 use uuid::Uuid;
 
 use crate::{
-    auth::Viewer,
     error::{ApiError, ApiResult, ErrorBody, quote},
     extract::QueryArgs,
     routes::runs::parse_run_id,
     state::AppState,
+    streams::Watcher,
 };
 
 mod range;
@@ -68,10 +69,12 @@ pub struct LogQuery {
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 416, body = ErrorBody, description = "The range starts past the end of the log",
             headers(("content-range" = String, description = "`bytes */size`"))),
+        (status = 429, body = ErrorBody, description = "`follow`: the caller holds `api.streams_per_caller` \
+            streams already"),
         (status = 503, body = ErrorBody, description = "The run-log store cannot be opened")),
     security(("bearer" = [])))]
 pub(crate) async fn run_log(
-    _: Viewer,
+    watcher: Watcher,
     State(state): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
@@ -150,7 +153,8 @@ pub(crate) async fn run_log(
     let body = if !follow || run.state.is_terminal() {
         lenient_body(store.clone(), store.stream(snapshot.pieces(start..snapshot.size), false), id, run.worker)
     } else {
-        follow_body(state, store, prefix, snapshot, start, id, run.worker)
+        let body = follow_body(state.clone(), store, prefix, snapshot, start, id, run.worker);
+        Body::from_stream(watcher.watch(&state, body)?)
     };
     let mut response = text_response(body);
     response.headers_mut().insert(OMITTED, HeaderValue::from(start));
@@ -217,11 +221,11 @@ fn follow_body(
     start: u64,
     id: Uuid,
     worker: String,
-) -> Body {
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
     let token = state.shutdown_token().clone();
     let mut cursor = Cursor::at(&first, start);
     let mut listed = Some(first);
-    Body::from_stream(async_stream::stream! {
+    async_stream::stream! {
         // After the run ends, one more read a poll later catches a last chunk flushed just after the end.
         let mut last_pass = false;
         let mut broken = false;
@@ -286,5 +290,5 @@ fn follow_body(
                 () = token.cancelled() => break,
             }
         }
-    })
+    }
 }

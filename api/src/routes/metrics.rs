@@ -1,5 +1,7 @@
-//! `GET /metrics` (unless `api.metrics = false`): Prometheus text of what the database says now, read at scrape
-//! time with five cheap queries: daemons by state, runs queued and running, how long the oldest request has
+//! `GET /metrics` (unless `api.metrics = false`; on `api.metrics_listen` when set, else on the API's listener;
+//! with a bearer token when `api.metrics_token_hash` is set): Prometheus text of what the database says, read
+//! with five cheap queries at most once every few seconds (`state::CACHE_FOR`; scrapes in between get the same
+//! text): daemons by state, runs queued and running, how long the oldest request has
 //! waited, the queue measurements the daemons store, and how long each running run has been silent. Every API
 //! process reports the same values (take `max`, not `sum`, across them). What runs did (started, finished by
 //! outcome, durations, queue waits, lease renewals) is counted by the daemon that ran them, on its own `/metrics`.
@@ -13,17 +15,18 @@ use std::{
 use axum::{
     Router,
     extract::State,
-    http::header,
+    http::{HeaderMap, header},
     response::{IntoResponse, Response},
     routing::get,
 };
 use scrinalia_shared::{
     Named, RunState,
+    auth::{hash_token, hashes_equal},
     metrics::{CONTENT_TYPE, GaugeSeries, Labels, render_gauges},
 };
 
 use crate::{
-    error::{ApiResult, ErrorBody},
+    error::{ApiError, ApiResult, ErrorBody},
     state::AppState,
 };
 
@@ -65,11 +68,27 @@ pub fn router(enabled: bool) -> Router<AppState> {
 
 #[utoipa::path(get, path = "/metrics", tag = "meta",
     responses((status = 200, content_type = "text/plain; version=0.0.4; charset=utf-8",
-            description = "Prometheus text: daemons, runs in flight and queue measurements from the database"),
+            description = "Prometheus text: daemons, runs in flight and queue measurements from the database, \
+                measured at most once every 5 seconds"),
+        (status = 401, body = ErrorBody, description = "`api.metrics_token_hash` is set and the request does not \
+            carry that bearer token"),
         (status = 503, body = ErrorBody, description = "The database does not answer")))]
-pub(crate) async fn metrics(State(state): State<AppState>) -> ApiResult<Response> {
-    let series = measure(&state).await?;
-    Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], render_gauges(&series)).into_response())
+pub(crate) async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Response> {
+    if let Some(hash) = &state.settings().api.metrics_token_hash {
+        let bearer = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+        if !bearer.is_some_and(|token| hashes_equal(&hash_token(token.trim()), hash)) {
+            return Err(ApiError::Unauthorized(
+                "/metrics needs the bearer token whose hash is api.metrics_token_hash: send `Authorization: Bearer \
+                 <token>` (Prometheus: `authorization: {credentials_file: …}`)."
+                    .to_owned(),
+            ));
+        }
+    }
+    let text = state.metrics_cache().get(async { measure(&state).await.map(|s| render_gauges(&s)) }).await?;
+    Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response())
 }
 
 fn series(name: &'static str) -> GaugeSeries {

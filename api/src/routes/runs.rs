@@ -10,7 +10,7 @@ use axum::{
 };
 use chrono::{DateTime, Utc};
 use scrinalia_shared::runs::{CancelOutcome, Cursor, IdRange, RunFilter, RunRequest};
-use scrinalia_wire::{CancelKind, CancelView, ExplicitArgs, Run, RunDetail, RunPage, RunState};
+use scrinalia_wire::{CancelKind, CancelView, ExplicitArgs, ProgressPage, Run, RunDetail, RunPage, RunState};
 use serde::Deserialize;
 use utoipa::IntoParams;
 use uuid::Uuid;
@@ -18,7 +18,7 @@ use uuid::Uuid;
 use crate::{
     auth::{Operator, Viewer},
     error::{ApiError, ApiResult, ErrorBody, quote, sentence},
-    extract::{JsonBody, Limit, PageLimit, QueryArgs, TraceParent},
+    extract::{JsonBody, Limit, PROGRESS_SHOWN, PageLimit, ProgressLimit, QueryArgs, TraceParent},
     state::AppState,
 };
 
@@ -28,6 +28,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/workers/{name}/runs", post(trigger_run))
         .route("/api/runs", get(list_runs))
         .route("/api/runs/{id}", get(get_run))
+        .route("/api/runs/{id}/progress", get(run_progress))
         .route("/api/runs/{id}/cancel", post(cancel_run))
 }
 
@@ -174,14 +175,63 @@ pub(crate) async fn get_run(
     Path(id): Path<String>,
 ) -> ApiResult<Json<RunDetail>> {
     let id = parse_run_id(&id)?;
-    let (run, progress_history, chain) =
-        tokio::try_join!(state.db().get_run(id), state.db().run_progress(id), state.db().run_chain(id))?;
+    // The last reports only: a day-long run has a hundred thousand of them; the rest is paged for.
+    let (run, progress, chain) = tokio::try_join!(
+        state.db().get_run(id),
+        state.db().run_progress_page(id, None, PROGRESS_SHOWN),
+        state.db().run_chain(id)
+    )?;
     let run = run.ok_or_else(|| ApiError::unknown_run(id))?;
     let (waiting, changed_since) = tokio::try_join!(
         state.db().why_waiting(state.catalogue(), &run, state.gone_after()),
         state.db().rerun_changes(&run)
     )?;
-    Ok(Json(RunDetail { run, progress_history, chain, waiting, changed_since }))
+    Ok(Json(RunDetail {
+        run,
+        progress_history: progress.progress,
+        progress_total: progress.total,
+        progress_before: progress.before,
+        chain,
+        waiting,
+        changed_since,
+    }))
+}
+
+/// Where a page of progress reports ends.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ProgressQuery {
+    /// Only reports before this one (a `seq`: the `before` of the page after, or of the run's detail); the
+    /// newest when not given.
+    #[param(value_type = Option<i32>)]
+    before: Option<String>,
+}
+
+#[utoipa::path(get, path = "/api/runs/{id}/progress", tag = "runs",
+    params(("id" = Uuid, Path, description = "The run's id (a UUID)"), ProgressQuery, ProgressLimit),
+    responses((status = 200, body = ProgressPage), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(crate) async fn run_progress(
+    _: Viewer,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    QueryArgs(query): QueryArgs<ProgressQuery>,
+    Limit(limit): ProgressLimit,
+) -> ApiResult<Json<ProgressPage>> {
+    let id = parse_run_id(&id)?;
+    let before = match query.before.as_deref() {
+        None | Some("") => None,
+        Some(text) => Some(text.parse::<i32>().map_err(|_| {
+            ApiError::bad_request(
+                "invalid_query",
+                format!("`before` must be a progress report's `seq` (a whole number), not {}.", quote(text)),
+            )
+        })?),
+    };
+    let (run, page) = tokio::try_join!(state.db().get_run(id), state.db().run_progress_page(id, before, limit))?;
+    run.ok_or_else(|| ApiError::unknown_run(id))?;
+    Ok(Json(page))
 }
 
 #[utoipa::path(post, path = "/api/runs/{id}/cancel", tag = "runs", params(("id" = Uuid, Path, description = "The run's id (a UUID)")),

@@ -107,7 +107,9 @@ pub fn run_detail(detail: &RunDetail, colour: bool) -> String {
     push("timeout", Some(duration(i64::try_from(c.timeout_seconds).unwrap_or(i64::MAX / 1000).saturating_mul(1000))));
     push("trace", run.trace_context.clone());
     push("log", run.log_key.clone());
-    push("reports", Some(detail.progress_history.len().to_string()).filter(|n| n != "0"));
+    // The detail holds the last reports only; `progress_total` counts them all (0 from an older API).
+    let reports = detail.progress_total.max(detail.progress_history.len() as u64);
+    push("reports", Some(reports.to_string()).filter(|n| n != "0"));
     key_lines(&lines)
 }
 

@@ -94,8 +94,22 @@ pub struct ApiSettings {
     pub request_timeout_seconds: u64,
     /// SQLite has no LISTEN/NOTIFY: how often live events poll for changes.
     pub events_poll_ms: u64,
-    /// Where `/metrics` is served; the API's own listener by default.
+    /// Whether `/metrics` is served (on `metrics_listen` when set, else on the API's own listener).
     pub metrics: bool,
+    /// A listener of its own for `/metrics` (then not served on `listen`); none by default.
+    pub metrics_listen: Option<SocketAddr>,
+    /// The hash (`sha256:…`, as `scrinalia-api token` prints) of a bearer token `/metrics` then requires.
+    pub metrics_token_hash: Option<String>,
+    /// How long a client may take to send a request's headers; also how long an idle keep-alive connection is
+    /// kept waiting for its next request.
+    pub header_read_timeout_seconds: u64,
+    /// How many connections are served at once; the next ones wait in the listen backlog.
+    pub connection_limit: usize,
+    /// How many live streams (events, followed logs) one caller may hold open at once.
+    pub streams_per_caller: usize,
+    /// PostgreSQL's `statement_timeout` for the API's own statements (0: none); not for migrations nor the
+    /// daemon's batch work. SQLite has none.
+    pub statement_timeout_seconds: u64,
 }
 
 impl Default for ApiSettings {
@@ -107,6 +121,12 @@ impl Default for ApiSettings {
             request_timeout_seconds: 30,
             events_poll_ms: 500,
             metrics: true,
+            metrics_listen: None,
+            metrics_token_hash: None,
+            header_read_timeout_seconds: 10,
+            connection_limit: 4096,
+            streams_per_caller: 1024,
+            statement_timeout_seconds: 30,
         }
     }
 }
@@ -454,6 +474,26 @@ impl Settings {
         let (webhooks, found) = resolve_webhooks(&raw.webhooks, &catalogue);
         problems.extend(found);
         problems.extend(auth_problems(raw.auth.oidc.as_ref(), raw.auth.proxy.as_ref(), &raw.auth.groups));
+        if let Some(hash) = raw.api.metrics_token_hash.as_deref()
+            && !crate::auth::is_token_hash(hash)
+        {
+            problems.push((
+                "api.metrics_token_hash".into(),
+                "must be sha256:<64 hex digits>, as printed by `scrinalia-api token`; never the token itself".into(),
+            ));
+        }
+        if !(1..=10).contains(&raw.api.header_read_timeout_seconds) {
+            problems.push(("api.header_read_timeout_seconds".into(), "must be from 1 to 10 seconds".into()));
+        }
+        if raw.api.connection_limit < 16 {
+            problems.push(("api.connection_limit".into(), "must be at least 16".into()));
+        }
+        if raw.api.streams_per_caller == 0 {
+            problems.push(("api.streams_per_caller".into(), "must be at least 1".into()));
+        }
+        if raw.api.metrics_listen.is_some_and(|m| m == raw.api.listen) {
+            problems.push(("api.metrics_listen".into(), "must differ from api.listen".into()));
+        }
         if raw.api.body_limit_bytes < 1024 {
             problems.push(("api.body_limit_bytes".into(), "must be at least 1024".into()));
         }

@@ -11,8 +11,8 @@ use uuid::Uuid;
 use super::{Store, forward};
 use crate::{
     AuditEntry, Catalogue, ConfigChange, Daemon, DbError, EffectiveWorker, FollowKind, Override, Pings, PipelineRun,
-    PipelineRunView, PipelineView, ProgressEntry, QueueCount, Readiness, Run, RunPage, Schedule, ScheduleAuditEntry,
-    ScheduleFire, ScheduleInput, ScheduleView, Waiting, WorkerDescription,
+    PipelineRunView, PipelineView, ProgressEntry, ProgressPage, QueueCount, Readiness, Run, RunPage, Schedule,
+    ScheduleAuditEntry, ScheduleFire, ScheduleInput, ScheduleView, Waiting, WorkerDescription,
     auth::{CreatedToken, ServiceToken},
     config::{DatabaseSettings, RetentionSettings, Webhook},
     daemons::DrainError,
@@ -43,6 +43,18 @@ impl ApiStore {
     /// statement is retried on a cut connection or begins with a step that is safe to repeat.
     pub async fn connect(settings: &DatabaseSettings, application_name: &str) -> Result<Self, DbError> {
         Ok(Self::new(Store::connect(settings, application_name, Pings::OnlyAfterUse).await?))
+    }
+
+    /// As `connect`, every statement of the API bounded by `statement_timeout` on PostgreSQL (`SET LOCAL` behind a
+    /// pooler; the session's setting on a direct connection), so that a slow read gives up with an error instead
+    /// of holding a connection; migrations run without it. SQLite has no statement timeout.
+    pub async fn connect_limited(
+        settings: &DatabaseSettings,
+        application_name: &str,
+        statement_timeout: Option<Duration>,
+    ) -> Result<Self, DbError> {
+        let store = Store::connect_limited(settings, application_name, Pings::OnlyAfterUse, statement_timeout).await?;
+        Ok(Self::new(store))
     }
 
     forward! {
@@ -169,6 +181,8 @@ impl ApiStore {
         pub async fn run_chain(&self, id: Uuid) -> Result<Vec<Run>, DbError>;
         /// A run's progress history, oldest first.
         pub async fn run_progress(&self, id: Uuid) -> Result<Vec<ProgressEntry>, DbError>;
+        /// A page of a run's progress reports, oldest first, read backwards from the newest.
+        pub async fn run_progress_page(&self, id: Uuid, before: Option<i32>, limit: u32) -> Result<ProgressPage, DbError>;
         /// Every run queued or running.
         pub async fn runs_in_flight(&self) -> Result<Vec<Run>, DbError>;
 

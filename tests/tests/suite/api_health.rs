@@ -164,8 +164,13 @@ async fn health_is_ok_when_everything_answers_and_reports_a_store_that_stops_bei
     let store = t.dir.path().join("run-logs");
     std::fs::remove_dir_all(&store).expect("remove the store");
     std::fs::write(&store, "now a file").expect("a file in its place");
-    let body = health(&api).await;
-    assert_eq!(check(&body, "object_store")["status"], "down");
+    // The probe's outcome is reused for 5 s (state::CACHE_FOR), so the failure shows within that.
+    let body =
+        scrinalia_tests::eventually(std::time::Duration::from_secs(10), "the store's failure to show", || async {
+            let body = health(&api).await;
+            (check(&body, "object_store")["status"] == "down").then_some(body)
+        })
+        .await;
     let error = error_of(&body, "object_store");
     assert!(error.starts_with("The run-log store cannot be written: "), "{error}");
 }

@@ -8,6 +8,7 @@ mod api_admin;
 mod api_continuations;
 mod api_health;
 mod api_history;
+mod api_limits;
 mod api_live_streams;
 mod api_oidc;
 mod api_processes;

@@ -311,10 +311,11 @@ async fn metrics_of_both_processes_move_after_a_run(db: &TestDb) {
     assert_eq!(before.value("scrinalia_runs_in_flight", &[]), Some(0.0));
     assert_eq!(before.value("scrinalia_daemon_capacity", &[]), Some(3.0));
 
-    // A run longer than a third of the 3 s lease: its lease is renewed at least once.
+    // A run longer than a third of the 3 s lease: its lease is renewed at least once. Longer than the 5 s the API
+    // keeps its `/metrics` text too, so that the API measures while it runs.
     let run: Value = client
         .post(format!("http://127.0.0.1:{api_port}/api/workers/probe-1/runs"))
-        .json(&json!({"options": {"duration_ms": 2500}}))
+        .json(&json!({"options": {"duration_ms": 7000}}))
         .send()
         .await
         .expect("trigger")
@@ -345,17 +346,23 @@ async fn metrics_of_both_processes_move_after_a_run(db: &TestDb) {
     let durations = at(&after, "scrinalia_run_duration_seconds_count", &succeeded);
     assert_eq!(durations, 1.0, "one duration recorded");
     let seconds = at(&after, "scrinalia_run_duration_seconds_sum", &succeeded);
-    assert!((2.4..20.0).contains(&seconds), "the run took about 2.5 s: {seconds}");
+    assert!((6.9..25.0).contains(&seconds), "the run took about 7 s: {seconds}");
     assert_eq!(at(&after, "scrinalia_queue_wait_seconds_count", &probe), 1.0, "one queue wait recorded");
     let waited = at(&after, "scrinalia_queue_wait_seconds_sum", &probe);
     assert!((0.0..10.0).contains(&waited), "the request waited {waited} s");
     let renewals = at(&after, "scrinalia_lease_renewals_total", &renewed);
-    assert!(renewals >= 1.0, "a 2.5 s run under a 3 s lease (renewed every 1 s) is renewed: {renewals}");
+    assert!(renewals >= 1.0, "a 7 s run under a 3 s lease (renewed every 1 s) is renewed: {renewals}");
     assert_eq!(after.value("scrinalia_runs_in_flight", &[]), Some(0.0));
     let info = after.samples.iter().find(|s| s.name == "scrinalia_daemon_info").expect("the daemon's info");
     assert_eq!(info.labels.get("daemon_id").map(String::as_str), done.daemon_id.map(|d| d.to_string()).as_deref());
 
-    let api_after = scrape(&client, &api_url).await;
+    // The API measures again once its 5 s old text has expired.
+    let api_after = eventually(Duration::from_secs(10), "the API to see the run ended", || async {
+        let after = scrape(&client, &api_url).await;
+        let running = after.value("scrinalia_runs_in_flight", &[("worker", "probe-1"), ("state", "running")]);
+        (running == Some(0.0)).then_some(after)
+    })
+    .await;
     assert_eq!(api_after.value("scrinalia_daemons", &[("state", "active")]), Some(1.0));
     assert_eq!(api_after.value("scrinalia_runs_in_flight", &[("worker", "probe-1"), ("state", "running")]), Some(0.0));
     assert_eq!(api_after.value("scrinalia_queue_oldest_wait_seconds", &probe), Some(0.0));
