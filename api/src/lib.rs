@@ -6,6 +6,7 @@
 //! `shutdown` completes, then waits for those tasks.
 
 pub mod auth;
+pub mod edges;
 pub mod error;
 pub mod extract;
 pub mod live;
@@ -64,6 +65,7 @@ pub fn app(state: AppState) -> Router {
     let router = routes
         .fallback(routes::meta::not_found)
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::timeout))
+        .layer(axum::middleware::from_fn_with_state(edges::Edges::new(state.settings()), edges::browser_checks))
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn(middleware::json_errors))
         .layer(
@@ -75,7 +77,7 @@ pub fn app(state: AppState) -> Router {
         Some(cors) => router.layer(cors),
         None => router,
     };
-    router.with_state(state)
+    router.layer(axum::middleware::from_fn(edges::no_store)).with_state(state)
 }
 
 /// Serves the API on `settings.api.listen` until `shutdown` completes, then stops accepting, ends live streams
