@@ -51,7 +51,9 @@ pub fn person(
     if !is_trusted(peer, trusted) {
         return None;
     }
-    let user = parts.headers.get_all(settings.user_header.as_str()).iter().last()?.to_str().ok()?;
+    // UTF-8, not only ASCII: a person's name may have accents (and unsafe characters, which are removed).
+    let user =
+        std::str::from_utf8(parts.headers.get_all(settings.user_header.as_str()).iter().last()?.as_bytes()).ok()?;
     let user = clean_name(user, MAX_USER);
     if user.is_empty() {
         return None;

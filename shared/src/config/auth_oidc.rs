@@ -3,8 +3,10 @@
 //! or a trusted reverse proxy that signed the person in says who they are in headers. Either way the person's
 //! groups (a claim, or a header) map to a role through `[auth.groups]`, the highest mapped role winning.
 //!
-//! Checked here: what would make the check unsafe (an HMAC algorithm or `none`, an empty issuer or audience, a
-//! proxy trusted from nowhere) is refused at load, so it never reaches a request.
+//! Checked here: what would make the check unsafe (an HMAC algorithm or `none`, an empty issuer or audience, keys
+//! fetched over plain http from another host, a long leeway, a proxy trusted from nowhere or from a network wider
+//! than a /8, half a proxy secret, a configured token's name that could be misread) is refused at load, so it
+//! never reaches a request.
 
 use std::{collections::BTreeMap, net::IpAddr, path::PathBuf};
 
@@ -328,6 +330,31 @@ pub fn auth_problems(
     }
     if (oidc.is_some() || proxy.is_some()) && groups.is_empty() {
         problem("auth.groups", "must map at least one group to a role, or nobody signed in gets one".into());
+    }
+    problems
+}
+
+/// What is wrong with `[[auth.tokens]]`: a hash that is not one, a name that is empty or could be misread.
+pub fn token_problems(tokens: &[super::TokenSettings]) -> Vec<(String, String)> {
+    let mut problems = Vec::new();
+    for (i, token) in tokens.iter().enumerate() {
+        if !crate::auth::is_token_hash(&token.hash) {
+            problems.push((
+                format!("auth.tokens[{i}].hash"),
+                "must be sha256:<64 hex digits>, as printed by `scrinalia-api token`; never the token itself".into(),
+            ));
+        }
+        if token.name.trim().is_empty() {
+            problems.push((format!("auth.tokens[{i}].name"), "must name who holds the token".into()));
+        } else if let Some(c) = crate::names::unsafe_char(&token.name) {
+            problems.push((
+                format!("auth.tokens[{i}].name"),
+                format!(
+                    "contains U+{:04X}, a control or invisible character that changes how the audit trail reads",
+                    u32::from(c)
+                ),
+            ));
+        }
     }
     problems
 }

@@ -469,26 +469,7 @@ impl Settings {
             let found = s3_problems(&raw.object_store);
             problems.extend(found.into_iter().map(|(key, message)| (key.to_owned(), message)));
         }
-        for (i, token) in raw.auth.tokens.iter().enumerate() {
-            if !crate::auth::is_token_hash(&token.hash) {
-                problems.push((
-                    format!("auth.tokens[{i}].hash"),
-                    "must be sha256:<64 hex digits>, as printed by `scrinalia-api token`; never the token itself"
-                        .into(),
-                ));
-            }
-            if token.name.trim().is_empty() {
-                problems.push((format!("auth.tokens[{i}].name"), "must name who holds the token".into()));
-            } else if let Some(c) = crate::names::unsafe_char(&token.name) {
-                problems.push((
-                    format!("auth.tokens[{i}].name"),
-                    format!(
-                        "contains U+{:04X}, a control or invisible character that changes how the audit trail reads",
-                        u32::from(c)
-                    ),
-                ));
-            }
-        }
+        problems.extend(auth_oidc::token_problems(&raw.auth.tokens));
         let (webhooks, found) = resolve_webhooks(&raw.webhooks, &catalogue);
         problems.extend(found);
         problems.extend(auth_problems(raw.auth.oidc.as_ref(), raw.auth.proxy.as_ref(), &raw.auth.groups));
