@@ -13,7 +13,7 @@
 
 use std::{collections::BTreeMap, net::IpAddr};
 
-use axum::http::{HeaderMap, request::Parts};
+use axum::http::{HeaderMap, HeaderValue, request::Parts};
 use scrinalia_shared::{
     Role,
     auth::{hash_token, hashes_equal},
@@ -27,6 +27,11 @@ use crate::error::ApiError;
 /// The longest user name kept.
 const MAX_USER: usize = 200;
 
+/// The last line of the header `name`: the proxy's own when it appended to what the client sent.
+fn last_line<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a HeaderValue> {
+    headers.get_all(name).iter().next_back()
+}
+
 /// Whether `peer` is one of the proxy's addresses.
 pub fn is_trusted(peer: Option<IpAddr>, trusted: &[Peer]) -> bool {
     peer.is_some_and(|peer| trusted.iter().any(|t| t.contains(peer)))
@@ -36,7 +41,7 @@ pub fn is_trusted(peer: Option<IpAddr>, trusted: &[Peer]) -> bool {
 /// compared in constant time, as bearer tokens are.
 pub fn has_secret(headers: &HeaderMap, settings: &ProxySettings) -> bool {
     let (Some(name), Some(expected)) = (&settings.secret_header, &settings.secret_hash) else { return true };
-    let given = headers.get_all(name.as_str()).iter().last().and_then(|v| v.to_str().ok());
+    let given = last_line(headers, name).and_then(|v| v.to_str().ok());
     given.is_some_and(|value| hashes_equal(&hash_token(value.trim()), expected))
 }
 
@@ -52,8 +57,7 @@ pub fn person(
         return None;
     }
     // UTF-8, not only ASCII: a person's name may have accents (and unsafe characters, which are removed).
-    let user =
-        std::str::from_utf8(parts.headers.get_all(settings.user_header.as_str()).iter().last()?.as_bytes()).ok()?;
+    let user = std::str::from_utf8(last_line(&parts.headers, &settings.user_header)?.as_bytes()).ok()?;
     let user = clean_name(user, MAX_USER);
     if user.is_empty() {
         return None;
@@ -67,11 +71,7 @@ pub fn person(
         ))));
     }
     let name = format!("{user} (via proxy)");
-    let values: Vec<&str> = parts
-        .headers
-        .get_all(settings.groups_header.as_str())
-        .iter()
-        .last()
+    let values: Vec<&str> = last_line(&parts.headers, &settings.groups_header)
         .and_then(|v| v.to_str().ok())
         .into_iter()
         .flat_map(|v| v.split(','))
