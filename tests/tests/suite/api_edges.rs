@@ -4,7 +4,8 @@
 //! write route of the OpenAPI document and create nothing, while the API's own page and a bearer token go through;
 //! an anonymous role answers only to localhost, loopback addresses and `api.allowed_hosts` (DNS rebinding); the
 //! trusted proxy is believed for the last line of its headers only and, when configured, only with its secret;
-//! every `/api/*` answer is `no-store`; and what would make the edges unsafe is refused at load with a sentence.
+//! every `/api/*` answer is `no-store`; what would make the edges unsafe is refused at load with a sentence; and
+//! the issuer's keys are not fetched through a redirect nor read beyond 1 MiB.
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -261,5 +262,46 @@ async fn what_would_make_the_edges_unsafe_is_refused_at_load_with_a_sentence() {
     let log = api.process.output();
     assert!(log.contains("WARN") && log.contains("allow_wide_trust is set"), "{log}");
     assert!(api.process.exited().is_none());
+    t.cleanup().await;
+}
+
+/// Serves the paths of a would-be issuer: `/moved` redirects to `/keys` (a valid, empty key set), `/huge` answers
+/// 2 MiB. Returns its base URL.
+async fn issuer() -> String {
+    use axum::{Router, response::Redirect, routing::get};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the issuer");
+    let base = format!("http://{}", listener.local_addr().expect("its address"));
+    let app = Router::new()
+        .route("/keys", get(|| async { axum::Json(json!({"keys": []})) }))
+        .route("/moved", get(|| async { Redirect::temporary("/keys") }))
+        .route("/huge", get(|| async { format!("{{\"keys\": [], \"pad\": \"{}\"}}", "x".repeat(2 << 20)) }));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    base
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_issuers_keys_are_read_without_following_a_redirect_and_within_a_bound() {
+    use base64::Engine as _;
+    let t = TestDb::sqlite().await;
+    let issuer = issuer().await;
+    let b64 = |v: Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+    // Shaped as an access token, so the API fetches the issuer's keys to check it.
+    let token = format!("{}.{}.c2ln", b64(json!({"alg": "RS256", "kid": "k1"})), b64(json!({"sub": "x"})));
+    for (path, said) in [("/moved", "a redirect, not followed"), ("/huge", "larger than 1048576 bytes")] {
+        let oidc = OidcSettings {
+            issuer: issuer.clone(),
+            audience: "scrinalia".into(),
+            jwks_url: Some(format!("{issuer}{path}")),
+            ..OidcSettings::default()
+        };
+        let api = serve(&t, &format!("api{}", path.replace('/', "-")), None, |f| {
+            (f.auth.oidc, f.auth.groups) = (Some(oidc), [("admins".to_owned(), Role::Admin)].into());
+        })
+        .await;
+        let reply = send(&api, Method::GET, "/api/me", &[("authorization", &format!("Bearer {token}"))]).await;
+        let body = reply.expect_of(path, StatusCode::SERVICE_UNAVAILABLE, Some("oidc_keys_unavailable"));
+        assert!(body["message"].as_str().is_some_and(|m| m.contains(said)), "{path}: {body}");
+        drop(api.process);
+    }
     t.cleanup().await;
 }
