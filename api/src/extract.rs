@@ -21,7 +21,9 @@ use crate::{
     state::AppState,
 };
 
-/// A JSON body. An empty body deserialises as `T::default()`, so `POST …/runs` needs no body at all.
+/// A JSON body. An empty body deserialises as `T::default()`, so `POST …/runs` needs no body at all; but a body
+/// declared as something else (a form's `application/x-www-form-urlencoded`, even empty) is refused first, so a
+/// plain HTML form never passes for a JSON request.
 #[derive(Debug)]
 pub struct JsonBody<T>(pub T);
 
@@ -44,15 +46,15 @@ impl<T: DeserializeOwned + Default> FromRequest<AppState> for JsonBody<T> {
                 ApiError::bad_request("unreadable_body", "The request body could not be read.")
             }
         })?;
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Ok(Self(T::default()));
-        }
         if let Some(ct) = content_type.filter(|ct| !is_json(ct)) {
             return Err(ApiError::client(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported_media_type",
                 format!("The request body must be JSON (Content-Type: application/json), not {ct:?}."),
             ));
+        }
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self(T::default()));
         }
         serde_json::from_slice(&bytes).map(Self).map_err(|e| match e.classify() {
             serde_json::error::Category::Data => ApiError::client(

@@ -7,6 +7,7 @@
 
 pub mod auth;
 pub mod cache;
+pub mod edges;
 pub mod error;
 pub mod extract;
 pub mod live;
@@ -66,6 +67,7 @@ pub fn app(state: AppState) -> Router {
     let router = routes
         .fallback(routes::meta::not_found)
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::timeout))
+        .layer(axum::middleware::from_fn_with_state(edges::Edges::new(state.settings()), edges::browser_checks))
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn(middleware::json_errors))
         .layer(
@@ -77,7 +79,7 @@ pub fn app(state: AppState) -> Router {
         Some(cors) => router.layer(cors),
         None => router,
     };
-    router.with_state(state)
+    router.layer(axum::middleware::from_fn(edges::no_store)).with_state(state)
 }
 
 /// `/metrics` alone, for `api.metrics_listen`: with the same error bodies and request spans as the API.

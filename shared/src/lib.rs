@@ -20,6 +20,7 @@ mod fixtures;
 pub mod history;
 pub mod logstore;
 pub mod metrics;
+pub mod names;
 pub mod overrides;
 pub mod pipelines;
 pub mod queue;

@@ -45,6 +45,17 @@ pub enum TokenError {
     /// The name is empty, too long, or has characters outside the alphabet.
     #[error("The token name {0:?} must be 1 to 64 letters, digits, '-', '_', '.' or '@'.")]
     InvalidName(String),
+    /// The name holds a control, bidirectional or invisible character, which would make the audit trail read
+    /// differently from what was recorded.
+    #[error(
+        "The token name {name:?} contains U+{code:04X}, a control or invisible character that changes how text is displayed; names reach audit trails, so use letters, digits, '-', '_', '.' or '@'."
+    )]
+    UnsafeName {
+        /// The name as given (printed escaped).
+        name: String,
+        /// The first such character's code point.
+        code: u32,
+    },
     /// The name is a configured token's, or `anonymous`: the audit trail would not tell them apart.
     #[error("The name {0:?} is taken by a token of the configuration (or reserved); choose another name.")]
     NameReserved(String),
@@ -82,6 +93,9 @@ pub enum TokenError {
 
 /// Checks a token's name: 1 to [`MAX_NAME`] characters of letters, digits, `-`, `_`, `.`, `@`.
 pub fn check_name(name: &str) -> Result<(), TokenError> {
+    if let Some(c) = crate::names::unsafe_char(name) {
+        return Err(TokenError::UnsafeName { name: name.to_owned(), code: u32::from(c) });
+    }
     let ok = !name.is_empty()
         && name.chars().count() <= MAX_NAME
         && name.chars().all(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | '.' | '@'));

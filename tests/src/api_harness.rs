@@ -202,3 +202,57 @@ impl TestApi {
         self.post(&format!("/api/workers/{worker}/runs"), OPERATOR, body).await.expect(StatusCode::CREATED, None)
     }
 }
+
+/// One operation of the API's OpenAPI document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operation {
+    /// Its method.
+    pub method: Method,
+    /// Its path as the document says it (`/api/runs/{id}`).
+    pub template: String,
+    /// Whether the document says it needs a bearer token (`security`).
+    pub secured: bool,
+}
+
+impl Operation {
+    /// Whether it writes (a browser's cross-site form could send it).
+    pub fn writes(&self) -> bool {
+        matches!(self.method, Method::POST | Method::PUT | Method::PATCH | Method::DELETE)
+    }
+
+    /// `METHOD /template`, for messages and tables.
+    pub fn key(&self) -> String {
+        format!("{} {}", self.method, self.template)
+    }
+
+    /// Its path with each `{parameter}` replaced by `values`' entry for it (a `{parameter}` it lacks stays, and
+    /// the test that forgot it fails saying so).
+    pub fn path(&self, values: &[(&str, &str)]) -> String {
+        values.iter().fold(self.template.clone(), |path, (name, value)| path.replace(&format!("{{{name}}}"), value))
+    }
+}
+
+/// Every operation of the OpenAPI document the API at `base` serves (`/api/openapi.json`), in the document's
+/// order: the tests that must cover every route read the routes from here, so a new one cannot escape them.
+pub async fn openapi_operations(base: &str) -> Vec<Operation> {
+    let document: Value = reqwest::get(format!("{base}/api/openapi.json"))
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .expect("the API serves its OpenAPI document")
+        .json()
+        .await
+        .expect("the document is JSON");
+    let paths = document["paths"].as_object().expect("the document has paths");
+    let mut operations = Vec::new();
+    for (template, item) in paths {
+        for (name, operation) in item.as_object().into_iter().flatten() {
+            let Ok(method) = name.to_ascii_uppercase().parse::<Method>() else { continue };
+            if !matches!(method, Method::GET | Method::POST | Method::PUT | Method::PATCH | Method::DELETE) {
+                continue;
+            }
+            let secured = operation["security"].as_array().is_some_and(|s| !s.is_empty());
+            operations.push(Operation { method, template: template.clone(), secured });
+        }
+    }
+    operations
+}

@@ -90,10 +90,13 @@ fn claim<'a>(claims: &'a Value, path: &str) -> Option<&'a Value> {
     claims.get(path).or_else(|| path.split('.').try_fold(claims, |v, key| v.get(key)))
 }
 
-/// Text fit for an audit trail: no control characters, at most `max` characters.
+/// Text fit for an audit trail: no control, bidirectional or invisible characters, at most `max` characters.
 fn clean(text: &str, max: usize) -> String {
-    text.chars().filter(|c| !c.is_control()).take(max).collect::<String>().trim().to_owned()
+    scrinalia_shared::names::clean_name(text, max)
 }
+
+/// The most of a JWKS read: an issuer publishes a few keys, a few kilobytes.
+const MAX_JWKS_BYTES: usize = 1 << 20;
 
 fn time_of(claims: &Value, name: &str) -> String {
     claims
@@ -275,8 +278,15 @@ impl Oidc {
         let body: Value = match (&s.jwks_url, &s.jwks_file) {
             (Some(url), _) => {
                 let response = self.http.get(url).send().await.map_err(|e| format!("{url}: {e}"))?;
+                if response.status().is_redirection() {
+                    return Err(format!(
+                        "{url} answered {} (a redirect, not followed): configure the keys' final URL",
+                        response.status()
+                    ));
+                }
                 let response = response.error_for_status().map_err(|e| format!("{url}: {e}"))?;
-                response.json().await.map_err(|e| format!("{url} is not a JWKS: {e}"))?
+                let bytes = read_bounded(response, MAX_JWKS_BYTES).await.map_err(|e| format!("{url}: {e}"))?;
+                serde_json::from_slice(&bytes).map_err(|e| format!("{url} is not a JWKS: {e}"))?
             }
             (None, Some(path)) => read_file(path).await?,
             (None, None) => return Err("neither jwks_url nor jwks_file is configured".to_owned()),
@@ -295,6 +305,23 @@ impl Oidc {
         }
         Ok(keys)
     }
+}
+
+/// The body of `response`, refused once it passes `max` bytes (an issuer that sends without end is not read
+/// into memory).
+async fn read_bounded(mut response: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
+    let too_big = || format!("the answer is larger than {max} bytes, which no set of keys is");
+    if response.content_length().is_some_and(|n| n > max as u64) {
+        return Err(too_big());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+        if body.len() + chunk.len() > max {
+            return Err(too_big());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 async fn read_file(path: &Path) -> Result<Value, String> {

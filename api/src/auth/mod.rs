@@ -1,8 +1,10 @@
 //! Who is calling, in this order: a bearer that looks like a JWT is an OpenID Connect access token (`jwt`); any
 //! other bearer is matched against the configured hashes and then the service tokens an admin created (`tokens`,
 //! kept current by a background task); without a bearer, a trusted proxy may name the person (`proxy`); else the
-//! anonymous role when one is configured (optionally only for loopback peers, and not through a proxy unless
-//! allowed). Handlers take [`Viewer`], [`Operator`] or [`Admin`], which reject a caller below that role before
+//! anonymous role when one is configured (only for loopback peers unless `anonymous_loopback_only = false`, and
+//! not through a proxy unless allowed). A request counts as proxied when it carries a forwarding header or comes
+//! from an address of `[auth.proxy].trusted`: the headers alone say nothing when the proxy sends none, and a proxy
+//! on the same host makes every request a loopback one, so a configured proxy's address is never anonymous. Handlers take [`Viewer`], [`Operator`] or [`Admin`], which reject a caller below that role before
 //! anything else is read.
 
 pub mod jwt;
@@ -53,18 +55,30 @@ impl AuthState {
     /// The state for `settings` (validated at load); the service tokens' map starts empty until its first
     /// refresh, and the issuer's keys are read at the first access token.
     pub fn new(settings: &AuthSettings) -> Self {
+        // The issuer's keys: a redirect is not followed (the configured URL is the one trusted, and https to
+        // it must not turn into http elsewhere), and the body read is bounded (`jwt`).
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(2))
             .timeout(Duration::from_secs(5))
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .unwrap_or_default();
         let oidc = settings.oidc.clone().map(|o| jwt::Oidc::new(o, http));
-        let trusted = settings.proxy.iter().flat_map(|p| &p.trusted).filter_map(|t| Peer::parse(t).ok()).collect();
+        let trusted: Vec<Peer> =
+            settings.proxy.iter().flat_map(|p| &p.trusted).filter_map(|t| Peer::parse(t).ok()).collect();
         if let Some(o) = &settings.oidc {
             tracing::info!(issuer = %o.issuer, audience = %o.audience, "OpenID Connect access tokens are accepted");
         }
         if let Some(p) = &settings.proxy {
-            tracing::info!(trusted = ?p.trusted, user_header = %p.user_header, "a trusted proxy may name people");
+            tracing::info!(trusted = ?p.trusted, user_header = %p.user_header, secret_header = ?p.secret_header,
+                "a trusted proxy may name people");
+            let wide: Vec<&Peer> =
+                trusted.iter().filter(|t| t.prefix() < scrinalia_shared::config::WIDEST_TRUST_PREFIX).collect();
+            if !wide.is_empty() {
+                tracing::warn!(trusted = ?p.trusted, secret_header = ?p.secret_header,
+                    "auth.proxy.allow_wide_trust is set: a network wider than a /8 may name people in the proxy's \
+                     headers; anyone there can name themselves admin unless the secret header proves the proxy");
+            }
         }
         Self { tokens: Arc::new(TokenMap::default()), oidc, trusted }
     }
@@ -131,12 +145,19 @@ impl Caller {
             let (name, role) = person?;
             return Ok(Self { name, role, kind: CallerKind::Person });
         }
-        let loopback = peer.is_some_and(|ip| ip.is_loopback());
-        let forwarded = FORWARDING.iter().find(|h| parts.headers.contains_key(**h));
-        match (auth.anonymous_role, forwarded) {
-            (Some(_), Some(header)) if !auth.anonymous_through_proxy => Err(ApiError::Unauthorized(format!(
-                "This request came through a proxy (it carries {header}), and anonymous access is not \
-                 granted through a proxy: send `Authorization: Bearer <token>`."
+        let loopback = peer.is_some_and(|ip| ip.to_canonical().is_loopback());
+        let proxied = FORWARDING
+            .iter()
+            .find(|h| parts.headers.contains_key(**h))
+            .map(|header| format!("it carries {header}"))
+            .or_else(|| {
+                (auth.proxy.is_some() && proxy::is_trusted(peer, &state.auth().trusted))
+                    .then(|| "it comes from an address of [auth.proxy].trusted".to_owned())
+            });
+        match (auth.anonymous_role, proxied) {
+            (Some(_), Some(why)) if !auth.anonymous_through_proxy => Err(ApiError::Unauthorized(format!(
+                "This request came through a proxy ({why}), and anonymous access is not granted through a \
+                 proxy: send `Authorization: Bearer <token>`."
             ))),
             (Some(role), _) if loopback || !auth.anonymous_loopback_only => {
                 Ok(Self { name: "anonymous".to_owned(), role, kind: CallerKind::Anonymous })

@@ -37,7 +37,9 @@ impl From<TokenError> for ApiError {
                 Self::conflict("token_name_taken", e.to_string()).with("name", name)
             }
             TokenError::AlreadyRevoked { .. } => Self::conflict("token_revoked", e.to_string()),
-            TokenError::InvalidName(_) => Self::bad_request("invalid_token_name", e.to_string()),
+            TokenError::InvalidName(_) | TokenError::UnsafeName { .. } => {
+                Self::bad_request("invalid_token_name", e.to_string())
+            }
             TokenError::InvalidRole(_) => Self::bad_request("invalid_role", e.to_string()),
             TokenError::InvalidExpiry(_) | TokenError::ExpiryPassed(_) => {
                 Self::bad_request("invalid_expiry", e.to_string())

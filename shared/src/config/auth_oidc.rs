@@ -3,8 +3,10 @@
 //! or a trusted reverse proxy that signed the person in says who they are in headers. Either way the person's
 //! groups (a claim, or a header) map to a role through `[auth.groups]`, the highest mapped role winning.
 //!
-//! Checked here: what would make the check unsafe (an HMAC algorithm or `none`, an empty issuer or audience, a
-//! proxy trusted from nowhere) is refused at load, so it never reaches a request.
+//! Checked here: what would make the check unsafe (an HMAC algorithm or `none`, an empty issuer or audience, keys
+//! fetched over plain http from another host, a long leeway, a proxy trusted from nowhere or from a network wider
+//! than a /8, half a proxy secret, a configured token's name that could be misread) is refused at load, so it
+//! never reaches a request.
 
 use std::{collections::BTreeMap, net::IpAddr, path::PathBuf};
 
@@ -17,6 +19,11 @@ pub const DEFAULT_ALGORITHMS: [&str; 2] = ["RS256", "ES256"];
 /// The public-key algorithms that can be allowed.
 pub const PUBLIC_KEY_ALGORITHMS: [&str; 9] =
     ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA"];
+
+/// The largest clock skew allowed on an access token's times: beyond it an expired token stays good too long.
+pub const MAX_LEEWAY_SECONDS: u64 = 300;
+/// The shortest prefix (the widest network) `[auth.proxy].trusted` may list without `allow_wide_trust`.
+pub const WIDEST_TRUST_PREFIX: u8 = 8;
 
 /// `[auth.oidc]`: access tokens from one OpenID Connect issuer.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
@@ -32,7 +39,7 @@ pub struct OidcSettings {
     pub jwks_file: Option<PathBuf>,
     /// The signature algorithms accepted; public-key ones only (`HS*` and `none` are refused at load).
     pub algorithms: Vec<String>,
-    /// Clock skew allowed on `exp` and `nbf`, in seconds.
+    /// Clock skew allowed on `exp` and `nbf`, in seconds; at most [`MAX_LEEWAY_SECONDS`].
     pub leeway_seconds: u64,
     /// The claim whose values map to roles through `[auth.groups]`: a list of strings or one string; a dotted
     /// path reaches into objects (`realm_access.roles`).
@@ -103,8 +110,16 @@ pub struct ProxySettings {
     /// The header listing the person's groups, comma-separated (`X-Forwarded-Groups`).
     pub groups_header: String,
     /// The proxy's addresses: IPs or CIDRs (`127.0.0.1`, `10.0.0.0/8`, `::1`). From any other peer the headers
-    /// are ignored.
+    /// are ignored. A network wider than a /8 is refused unless `allow_wide_trust` is set.
     pub trusted: Vec<String>,
+    /// Accept a `trusted` network wider than a /8 (`0.0.0.0/0`), with a warning at every start: only when the
+    /// proxy's address cannot be known and `secret_header` proves that a request came through it.
+    pub allow_wide_trust: bool,
+    /// A header the proxy sets on every request to a secret value (`X-Scrinalia-Proxy-Secret`), so that another
+    /// process on a trusted address (a worker on the same host) cannot pose as the proxy. Needs `secret_hash`.
+    pub secret_header: Option<String>,
+    /// `sha256:<hex>` of the secret header's value (`scrinalia-api token` prints a secret and its hash).
+    pub secret_hash: Option<String>,
 }
 
 impl Default for ProxySettings {
@@ -113,6 +128,9 @@ impl Default for ProxySettings {
             user_header: "X-Forwarded-User".to_owned(),
             groups_header: "X-Forwarded-Groups".to_owned(),
             trusted: Vec::new(),
+            allow_wide_trust: false,
+            secret_header: None,
+            secret_hash: None,
         }
     }
 }
@@ -142,6 +160,11 @@ impl Peer {
             None => max,
         };
         Ok(Self { net, prefix })
+    }
+
+    /// The prefix length (32 or 128 for one address).
+    pub fn prefix(&self) -> u8 {
+        self.prefix
     }
 
     /// Whether `ip` is this address or in this network (an IPv4-mapped IPv6 peer counts as its IPv4 address).
@@ -194,6 +217,13 @@ pub fn auth_problems(
             (Some(url), None) if !(url.starts_with("https://") || url.starts_with("http://")) => {
                 problem("auth.oidc.jwks_url", format!("{url:?} is not an http(s) URL"));
             }
+            (Some(url), None) if url.starts_with("http://") && !is_loopback_url(url) => problem(
+                "auth.oidc.jwks_url",
+                format!(
+                    "{url:?} is plain http to another host: whoever sits on the path could hand the API keys of their \
+                     own and sign any token; use https (plain http is accepted for a loopback address only)"
+                ),
+            ),
             _ => {}
         }
         if o.algorithms.is_empty() {
@@ -221,6 +251,15 @@ pub fn auth_problems(
         }
         if o.display_name_claim.trim().is_empty() {
             problem("auth.oidc.display_name_claim", "must name the claim that names the person".into());
+        }
+        if o.leeway_seconds > MAX_LEEWAY_SECONDS {
+            problem(
+                "auth.oidc.leeway_seconds",
+                format!(
+                    "{} s is too long: an expired token would stay good that long; at most {MAX_LEEWAY_SECONDS} s",
+                    o.leeway_seconds
+                ),
+            );
         }
         if o.jwks_refetch_seconds == 0 {
             problem("auth.oidc.jwks_refetch_seconds", "must be at least 1 second (it rate-limits the fetches)".into());
@@ -250,9 +289,36 @@ pub fn auth_problems(
             );
         }
         for peer in &p.trusted {
-            if let Err(e) = Peer::parse(peer) {
-                problem("auth.proxy.trusted", e);
+            match Peer::parse(peer) {
+                Err(e) => problem("auth.proxy.trusted", e),
+                Ok(net) if net.prefix() < WIDEST_TRUST_PREFIX && !p.allow_wide_trust => problem(
+                    "auth.proxy.trusted",
+                    format!(
+                        "{peer:?} is wider than a /{WIDEST_TRUST_PREFIX}: anyone there could name themselves admin \
+                         in the proxy's headers; list the proxy's own addresses (or set auth.proxy.allow_wide_trust = \
+                         true together with auth.proxy.secret_header if it truly cannot be known)"
+                    ),
+                ),
+                Ok(_) => {}
             }
+        }
+        match (&p.secret_header, &p.secret_hash) {
+            (Some(header), Some(hash)) => {
+                if !header_name_ok(header) {
+                    problem("auth.proxy.secret_header", format!("{header:?} is not a header name"));
+                }
+                if !crate::auth::is_token_hash(hash) {
+                    problem(
+                        "auth.proxy.secret_hash",
+                        "must be sha256:<64 hex digits> of the header's value, as `scrinalia-api token` prints it; \
+                         never the value itself"
+                            .into(),
+                    );
+                }
+            }
+            (Some(_), None) => problem("auth.proxy.secret_hash", "must be set with auth.proxy.secret_header".into()),
+            (None, Some(_)) => problem("auth.proxy.secret_header", "must be set with auth.proxy.secret_hash".into()),
+            (None, None) => {}
         }
         for (key, header) in
             [("auth.proxy.user_header", &p.user_header), ("auth.proxy.groups_header", &p.groups_header)]
@@ -266,6 +332,39 @@ pub fn auth_problems(
         problem("auth.groups", "must map at least one group to a role, or nobody signed in gets one".into());
     }
     problems
+}
+
+/// What is wrong with `[[auth.tokens]]`: a hash that is not one, a name that is empty or could be misread.
+pub fn token_problems(tokens: &[super::TokenSettings]) -> Vec<(String, String)> {
+    let mut problems = Vec::new();
+    for (i, token) in tokens.iter().enumerate() {
+        if !crate::auth::is_token_hash(&token.hash) {
+            problems.push((
+                format!("auth.tokens[{i}].hash"),
+                "must be sha256:<64 hex digits>, as printed by `scrinalia-api token`; never the token itself".into(),
+            ));
+        }
+        if token.name.trim().is_empty() {
+            problems.push((format!("auth.tokens[{i}].name"), "must name who holds the token".into()));
+        } else if let Some(c) = crate::names::unsafe_char(&token.name) {
+            problems.push((
+                format!("auth.tokens[{i}].name"),
+                format!(
+                    "contains U+{:04X}, a control or invisible character that changes how the audit trail reads",
+                    u32::from(c)
+                ),
+            ));
+        }
+    }
+    problems
+}
+
+/// Whether `url`'s host is `localhost` or a loopback address (a local issuer, or a test's).
+fn is_loopback_url(url: &str) -> bool {
+    reqwest::Url::parse(url)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_owned))
+        .is_some_and(|h| super::is_loopback_host(&h))
 }
 
 /// Whether `name` is a valid HTTP header name (visible ASCII token characters).

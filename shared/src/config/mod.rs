@@ -20,13 +20,18 @@ use crate::{
 
 mod auth_oidc;
 mod database;
+mod edges;
+mod limits;
 mod logs;
 mod object_store;
 mod retention;
 mod webhooks;
 
-pub use auth_oidc::{OidcSettings, PanelSignIn, Peer, ProxySettings, auth_problems, role_of};
+pub use auth_oidc::{
+    MAX_LEEWAY_SECONDS, OidcSettings, PanelSignIn, Peer, ProxySettings, WIDEST_TRUST_PREFIX, auth_problems, role_of,
+};
 pub use database::{DatabaseSettings, Pooler, redact_url};
+pub use edges::{WebOrigin, api_problems, is_loopback_host, split_host_port};
 pub use logs::{LogSettings, MIN_LOG_CAP};
 pub use object_store::{DEFAULT_REGION, ObjectStoreKind, ObjectStoreSettings, clean_endpoint, s3_problems};
 pub use retention::{RetentionSettings, retention_problems};
@@ -86,8 +91,16 @@ impl fmt::Debug for Secret {
 pub struct ApiSettings {
     /// Address to listen on.
     pub listen: SocketAddr,
-    /// Origins allowed by CORS (exact match); empty means no cross-origin access.
+    /// Origins allowed by CORS (exact match); empty means no cross-origin access. `*` is refused. A write
+    /// without a bearer token from one of these origins is accepted too.
     pub cors_origins: Vec<String>,
+    /// The origin people's browsers reach the API at (`https://scheduler.example.org`) when it is behind a TLS
+    /// proxy; a write without a bearer token must come from it (or `cors_origins`). When absent, the origin is the
+    /// request's own `Host`.
+    pub public_origin: Option<String>,
+    /// Host names (any port) accepted in `Host` when an anonymous role applies, besides `localhost`, loopback
+    /// addresses and `public_origin`'s host: a name that resolves to this host by DNS rebinding is refused.
+    pub allowed_hosts: Vec<String>,
     /// Largest request body accepted.
     pub body_limit_bytes: usize,
     /// Longest time a request (other than a live stream) may take.
@@ -117,6 +130,8 @@ impl Default for ApiSettings {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             cors_origins: Vec::new(),
+            public_origin: None,
+            allowed_hosts: Vec::new(),
             body_limit_bytes: 64 * 1024,
             request_timeout_seconds: 30,
             events_poll_ms: 500,
@@ -230,16 +245,17 @@ pub struct TokenSettings {
 }
 
 /// Who may do what.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthSettings {
     /// The role of a request without a token; none by default.
     pub anonymous_role: Option<Role>,
-    /// Grant the anonymous role only to requests from the loopback interface.
+    /// Grant the anonymous role only to requests from the loopback interface (the default).
     pub anonymous_loopback_only: bool,
-    /// Grant the anonymous role to requests that came through a proxy (they carry `Forwarded`,
-    /// `X-Forwarded-For`, `X-Real-IP` or `Via`). Off by default: a reverse proxy on the same host makes every
-    /// request a loopback one, which would give the anonymous role to the whole network behind it.
+    /// Grant the anonymous role to requests that came through a proxy: they carry `Forwarded`,
+    /// `X-Forwarded-For`, `X-Real-IP` or `Via`, or come from an address of `[auth.proxy].trusted`. Off by
+    /// default: a reverse proxy on the same host makes every request a loopback one, which would give the
+    /// anonymous role to the whole network behind it.
     pub anonymous_through_proxy: bool,
     /// The tokens.
     pub tokens: Vec<TokenSettings>,
@@ -249,6 +265,20 @@ pub struct AuthSettings {
     pub proxy: Option<ProxySettings>,
     /// `[auth.groups]`: a person's group (claim value or proxy header value) → role; the highest wins.
     pub groups: BTreeMap<String, Role>,
+}
+
+impl Default for AuthSettings {
+    fn default() -> Self {
+        Self {
+            anonymous_role: None,
+            anonymous_loopback_only: true,
+            anonymous_through_proxy: false,
+            tokens: Vec::new(),
+            oidc: None,
+            proxy: None,
+            groups: BTreeMap::new(),
+        }
+    }
 }
 
 /// How the processes log.
@@ -385,6 +415,7 @@ impl Settings {
                 .list_separator(",")
                 .with_list_parse_key("daemon.workers")
                 .with_list_parse_key("api.cors_origins")
+                .with_list_parse_key("api.allowed_hosts")
                 .source(Some(env_map)),
         );
         let parse = |e: config::ConfigError| ConfigError::Parse { origin: origin.clone(), message: e.to_string() };
@@ -459,41 +490,12 @@ impl Settings {
             let found = s3_problems(&raw.object_store);
             problems.extend(found.into_iter().map(|(key, message)| (key.to_owned(), message)));
         }
-        for (i, token) in raw.auth.tokens.iter().enumerate() {
-            if !crate::auth::is_token_hash(&token.hash) {
-                problems.push((
-                    format!("auth.tokens[{i}].hash"),
-                    "must be sha256:<64 hex digits>, as printed by `scrinalia-api token`; never the token itself"
-                        .into(),
-                ));
-            }
-            if token.name.trim().is_empty() {
-                problems.push((format!("auth.tokens[{i}].name"), "must name who holds the token".into()));
-            }
-        }
+        problems.extend(auth_oidc::token_problems(&raw.auth.tokens));
         let (webhooks, found) = resolve_webhooks(&raw.webhooks, &catalogue);
         problems.extend(found);
         problems.extend(auth_problems(raw.auth.oidc.as_ref(), raw.auth.proxy.as_ref(), &raw.auth.groups));
-        if let Some(hash) = raw.api.metrics_token_hash.as_deref()
-            && !crate::auth::is_token_hash(hash)
-        {
-            problems.push((
-                "api.metrics_token_hash".into(),
-                "must be sha256:<64 hex digits>, as printed by `scrinalia-api token`; never the token itself".into(),
-            ));
-        }
-        if !(1..=10).contains(&raw.api.header_read_timeout_seconds) {
-            problems.push(("api.header_read_timeout_seconds".into(), "must be from 1 to 10 seconds".into()));
-        }
-        if raw.api.connection_limit < 16 {
-            problems.push(("api.connection_limit".into(), "must be at least 16".into()));
-        }
-        if raw.api.streams_per_caller == 0 {
-            problems.push(("api.streams_per_caller".into(), "must be at least 1".into()));
-        }
-        if raw.api.metrics_listen.is_some_and(|m| m == raw.api.listen) {
-            problems.push(("api.metrics_listen".into(), "must differ from api.listen".into()));
-        }
+        problems.extend(api_problems(&raw.api));
+        problems.extend(limits::problems(&raw.api));
         if raw.api.body_limit_bytes < 1024 {
             problems.push(("api.body_limit_bytes".into(), "must be at least 1024".into()));
         }

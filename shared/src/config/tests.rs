@@ -189,3 +189,83 @@ fn the_pooler_settings_load_and_a_listen_url_needs_the_pooler() {
     let err = load("[database]\npooler = \"session\"\n", &[]).expect_err("an unknown pooler").to_string();
     assert!(err.contains("pooler"), "{err}");
 }
+
+#[test]
+fn browser_settings_that_would_open_the_api_to_every_site_are_refused() {
+    let err = load("[api]\ncors_origins = [\"*\"]\n", &[]).expect_err("a wildcard").to_string();
+    assert!(err.contains("api.cors_origins") && err.contains("\"*\" is refused"), "{err}");
+    let err = load("[api]\ncors_origins = [\"https://x.example/path\"]\n", &[]).expect_err("a path").to_string();
+    assert!(err.contains("api.cors_origins") && err.contains("without a path"), "{err}");
+    let err = load("[api]\npublic_origin = \"scheduler.example.org\"\n", &[]).expect_err("no scheme").to_string();
+    assert!(err.contains("api.public_origin"), "{err}");
+    let err = load("[api]\nallowed_hosts = [\"https://x.example\"]\n", &[]).expect_err("not a host").to_string();
+    assert!(err.contains("api.allowed_hosts"), "{err}");
+    let ok = load(
+        "[api]\ncors_origins = [\"https://panel.example\"]\npublic_origin = \"https://sched.example\"\nallowed_hosts = [\"sched.internal\"]\n",
+        &[],
+    )
+    .expect("valid");
+    assert_eq!(ok.api.allowed_hosts, ["sched.internal"]);
+    let env =
+        load("", &[("SCRINALIA__API__ALLOWED_HOSTS", "a.example,b.example")]).expect("a list from the environment");
+    assert_eq!(env.api.allowed_hosts, ["a.example", "b.example"]);
+}
+
+#[test]
+fn anonymous_access_is_loopback_only_unless_said_otherwise() {
+    let settings = load("[auth]\nanonymous_role = \"viewer\"\n", &[]).expect("loads");
+    assert!(settings.auth.anonymous_loopback_only, "the safe default");
+    let open = load("[auth]\nanonymous_role = \"viewer\"\nanonymous_loopback_only = false\n", &[]).expect("loads");
+    assert!(!open.auth.anonymous_loopback_only);
+}
+
+const GROUPS: &str = "[auth.groups]\n\"admins\" = \"admin\"\n";
+
+#[test]
+fn a_proxy_trusted_from_too_wide_a_network_or_with_half_a_secret_is_refused() {
+    let err = load(&format!("[auth.proxy]\ntrusted = [\"0.0.0.0/0\"]\n{GROUPS}"), &[]).expect_err("wide").to_string();
+    assert!(err.contains("auth.proxy.trusted") && err.contains("\"0.0.0.0/0\" is wider than a /8"), "{err}");
+    let err = load(&format!("[auth.proxy]\ntrusted = [\"::/4\"]\n{GROUPS}"), &[]).expect_err("wide v6").to_string();
+    assert!(err.contains("wider than a /8"), "{err}");
+    load(&format!("[auth.proxy]\ntrusted = [\"10.0.0.0/8\"]\n{GROUPS}"), &[]).expect("a /8 is accepted");
+    load(&format!("[auth.proxy]\ntrusted = [\"0.0.0.0/0\"]\nallow_wide_trust = true\n{GROUPS}"), &[])
+        .expect("accepted when asked for");
+    let err = load(&format!("[auth.proxy]\ntrusted = [\"127.0.0.1\"]\nsecret_header = \"X-S\"\n{GROUPS}"), &[])
+        .expect_err("a header without its hash")
+        .to_string();
+    assert!(err.contains("auth.proxy.secret_hash"), "{err}");
+    let err = load(
+        &format!(
+            "[auth.proxy]\ntrusted = [\"127.0.0.1\"]\nsecret_header = \"X-S\"\nsecret_hash = \"hunter2\"\n{GROUPS}"
+        ),
+        &[],
+    )
+    .expect_err("the secret itself")
+    .to_string();
+    assert!(err.contains("auth.proxy.secret_hash") && !err.contains("hunter2"), "{err}");
+}
+
+#[test]
+fn a_plain_http_jwks_url_to_another_host_and_a_long_leeway_are_refused() {
+    let oidc = |url: &str, leeway: u64| {
+        format!(
+            "[auth.oidc]\nissuer = \"https://idp.example\"\naudience = \"a\"\njwks_url = \"{url}\"\nleeway_seconds = {leeway}\n{GROUPS}"
+        )
+    };
+    let err = load(&oidc("http://idp.example/keys", 30), &[]).expect_err("plain http").to_string();
+    assert!(err.contains("auth.oidc.jwks_url") && err.contains("plain http to another host"), "{err}");
+    load(&oidc("http://127.0.0.1:9000/keys", 30), &[]).expect("loopback http is accepted (a local issuer)");
+    load(&oidc("http://localhost:9000/keys", 300), &[]).expect("localhost too, and 300 s");
+    let err = load(&oidc("https://idp.example/keys", 301), &[]).expect_err("a long leeway").to_string();
+    assert!(err.contains("auth.oidc.leeway_seconds") && err.contains("at most 300"), "{err}");
+}
+
+#[test]
+fn a_configured_token_name_with_a_bidi_control_is_refused() {
+    let hash = crate::auth::hash_token("x");
+    let err =
+        load(&format!("[[auth.tokens]]\nname = \"ops\u{202E}nimda\"\nrole = \"admin\"\nhash = \"{hash}\"\n"), &[])
+            .expect_err("a bidi control")
+            .to_string();
+    assert!(err.contains("auth.tokens[0].name") && err.contains("U+202E"), "{err}");
+}

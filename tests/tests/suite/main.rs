@@ -6,6 +6,7 @@
 mod alert_rules;
 mod api_admin;
 mod api_continuations;
+mod api_edges;
 mod api_health;
 mod api_history;
 mod api_limits;
@@ -14,6 +15,7 @@ mod api_oidc;
 mod api_processes;
 mod api_proxy;
 mod api_resources;
+mod api_role_matrix;
 mod api_runs;
 mod api_schedules;
 mod api_security;
