@@ -30,6 +30,7 @@ const ROLES: &[(&str, Option<Role>)] = &[
     ("POST /api/workers/{name}/runs", Some(Role::Operator)),
     ("GET /api/runs", Some(Role::Viewer)),
     ("GET /api/runs/{id}", Some(Role::Viewer)),
+    ("GET /api/runs/{id}/progress", Some(Role::Viewer)),
     ("POST /api/runs/{id}/cancel", Some(Role::Operator)),
     ("GET /api/runs/{id}/log", Some(Role::Viewer)),
     ("GET /api/runs/export", Some(Role::Viewer)),
