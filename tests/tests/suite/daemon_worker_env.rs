@@ -113,6 +113,9 @@ async fn a_worker_reaches_none_of_the_daemons_secrets(db: &TestDb) {
     assert_eq!(done.state, RunState::Succeeded, "{done:?}\n{}", daemon.output());
     let seen = done.result.expect("the worker's report");
 
+    // The premise: the daemon does hold the secrets (root, unlike its worker, reads its environment).
+    let held = std::fs::read(format!("/proc/{}/environ", daemon.pid())).expect("root reads the daemon's environment");
+    assert!(String::from_utf8_lossy(&held).contains("leaked-password"), "the daemon was given the secrets");
     assert_eq!(seen["uid"], uid, "the worker runs as the daemon's unprivileged user: {seen:#}");
     assert_eq!(seen["daemon"]["pid"], daemon.pid().as_raw(), "the worker found the daemon: {seen:#}");
     for process in ["daemon", "supervisor"] {
