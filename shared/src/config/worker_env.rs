@@ -121,6 +121,15 @@ mod tests {
     }
 
     #[test]
+    fn the_list_loads_from_the_environment_with_commas_and_bad_entries_stop_the_load() {
+        let env = |value: &str| vec![("SCRINALIA__DAEMON__WORKER_ENV_PASS".to_owned(), value.to_owned())];
+        let settings = crate::Settings::load_from(None, env("CUDA_*,VIRTUAL_ENV")).expect("loads");
+        assert_eq!(settings.daemon.worker_env_pass, ["CUDA_*", "VIRTUAL_ENV"]);
+        let refused = crate::Settings::load_from(None, env("*")).expect_err("refused").to_string();
+        assert!(refused.contains("daemon.worker_env_pass[0]"), "{refused}");
+    }
+
+    #[test]
     fn bad_lists_are_refused_with_a_sentence() {
         assert!(pass_problems(&pass(&["CUDA_*", "VIRTUAL_ENV", "LD_LIBRARY_PATH"])).is_empty());
         let found =
