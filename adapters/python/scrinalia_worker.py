@@ -13,8 +13,8 @@ and the catalogue declares it as::
     command = ["python3", "adapters/python/scrinalia_worker.py", "--session", "archive.db:SessionLocal",
                "--registries", "archive.engines:REGISTRIES", "archive.workers.tag_suggest"]
 
-The daemon appends a verb and flags (``run --run-id ID --engine E --preset P --model M --endpoint URL
---batch_size 50``). This adapter converts each value to the type the function's annotations or defaults suggest,
+The daemon appends a verb and flags, one argument each (``run --run-id=ID --engine=E --preset=P --model=M
+--endpoint=URL --batch_size=50``; ``--name value`` is read too, by hand). This adapter converts each value to the type the function's annotations or defaults suggest,
 passes it by name, gives ``execute`` a ``progress(done, total, message=None)`` callback when it has a parameter
 of that name, prints the return value as a protocol line, turns SIGTERM into a clean stop (the ``Stopped``
 exception, which ``except Exception`` does not catch) and reports errors with a traceback on stderr.
@@ -66,7 +66,7 @@ from scrinalia_signatures import (
 USAGE = (
     "usage: scrinalia_worker.py [--session MODULE:CALLABLE] [--registries MODULE:ATTR] <module> "
     "describe|count-pending|check|run [--run-id ID] [--engine E] [--preset P] [--model M] [--endpoint URL] "
-    "[--<option> <value>]..."
+    "[--<option>=<value>]..."
 )
 
 #: Flags every worker receives besides its options, with their environment fallbacks.
@@ -197,12 +197,13 @@ def load_attribute(reference: str, flag: str) -> Any:
 
 
 def parse_flags(args: list[str]) -> dict[str, str]:
-    """``--name value`` and ``--name=value`` pairs, in order; values are kept verbatim."""
+    """``--name=value`` and ``--name value`` pairs, in order; values are kept verbatim, so a value may start with
+    ``-`` (``--threshold=-1``, or ``--threshold -1``: the word after a bare flag is always its value)."""
     flags: dict[str, str] = {}
     rest = iter(args)
     for flag in rest:
         if not flag.startswith("--"):
-            raise UsageError(f"{flag!r} is not a flag; flags look like --name value.")
+            raise UsageError(f"{flag!r} is not a flag; flags look like --name=value (or --name value).")
         name, has_value, value = flag[2:].partition("=")
         if not has_value:
             try:
@@ -367,11 +368,16 @@ def _raise_stopped(signum: int, _frame: Any) -> None:
 def parse_adapter_options(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     """The adapter's own options (``--session``, ``--registries``), which come before the worker module."""
     options: dict[str, str] = {}
-    while argv and argv[0] in ("--session", "--registries"):
-        if len(argv) < 2:
-            raise UsageError(f"{argv[0]} needs a MODULE:ATTRIBUTE.")
-        options[argv[0][2:]] = argv[1]
-        argv = argv[2:]
+    while argv:
+        name, has_value, value = argv[0].partition("=")
+        if name not in ("--session", "--registries"):
+            break
+        if not has_value:
+            if len(argv) < 2:
+                raise UsageError(f"{name} needs a MODULE:ATTRIBUTE.")
+            value, argv = argv[1], argv[1:]
+        options[name[2:]] = value
+        argv = argv[1:]
     return options, argv
 
 

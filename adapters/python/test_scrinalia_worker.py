@@ -90,6 +90,15 @@ class ConversionTest(unittest.TestCase):
         )
         with self.assertRaises(adapter.UsageError):
             adapter.parse_flags(["--a"])
+        self.assertEqual(
+            adapter.parse_flags(["--threshold=-1", "--label=-x --y", "--offset", "-2"]),
+            {"threshold": "-1", "label": "-x --y", "offset": "-2"},
+            "a value starting with '-' is a value in both spellings",
+        )
+        self.assertEqual(
+            adapter.parse_adapter_options(["--session=a:b", "--registries", "c:d", "mod", "run"]),
+            ({"session": "a:b", "registries": "c:d"}, ["mod", "run"]),
+        )
         with self.assertRaises(adapter.UsageError):
             adapter.parse_flags(["value"])
 
@@ -155,6 +164,16 @@ class ProtocolTest(unittest.TestCase):
             self.assertEqual(out.returncode, 2, (args, out.stderr))
             self.assertIn(says, out.stderr)
             self.assertEqual(out.stdout, "")
+
+    def test_option_values_starting_with_a_dash_reach_execute_intact(self):
+        module = Path(self.folder) / "signed_worker.py"
+        module.write_text(textwrap.dedent("""
+            def execute(threshold: int = 0, label: str = "", run_id=None):
+                return {"threshold": threshold, "label": label, "run_id": run_id}
+        """))
+        out = run_adapter(str(module), "run", "--run-id=r-1", "--threshold=-1", "--label=-x --y", cwd=Path(self.folder))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(json_lines(out.stdout)[-1], {"result": {"threshold": -1, "label": "-x --y", "run_id": "r-1"}})
 
     def test_a_module_given_by_path_without_describe_config_echoes_its_flags(self):
         module = Path(self.folder) / "bare_worker.py"

@@ -146,7 +146,7 @@ fn start(ctx: &Arc<Context>, doing: &mut JoinSet<()>, chore: Chore, limit: Durat
 async fn perform(ctx: &Context, spec: &WorkerSpec, chore: &Chore, limit: Duration) {
     let started = Instant::now();
     let took_ms = || i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
-    let env = &ctx.settings.daemon.worker_env;
+    let env = &ctx.worker_env;
     let stored = match chore.chore {
         ChoreKind::Describe => {
             let invocation = Invocation::chore(spec, &ctx.exe_dir, env, "describe", None);

@@ -1,8 +1,9 @@
 //! How a worker is invoked, exactly as `docs/worker-protocol.md` says: the catalogue's command, a verb, the
-//! resolved configuration as flags and as environment, never through a shell.
+//! resolved configuration as `--name=value` flags and as environment, never through a shell; the environment
+//! built from nothing (see [`WorkerEnv`]), never a copy of the daemon's.
 
 use std::{
-    collections::BTreeMap,
+    ffi::OsString,
     path::{Path, PathBuf},
 };
 
@@ -10,41 +11,33 @@ use scrinalia_shared::{FollowKind, ResolvedConfig, Run, WorkerSpec};
 use serde_json::Value;
 use uuid::Uuid;
 
-/// Variables of the daemon's own environment that a worker must not inherit: systemd's notification and
-/// socket-activation hand-over (the worker would speak for the daemon) and the daemon's configuration, which
-/// may carry the database password.
-const WITHHELD: [&str; 7] = [
-    "NOTIFY_SOCKET",
-    "WATCHDOG_USEC",
-    "WATCHDOG_PID",
-    "LISTEN_FDS",
-    "LISTEN_PID",
-    "LISTEN_FDNAMES",
-    "SCRINALIA_CONFIG",
-];
+use crate::worker_env::WorkerEnv;
 
-/// A program, its arguments and the environment to set on top of a cleaned copy of the daemon's.
+/// A program, its arguments and its whole environment.
 #[derive(Debug, Clone)]
 pub struct Invocation {
     /// The executable (resolved beside the daemon when the catalogue names a bare program found there).
     pub program: PathBuf,
     /// Fixed arguments, the verb and the configuration flags.
     pub args: Vec<String>,
-    /// Variables to set, in order (later ones win).
+    /// The daemon's variables the allow-list lets through.
+    pub inherited: Vec<(OsString, OsString)>,
+    /// Variables to set over them, in order (later ones win): `daemon.worker_env`, the worker's `env`, then the
+    /// protocol's own, so that nothing configured can hide a protocol variable.
     pub env: Vec<(String, String)>,
 }
 
 impl Invocation {
-    /// `<command> run --run-id <id> <flags>` with the run's environment, including `TRACEPARENT`.
+    /// `<command> run --run-id=<id> <flags>` with the run's environment, including `TRACEPARENT`.
     pub fn run(
         spec: &WorkerSpec,
         exe_dir: &Path,
-        extra_env: &BTreeMap<String, String>,
+        worker_env: &WorkerEnv,
         run: Uuid,
         config: &ResolvedConfig,
         traceparent: &str,
     ) -> Self {
-        let mut invocation = Self::base(spec, exe_dir, extra_env, &["run", "--run-id", &run.to_string()], config);
+        let mut invocation = Self::base(spec, exe_dir, worker_env, &["run", &format!("--run-id={run}")], config);
         invocation.env.push(("SCRINALIA_RUN_ID".to_owned(), run.to_string()));
         invocation.env.push(("TRACEPARENT".to_owned(), traceparent.to_owned()));
         invocation
@@ -70,45 +63,35 @@ impl Invocation {
     pub fn chore(
         spec: &WorkerSpec,
         exe_dir: &Path,
-        extra_env: &BTreeMap<String, String>,
+        worker_env: &WorkerEnv,
         verb: &str,
         config: Option<&ResolvedConfig>,
     ) -> Self {
         match config {
-            Some(config) => Self::base(spec, exe_dir, extra_env, &[verb], config),
+            Some(config) => Self::base(spec, exe_dir, worker_env, &[verb], config),
             None => {
-                let mut invocation = Self::base(spec, exe_dir, extra_env, &[verb], &ResolvedConfig::empty());
+                let mut invocation = Self::base(spec, exe_dir, worker_env, &[verb], &ResolvedConfig::empty());
                 invocation.env.retain(|(k, _)| k != "SCRINALIA_OPTIONS");
                 invocation
             }
         }
     }
 
-    fn base(
-        spec: &WorkerSpec,
-        exe_dir: &Path,
-        extra_env: &BTreeMap<String, String>,
-        verb: &[&str],
-        config: &ResolvedConfig,
-    ) -> Self {
+    fn base(spec: &WorkerSpec, exe_dir: &Path, worker_env: &WorkerEnv, verb: &[&str], config: &ResolvedConfig) -> Self {
         let (program, fixed) = spec.command.split_first().map_or(("", &[][..]), |(p, rest)| (p.as_str(), rest));
         let mut args: Vec<String> = fixed.to_vec();
         args.extend(verb.iter().map(|s| (*s).to_owned()));
         args.extend(config_flags(config));
         let mut env: Vec<(String, String)> =
-            extra_env.iter().chain(&spec.env).map(|(k, v)| (k.clone(), v.clone())).collect();
+            worker_env.set.iter().chain(&spec.env).map(|(k, v)| (k.clone(), v.clone())).collect();
         env.extend(config_env(&spec.name, config));
-        Self { program: locate(program, exe_dir), args, env }
+        Self { program: locate(program, exe_dir), args, inherited: worker_env.inherited.clone(), env }
     }
 
-    /// Applies the environment to a command: withheld variables removed, then ours set.
+    /// Gives a command this environment and nothing of the daemon's beyond it.
     pub fn apply_env(&self, cmd: &mut tokio::process::Command) {
-        for name in WITHHELD {
-            cmd.env_remove(name);
-        }
-        for (name, _) in std::env::vars_os().filter(|(k, _)| k.to_str().is_some_and(|k| k.starts_with("SCRINALIA__"))) {
-            cmd.env_remove(name);
-        }
+        cmd.env_clear();
+        cmd.envs(self.inherited.iter().map(|(k, v)| (k, v)));
         cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
     }
 }
@@ -124,17 +107,14 @@ fn locate(program: &str, exe_dir: &Path) -> PathBuf {
     PathBuf::from(program)
 }
 
-/// `--engine E --preset P --model M --endpoint URL --<option> <value>...`, for the values that are resolved. A
-/// worker whose engine comes from elsewhere gets no engine flags: it reads its engine where it lives.
+/// `--engine=E --preset=P --model=M --endpoint=URL --<option>=<value>...`, for the values that are resolved. One
+/// argument per flag, so that a value starting with `-` (`--threshold=-1`) cannot be taken for a flag by an
+/// argparse or clap worker. A worker whose engine comes from elsewhere gets no engine flags: it reads its engine
+/// where it lives.
 pub fn config_flags(config: &ResolvedConfig) -> Vec<String> {
-    let mut flags = Vec::new();
-    for (name, value) in engine_values(config) {
-        flags.extend([format!("--{name}"), value]);
-    }
-    for (name, resolved) in &config.options {
-        flags.extend([format!("--{name}"), render(&resolved.value)]);
-    }
-    flags
+    let engine = engine_values(config).into_iter().map(|(name, value)| format!("--{name}={value}"));
+    let options = config.options.iter().map(|(name, resolved)| format!("--{name}={}", render(&resolved.value)));
+    engine.chain(options).collect()
 }
 
 /// The engine, preset, model and endpoint passed to the worker, by flag name: none when they come from elsewhere.
@@ -193,6 +173,8 @@ fn is_traceparent(tp: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use scrinalia_shared::{Resolved, Source};
 
     use super::*;
@@ -203,6 +185,7 @@ mod tests {
         options.insert("batch".to_owned(), Resolved { value: Value::from(20), source: Source::Default });
         options.insert("dry_run".to_owned(), Resolved { value: Value::from(true), source: Source::Explicit });
         options.insert("label".to_owned(), Resolved { value: Value::from("a b"), source: Source::Override });
+        options.insert("threshold".to_owned(), Resolved { value: Value::from(-1), source: Source::Explicit });
         let config = ResolvedConfig {
             engine: Some(Resolved { value: "ollama".into(), source: Source::Default }),
             preset: None,
@@ -216,15 +199,42 @@ mod tests {
         };
         assert_eq!(
             config_flags(&config),
-            ["--engine", "ollama", "--model", "m:7b", "--batch", "20", "--dry_run", "true", "--label", "a b"]
+            ["--engine=ollama", "--model=m:7b", "--batch=20", "--dry_run=true", "--label=a b", "--threshold=-1"]
         );
         let elsewhere = ResolvedConfig { engine_configurable: false, ..config };
         assert_eq!(
             config_flags(&elsewhere),
-            ["--batch", "20", "--dry_run", "true", "--label", "a b"],
+            ["--batch=20", "--dry_run=true", "--label=a b", "--threshold=-1"],
             "no engine flags"
         );
         assert!(!config_env("w", &elsewhere).iter().any(|(k, _)| k == "SCRINALIA_ENGINE" || k == "SCRINALIA_MODEL"));
+    }
+
+    #[test]
+    fn the_environment_is_the_allow_list_then_the_configured_then_the_protocols() {
+        let daemon: Vec<(OsString, OsString)> =
+            [("PATH", "/usr/bin"), ("DATABASE_URL", "postgres://u:pw@db/x"), ("VIRTUAL_ENV", "/opt/venv")]
+                .iter()
+                .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+                .collect();
+        let settings = scrinalia_shared::config::DaemonSettings {
+            worker_env: [("SCRINALIA_PROBE_LOG".to_owned(), "/tmp/p".to_owned())].into(),
+            worker_env_pass: vec!["VIRTUAL_ENV".to_owned()],
+            ..Default::default()
+        };
+        let base = WorkerEnv::new(daemon, &settings);
+        let mut spec: WorkerSpec =
+            serde_json::from_value(serde_json::json!({"name": "w", "command": ["/bin/w"]})).expect("a worker");
+        spec.env.insert("SCRINALIA_RUN_ID".to_owned(), "not the run".to_owned());
+        let run = Uuid::new_v4();
+        let invocation = Invocation::run(&spec, Path::new("/nowhere"), &base, run, &ResolvedConfig::empty(), "tp");
+        assert_eq!(invocation.args, ["run".to_owned(), format!("--run-id={run}")]);
+        let inherited: Vec<&OsString> = invocation.inherited.iter().map(|(k, _)| k).collect();
+        assert_eq!(inherited, ["PATH", "VIRTUAL_ENV"]);
+        let last = |name: &str| invocation.env.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+        assert_eq!(last("SCRINALIA_PROBE_LOG"), Some("/tmp/p"));
+        assert_eq!(last("SCRINALIA_RUN_ID"), Some(run.to_string().as_str()), "the protocol's variable wins");
+        assert_eq!(last("SCRINALIA_WORKER"), Some("w"));
     }
 
     #[test]

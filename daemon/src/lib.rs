@@ -25,6 +25,7 @@ pub mod shutdown;
 pub mod supervisor;
 pub mod systemd;
 pub mod verb;
+pub mod worker_env;
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
@@ -62,6 +63,16 @@ pub struct Context {
     /// Which runs it may take: its labels (with its host name) against the workers' required labels, and the
     /// workers that hold shared resources.
     pub placement: Placement,
+    /// What every worker's environment starts from (the allow-list of the daemon's own, `daemon.worker_env`).
+    pub worker_env: worker_env::WorkerEnv,
+}
+
+/// Makes this process non-dumpable (`PR_SET_DUMPABLE` 0): another process of the same user, such as a worker,
+/// can then neither read its `/proc/<pid>/environ` (the database URL with its password) or its memory nor trace
+/// it; only root can. An exec resets the flag, so the daemon and each supervisor call this first thing. The
+/// price: no core dump of the daemon.
+pub fn not_dumpable() -> anyhow::Result<()> {
+    nix::sys::prctl::set_dumpable(false).context("make the process non-dumpable (prctl PR_SET_DUMPABLE)")
 }
 
 /// This host's name, as the daemon registers it and advertises it as a label.
@@ -78,6 +89,8 @@ pub fn placement_of(settings: &Settings) -> Placement {
 /// Runs the daemon until `shutdown` asks it to stop or it is drained through the database. `telemetry` says
 /// whether metrics are exported over OTLP too.
 pub async fn run(settings: Settings, telemetry: &Telemetry, shutdown: Shutdown) -> anyhow::Result<()> {
+    // Again here for a program that embeds the daemon (main.rs does it before anything else).
+    not_dumpable()?;
     let systemd = Notifier::from_env();
     let Some(db) = connect(&settings, &shutdown, &systemd).await? else { return Ok(()) };
     db.migrate().await.context("apply the database migrations")?;
@@ -90,7 +103,20 @@ pub async fn run(settings: Settings, telemetry: &Telemetry, shutdown: Shutdown) 
     let metrics = metrics::DaemonMetrics::new(telemetry.meter("scrinalia-daemon"), daemon_id, settings.daemon.capacity);
     let placement = placement_of(&settings);
     tracing::info!(labels = ?placement.labels(), "the labels this daemon advertises");
-    let ctx = Arc::new(Context { db, claims, settings, daemon_id, logs, supervisor, exe_dir, metrics, placement });
+    let worker_env = worker_env::WorkerEnv::new(std::env::vars_os(), &settings.daemon);
+    worker_env.log();
+    let ctx = Arc::new(Context {
+        db,
+        claims,
+        settings,
+        daemon_id,
+        logs,
+        supervisor,
+        exe_dir,
+        metrics,
+        placement,
+        worker_env,
+    });
     let span = tracing::info_span!(scrinalia_shared::telemetry::PROCESS_SPAN, daemon_id = %ctx.daemon_id);
     // The main loop runs as a task on a runtime worker, not on the thread blocked in `block_on`: a notification
     // or a claim's answer then wakes it on the worker that read it instead of waking a second, idle thread

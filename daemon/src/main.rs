@@ -27,6 +27,8 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    // Before anything holds a secret: the daemon's environment and the supervisor's (reset by exec).
+    scrinalia_daemon::not_dumpable()?;
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Supervise(args)) => {

@@ -65,8 +65,7 @@ async fn execute_in_span(
     let traceparent = telemetry::traceparent_of(&tracing::Span::current())
         .unwrap_or_else(|| invocation::traceparent(run.trace_context.as_deref()));
     let invocation =
-        Invocation::run(spec, &ctx.exe_dir, &ctx.settings.daemon.worker_env, run.id, &run.config, &traceparent)
-            .continuing(&run);
+        Invocation::run(spec, &ctx.exe_dir, &ctx.worker_env, run.id, &run.config, &traceparent).continuing(&run);
     let Spawned { child, mut frames, controls, writer } = match spawn_supervisor(&ctx, &run, &invocation, deadline_ns) {
         Ok(spawned) => spawned,
         Err(e) => {

@@ -54,6 +54,8 @@ pub struct SuperviseArgs {
 
 /// Runs one worker to its end. Errors only when the supervisor's own pipes are unusable.
 pub async fn supervise(args: SuperviseArgs) -> anyhow::Result<()> {
+    // Again here for a program that embeds the daemon: the worker must not read the supervisor's environment.
+    crate::not_dumpable()?;
     let (out, writer) = spawn_writer().context("the supervisor's stdout must be a pipe from the daemon")?;
     let mut inputs = spawn_control_reader().context("the supervisor's stdin must be a pipe from the daemon")?;
     let started = Instant::now();

@@ -26,6 +26,7 @@ mod logs;
 mod object_store;
 mod retention;
 mod webhooks;
+pub mod worker_env;
 
 pub use auth_oidc::{
     MAX_LEEWAY_SECONDS, OidcSettings, PanelSignIn, Peer, ProxySettings, WIDEST_TRUST_PREFIX, auth_problems, role_of,
@@ -182,6 +183,9 @@ pub struct DaemonSettings {
     pub metrics_listen: Option<SocketAddr>,
     /// Extra environment for every worker process.
     pub worker_env: BTreeMap<String, String>,
+    /// Variables of the daemon's own environment that workers inherit besides `PATH`, `HOME`, `LANG` and `TZ`:
+    /// names (`VIRTUAL_ENV`) or prefixes (`CUDA_*`). Nothing else of the daemon's environment reaches a worker.
+    pub worker_env_pass: Vec<String>,
     /// The program started as each run's supervisor (`<program> supervise …`); the daemon's own executable when
     /// not set. Only for a program that embeds the daemon (its own executable has no `supervise` command).
     pub supervisor_program: Option<PathBuf>,
@@ -205,6 +209,7 @@ impl Default for DaemonSettings {
             check_interval_seconds: 300,
             metrics_listen: None,
             worker_env: BTreeMap::new(),
+            worker_env_pass: Vec::new(),
             supervisor_program: None,
         }
     }
@@ -414,6 +419,7 @@ impl Settings {
                 .try_parsing(true)
                 .list_separator(",")
                 .with_list_parse_key("daemon.workers")
+                .with_list_parse_key("daemon.worker_env_pass")
                 .with_list_parse_key("api.cors_origins")
                 .with_list_parse_key("api.allowed_hosts")
                 .source(Some(env_map)),
@@ -479,6 +485,7 @@ impl Settings {
                 "the interval and the timeout must be at least 1 second".into(),
             ));
         }
+        problems.extend(worker_env::pass_problems(&d.worker_env_pass));
         if !problems.iter().any(|(k, _)| k.starts_with("workers")) {
             for name in d.workers.iter().filter(|n| catalogue.worker(n).is_none()) {
                 problems.push(("daemon.workers".into(), format!("{name:?} is not a worker of the catalogue")));

@@ -33,7 +33,7 @@ pub struct Watched {
     pub holds: Holds,
 }
 
-/// Scans the processes every 200 ms for workers executing a run (`<worker> run --run-id <id>`) and checks that
+/// Scans the processes every 200 ms for workers executing a run (`<worker> run --run-id=<id>`) and checks that
 /// the ledger does not already call that run finished while its worker still executes: the ledger is read
 /// after the scan and the process is looked at again after the read, so a hit is a worker alive after its run
 /// ended in the ledger.
@@ -100,7 +100,7 @@ impl Watcher {
     }
 }
 
-/// `(pid, run)` of every `scrinalia-demo-worker … run --run-id <run>` process.
+/// `(pid, run)` of every `scrinalia-demo-worker … run --run-id=<run>` process.
 fn worker_processes() -> Vec<(i32, Uuid)> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
     entries
@@ -117,8 +117,13 @@ fn run_of(pid: i32) -> Option<Uuid> {
     if program.file_name()? != "scrinalia-demo-worker" || args.get(2) != Some(&&b"run"[..]) {
         return None;
     }
-    let at = args.iter().position(|a| *a == b"--run-id")?;
-    Uuid::parse_str(std::str::from_utf8(args.get(at + 1)?).ok()?).ok()
+    // The daemon passes `--run-id=<run>`; `--run-id <run>` is read too.
+    let id = args.iter().enumerate().find_map(|(i, a)| match a.strip_prefix(b"--run-id") {
+        Some(b"") => args.get(i + 1).copied(),
+        Some(rest) => rest.strip_prefix(b"="),
+        None => None,
+    })?;
+    Uuid::parse_str(std::str::from_utf8(id).ok()?).ok()
 }
 
 fn executes(pid: i32, run: Uuid) -> bool {

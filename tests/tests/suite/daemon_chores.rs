@@ -196,7 +196,11 @@ async fn a_run_s_end_and_a_burst_of_requests_each_bring_one_count(t: &TestDb) {
 }
 
 async fn a_count_that_hangs_is_killed_at_its_timeout_with_the_reason_stored(t: &TestDb) {
-    let (config, log) = config(t, &["hangs"], |d| d.queue_count_timeout_seconds = 2);
+    // COUNT_SECONDS is set on the daemon: workers inherit only what daemon.worker_env_pass lets through.
+    let (config, log) = config(t, &["hangs"], |d| {
+        d.queue_count_timeout_seconds = 2;
+        d.worker_env_pass = vec!["COUNT_SECONDS".to_owned()];
+    });
     let path = t.write_config(&config, "config.toml");
     let daemon = start_daemon(t.dir.path(), "daemon", &path, &[("COUNT_SECONDS", "30")]).await;
     let count = eventually(Duration::from_secs(30), "the count's failure", || async {

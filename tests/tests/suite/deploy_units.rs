@@ -136,6 +136,36 @@ fn the_daemon_unit_has_the_properties_operations_rely_on() {
     assert_network_and_database_wanted(&unit);
 }
 
+/// A fork bomb in a worker stops at the unit's task limit; memory is bounded per run (each run's own limits), so
+/// a unit-wide `MemoryMax=` would only let one run starve the others and the daemon.
+#[test]
+fn the_daemon_unit_bounds_its_tasks_but_not_its_memory() {
+    let unit = Unit::load("scrinalia-daemon.service");
+    let tasks: u64 = unit.get("Service", "TasksMax").parse().expect("TasksMax= is a number");
+    assert!((4096..=65536).contains(&tasks), "TasksMax={tasks}: generous for threaded runtimes, yet a bound");
+    for key in ["MemoryMax", "MemoryHigh", "MemoryLimit"] {
+        assert!(unit.all("Service", key).is_empty(), "no unit-wide {key}=: the limits are per run");
+    }
+}
+
+/// systemd reads `EnvironmentFile=` as root before dropping privileges, so the secrets' file is root's alone:
+/// documented `root:root` 0600 in the file itself and in the install steps, never group-readable.
+#[test]
+fn the_environment_file_is_installed_root_only() {
+    for file in ["scrinalia-daemon.service", "scrinalia-api@.service"] {
+        let unit = Unit::load(file);
+        assert_eq!(unit.get("Service", "EnvironmentFile"), "-/etc/scrinalia/scrinalia.env", "{file}");
+        assert_eq!(unit.get("Service", "User"), "scrinalia", "{file}: systemd reads the file before it drops to User=");
+    }
+    let env = read("scrinalia.env");
+    assert!(env.contains("`root:root`, mode 0600"), "deploy/scrinalia.env says how it is installed");
+    assert!(!env.contains("0640"), "deploy/scrinalia.env must not suggest a group-readable mode");
+    let operations = std::fs::read_to_string(deploy("../docs/operations.md")).expect("docs/operations.md");
+    let steps: Vec<&str> = operations.lines().filter(|l| l.contains("/etc/scrinalia/scrinalia.env")).collect();
+    let install = steps.iter().find(|l| l.contains("install ")).expect("an install step for the env file");
+    assert!(install.contains("-m 0600 -o root -g root"), "docs/operations.md installs it root-only: {install}");
+}
+
 #[test]
 fn the_api_template_takes_its_port_from_the_instance_name() {
     let unit = Unit::load("scrinalia-api@.service");

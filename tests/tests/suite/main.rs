@@ -45,6 +45,7 @@ mod daemon_runs;
 mod daemon_schedules;
 mod daemon_supervisor;
 mod daemon_webhooks;
+mod daemon_worker_env;
 mod db_changes;
 mod db_checks;
 mod db_chores;

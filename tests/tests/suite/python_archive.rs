@@ -302,7 +302,7 @@ async fn the_code_is_the_one_source_of_defaults_and_a_disagreeing_catalogue_is_n
     assert_eq!(run["state"], "succeeded", "{run:#}");
     let passed = archive.argv("tag_suggest", "run");
     assert!(
-        passed.last().is_some_and(|l| l.contains("--batch_size 4")),
+        passed.last().is_some_and(|l| l.contains("--batch_size=4")),
         "the worker got the code's default: {passed:?}"
     );
     // Three batches of 4, 4 and 2 documents: the progress the worker reported came in steps of 4.

@@ -1,4 +1,5 @@
-//! The command line of one worker execution: `<worker> <verb> [--flag value]...`, parsed by hand and checked
+//! The command line of one worker execution: `<worker> <verb> [--flag=value]...` (the daemon's spelling; `--flag
+//! value` is read too), parsed by hand and checked
 //! against the options the worker declares (`options.rs`), so a typo or a value out of bounds fails loudly
 //! (exit 2) instead of being ignored. What a run continues comes from the environment only:
 //! `SCRINALIA_CHECKPOINT` (a resume: the JSON text of the earlier run's last checkpoint) or `SCRINALIA_RESTART_OF`
@@ -104,7 +105,7 @@ const COMMON_FLAGS: [&str; 5] = ["run-id", "engine", "preset", "model", "endpoin
 
 /// The first line of every usage message.
 pub const USAGE: &str = "usage: scrinalia-demo-worker <worker> describe|count-pending|check|run [--run-id ID] \
-[--engine E] [--preset P] [--model M] [--endpoint URL] [--<option> <value>]...";
+[--engine E] [--preset P] [--model M] [--endpoint URL] [--<option>=<value>]...";
 
 impl Invocation {
     /// Parses `args` (without the program name); `accepts` returns the options of a known worker, or `None`
@@ -130,7 +131,7 @@ impl Invocation {
         let mut rest = flags.iter();
         while let Some(flag) = rest.next() {
             let Some(body) = flag.strip_prefix("--") else {
-                return Err(usage(format!("{flag:?} is not a flag; flags look like --name value.")));
+                return Err(usage(format!("{flag:?} is not a flag; flags look like --name=value or --name value.")));
             };
             let (name, text) = match body.split_once('=') {
                 Some((name, text)) => (name, text.to_owned()),
@@ -202,6 +203,18 @@ mod tests {
         assert_eq!(i.options.text("note"), "--x; $(y)");
         assert!(i.options.boolean("crash"));
         assert_eq!(parse(&["w", "check"]).expect("parses").options.integer("batch_size"), 1, "the default");
+    }
+
+    #[test]
+    fn reads_the_daemons_name_equals_value_flags_with_values_starting_with_a_dash() {
+        let i = parse(&["w", "run", "--run-id=r2", "--batch_size=-1", "--note=-x --y", "--engine=e"]).expect("parses");
+        assert_eq!(i.run_id.as_deref(), Some("r2"));
+        assert_eq!(i.options.integer("batch_size"), -1);
+        assert_eq!(i.options.text("note"), "-x --y");
+        assert_eq!(i.engine.engine.as_deref(), Some("e"));
+        let spaced = parse(&["w", "run", "--batch_size", "-1", "--note", "-x"]).expect("parses");
+        assert_eq!(spaced.options.integer("batch_size"), -1, "both spellings");
+        assert_eq!(spaced.options.text("note"), "-x");
     }
 
     #[test]
