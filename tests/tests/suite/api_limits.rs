@@ -69,12 +69,12 @@ async fn sockets_that_never_finish_their_headers_are_closed_and_others_are_serve
     let t = TestDb::sqlite().await;
     let (api, base) = api(&t, |f| f.api.header_read_timeout_seconds = 2).await;
     let addr: SocketAddr = base.trim_start_matches("http://").parse().expect("the address");
-    let opened = Instant::now();
     let mut slow = Vec::new();
     for _ in 0..500 {
+        let opened = Instant::now();
         let mut socket = TcpStream::connect(addr).await.expect("connect to the API");
         socket.write_all(b"GET /api/workers HTTP/1.1\r\nHost: 127.0.0.1\r\n").await.expect("half a head");
-        slow.push(socket);
+        slow.push((opened, socket));
     }
     // While they hang, a fresh request is served at once.
     let started = Instant::now();
@@ -84,8 +84,8 @@ async fn sockets_that_never_finish_their_headers_are_closed_and_others_are_serve
     assert!(took < Duration::from_secs(1), "/healthz took {took:?} with 500 slow sockets open");
 
     // Each slow socket is closed (EOF, or a reset) by the header timeout + 5 s after it was opened.
-    let deadline = tokio::time::Instant::from_std(opened + Duration::from_secs(2 + 5));
-    let closed = join_all(slow.into_iter().map(|mut socket| async move {
+    let closed = join_all(slow.into_iter().map(|(opened, mut socket)| async move {
+        let deadline = tokio::time::Instant::from_std(opened + Duration::from_secs(2 + 5));
         let mut buf = [0u8; 1024];
         loop {
             match tokio::time::timeout_at(deadline, socket.read(&mut buf)).await {
@@ -97,7 +97,7 @@ async fn sockets_that_never_finish_their_headers_are_closed_and_others_are_serve
     }))
     .await;
     let open = closed.iter().filter(|c| !**c).count();
-    assert_eq!(open, 0, "{open} of 500 slow sockets were still open 7 s after they were opened");
+    assert_eq!(open, 0, "{open} of 500 slow sockets were still open 7 s after each was opened");
     drop(api);
     t.cleanup().await;
 }

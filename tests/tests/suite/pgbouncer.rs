@@ -11,7 +11,10 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use reqwest::Method;
-use scrinalia_shared::{Role, config::Pooler};
+use scrinalia_shared::{
+    Role,
+    config::{Pooler, SettingsFile},
+};
 use scrinalia_tests::{
     Process, Reply, TestDb,
     daemon_harness::{probe, with_defaults},
@@ -21,6 +24,7 @@ use scrinalia_tests::{
     system::{ADMIN, OPERATOR, VIEWER, scrinalia},
 };
 use serde_json::{Value, json};
+use sqlx::{Connection, Executor, PgConnection, Row};
 use uuid::Uuid;
 
 /// The API and the daemons of one test, all through one PgBouncer.
@@ -40,6 +44,11 @@ impl Pooled {
 
     /// As `start`, through `bouncer`.
     async fn on(bouncer: PgBouncer, listen: bool) -> Self {
+        Self::configured(bouncer, listen, |_| {}).await
+    }
+
+    /// As `on`, with `change` made to the configuration.
+    async fn configured(bouncer: PgBouncer, listen: bool, change: impl FnOnce(&mut SettingsFile)) -> Self {
         let db = TestDb::postgres().await;
         let port = free_port();
         let probe = with_defaults(probe(&demo_worker(), "probe-1", 120), &[("exit_code", json!(0))]);
@@ -55,6 +64,7 @@ impl Pooled {
                 f.database.listen_url = listen.then_some(direct);
                 f.database.max_connections = 5;
                 (f.api.listen, f.api.events_poll_ms) = (([127, 0, 0, 1], port).into(), 100);
+                change(f);
             })
             .token("otto", Role::Operator, OPERATOR)
             .token("vera", Role::Viewer, VIEWER)
@@ -232,5 +242,35 @@ async fn concurrent_requests_sharing_two_server_connections_all_answer() {
     let conflicts = replies.iter().filter(|(kind, status, _)| *kind == 0 && *status == 409).count();
     assert_eq!((created, conflicts), (1, 49), "no daemon runs: one trigger is queued, the others conflict");
     assert!(replies.iter().all(|(kind, status, _)| *kind == 0 || *status == 200), "every read answers 200");
+    system.db.cleanup().await;
+}
+
+/// Behind PgBouncer the API's statement timeout travels as `SET LOCAL` inside each transaction: a read that waits
+/// on a lock longer than it is answered 503, and the one server connection the API shares is left with the
+/// server's default, so no other client of that connection inherits the API's timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_statement_timeout_holds_through_pgbouncer_and_stays_in_its_transaction() {
+    let system =
+        Pooled::configured(PgBouncer::with_pool_size(1).await, true, |f| f.api.statement_timeout_seconds = 1).await;
+    let body = json!({"options": {"duration_ms": 200}});
+    let run = system.http(Method::POST, "/api/workers/probe-1/runs", OPERATOR, Some(body)).await.expect("trigger");
+    assert_eq!(run.status.as_u16(), 201, "{}", run.text());
+    let id = run.json()["id"].as_str().expect("an id").to_owned();
+
+    let mut holder = PgConnection::connect(&system.db.url).await.expect("a direct connection of the test's own");
+    holder.execute("begin; lock table worker_runs in access exclusive mode").await.expect("lock the ledger");
+    let reply = system.http(Method::GET, &format!("/api/runs/{id}"), VIEWER, None).await.expect("an answer");
+    holder.execute("rollback").await.expect("release the lock");
+    assert_eq!(reply.status.as_u16(), 503, "{}", reply.text());
+    assert_eq!(reply.json()["code"], "database_timeout", "{}", reply.text());
+
+    let reply = system.http(Method::GET, &format!("/api/runs/{id}"), VIEWER, None).await.expect("an answer");
+    assert_eq!(reply.status.as_u16(), 200, "the same read once the lock is gone: {}", reply.text());
+    // The pool has one server connection, which the API's transactions just used: another client gets it with
+    // the server's own setting.
+    let mut other = PgConnection::connect(&system.bouncer.url_of(&system.db.url)).await.expect("through pgbouncer");
+    let row = other.fetch_one("show statement_timeout").await.expect("show statement_timeout");
+    assert_eq!(row.get::<String, _>(0), "0", "the API's timeout did not leak out of its transactions");
+    drop(other);
     system.db.cleanup().await;
 }
