@@ -113,13 +113,8 @@ pub(super) async fn metacharacters_are_stored_verbatim_or_refused_and_reach_a_wo
                 assert_eq!(done["state"], "succeeded", "{row}: {done}");
                 assert_eq!(done["arguments"]["options"]["note"], json!(value), "{row}: read back verbatim");
                 let args = stack.probe_args(&id).unwrap_or_else(|| panic!("{row}: no probe start line for run {id}"));
-                let at = args.iter().position(|a| a == "--note");
-                let at = at.unwrap_or_else(|| panic!("{row}: no --note in {args:?}"));
-                assert_eq!(
-                    args.get(at + 1),
-                    Some(value),
-                    "{row}: the worker got the value verbatim as one argument: {args:?}"
-                );
+                let note = note_of(&args).unwrap_or_else(|| panic!("{row}: no --note= in {args:?}"));
+                assert_eq!(note, value, "{row}: the worker got the value verbatim as one argument: {args:?}");
             }
         }
     });
@@ -143,8 +138,8 @@ pub(super) async fn metacharacters_are_stored_verbatim_or_refused_and_reach_a_wo
             assert_eq!(run["config"]["options"]["note"], resolved, "{row}: the next run resolves to it");
             assert_eq!(stack.finished(&id).await["state"], "succeeded", "{row}: the run");
             let args = stack.probe_args(&id).unwrap_or_else(|| panic!("{row}: no probe start line"));
-            let at = args.iter().position(|a| a == "--note").unwrap_or_else(|| panic!("{row}: no --note"));
-            assert_eq!(args.get(at + 1), Some(value), "{row}: the worker got it verbatim: {args:?}");
+            let note = note_of(&args).unwrap_or_else(|| panic!("{row}: no --note= in {args:?}"));
+            assert_eq!(note, value, "{row}: the worker got it verbatim: {args:?}");
         }
         let cleared = stack
             .send(
@@ -225,4 +220,9 @@ pub(super) async fn metacharacters_are_stored_verbatim_or_refused_and_reach_a_wo
     assert!(!canary.exists(), "{} exists: a value was run by a shell", canary.display());
     assert!(keep.is_dir(), "{} was removed: a value was run by a shell", keep.display());
     stack.assert_healthy().await;
+}
+
+/// The value of the `--note=…` argument (options are passed as `--name=value`, one argument each).
+fn note_of(args: &[String]) -> Option<&str> {
+    args.iter().find_map(|a| a.strip_prefix("--note="))
 }
