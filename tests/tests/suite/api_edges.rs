@@ -4,6 +4,7 @@
 //! write route of the OpenAPI document and create nothing, while the API's own page and a bearer token go through;
 //! an anonymous role answers only to localhost, loopback addresses and `api.allowed_hosts` (DNS rebinding); the
 //! trusted proxy is believed for the last line of its headers only and, when configured, only with its secret;
+//! behind a TLS proxy `api.public_origin` is the one own origin and a sibling site is refused;
 //! every `/api/*` answer is `no-store`; what would make the edges unsafe is refused at load with a sentence; and
 //! the issuer's keys are not fetched through a redirect nor read beyond 1 MiB.
 
@@ -303,5 +304,31 @@ async fn the_issuers_keys_are_read_without_following_a_redirect_and_within_a_bou
         assert!(body["message"].as_str().is_some_and(|m| m.contains(said)), "{path}: {body}");
         drop(api.process);
     }
+    t.cleanup().await;
+}
+
+/// Behind a TLS proxy the API's own origin is `api.public_origin`, not what its `Host` says: the proxy's page writes,
+/// a page served at the API's bare address no longer counts as its own, a sibling site (`Sec-Fetch-Site:
+/// same-site`) is refused, and the public name is a known host for the anonymous role.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_proxy_the_public_origin_is_the_own_one_and_a_sibling_site_is_refused() {
+    let t = TestDb::sqlite().await;
+    let public = "https://scheduler.example.org";
+    let api = serve(&t, "api", Some(Role::Operator), |f| f.api.public_origin = Some(public.into())).await;
+    let trigger = "/api/workers/transfer/runs";
+
+    let run = send(&api, Method::POST, trigger, &[("origin", public)]).await.expect(StatusCode::CREATED, None);
+    let cancel = format!("/api/runs/{}/cancel", run["id"].as_str().expect("an id"));
+    send(&api, Method::POST, &cancel, &[("origin", public)]).await.expect(StatusCode::ACCEPTED, None);
+
+    let bare = format!("http://127.0.0.1:{}", api.port);
+    let reply = send(&api, Method::POST, trigger, &[("origin", &bare)]).await;
+    reply.expect_of("the bare address once a public origin is set", StatusCode::FORBIDDEN, Some("cross_origin"));
+    let reply = send(&api, Method::POST, trigger, &[("sec-fetch-site", "same-site")]).await;
+    reply.expect_of("a sibling site", StatusCode::FORBIDDEN, Some("cross_origin"));
+
+    let reply = send(&api, Method::GET, "/api/workers", &[("host", "scheduler.example.org")]).await;
+    reply.expect_of("the public name as Host", StatusCode::OK, None);
+    drop(api.process);
     t.cleanup().await;
 }
