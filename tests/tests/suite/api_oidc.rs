@@ -3,7 +3,7 @@
 //! works (a viewer reads, an operator triggers, an admin sets an override) and the run's `requested_by` and the
 //! override's audit trail name the person; expired, wrong-issuer, wrong-audience, unknown-key, `alg: none` and
 //! HS256-signed-with-the-public-key tokens are each refused with a 401 and a sentence; a key rotation is picked
-//! up. Trusted proxy: headers from the trusted address give the mapped role; from an untrusted peer they are
+//! up; a live stream ends when its access token expires. Trusted proxy: headers from the trusted address give the mapped role; from an untrusted peer they are
 //! ignored.
 
 use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
@@ -20,6 +20,7 @@ use scrinalia_tests::{
     daemon_harness::{probe, with_defaults},
     demo_worker, eventually, free_port,
     idp::{AUDIENCE, ISSUER, Idp, b64, claims, keys, sign},
+    sse::EventStream,
     system::System,
 };
 use serde_json::{Value, json};
@@ -179,6 +180,35 @@ async fn a_trusted_proxy_names_the_person_and_an_untrusted_peer_is_not_believed(
     let body = reply.expect(StatusCode::UNAUTHORIZED, Some("unauthorized"));
     assert!(body["message"].as_str().is_some_and(|m| m.contains("needs a bearer token")), "{body}");
     drop(_api);
+    system.cleanup().await;
+}
+
+/// A live stream opened with an access token ends once the token expires (checked every 2 s), instead of
+/// outliving it: the token here expires 4 s after it was signed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_stream_ends_when_its_access_token_expires() {
+    let idp = Idp::start().await;
+    let system = start(Kind::Sqlite, &idp).await;
+    let mut short = claims("vera-sub", Some("Vera Viewer"), json!(["archive-viewers"]));
+    let expires = chrono::Utc::now().timestamp() + 4;
+    short["exp"] = json!(expires);
+    let vera = sign(&short, "k1", 0);
+    let response = reqwest::Client::new()
+        .get(format!("{}/api/events", system.api_url))
+        .bearer_auth(&vera)
+        .send()
+        .await
+        .expect("a stream");
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut events = EventStream::new(Box::pin(response.bytes_stream()));
+    events.event(Duration::from_secs(10), "ready", |_| true).await;
+    let left = u64::try_from(expires - chrono::Utc::now().timestamp()).unwrap_or(0);
+    // Its expiry, then at most one recheck (2 s) and a margin for a busy machine.
+    let within = Duration::from_secs(left + 6);
+    assert!(events.ends_within(within).await, "the stream outlived its access token by more than 6 s");
+    // It ended because the token expired, not before (requests are still allowed the configured leeway).
+    let ended = chrono::Utc::now().timestamp_millis();
+    assert!(ended >= expires * 1000, "the stream ended {} ms before its token expired", expires * 1000 - ended);
     system.cleanup().await;
 }
 
