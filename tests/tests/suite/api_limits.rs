@@ -162,6 +162,20 @@ async fn a_callers_stream_beyond_its_share_is_refused() {
     t.cleanup().await;
 }
 
+/// Requests a run of `transfer` as an operator; its id.
+async fn request_run(base: &str) -> String {
+    let run = client()
+        .post(format!("{base}/api/workers/transfer/runs"))
+        .bearer_auth(OPERATOR)
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("request a run");
+    assert_eq!(run.status().as_u16(), 201);
+    let run: Value = run.json().await.expect("the run");
+    run["id"].as_str().expect("an id").to_owned()
+}
+
 /// Inserts `n` progress reports (seq 1..=n) of run `id` in one statement.
 async fn insert_progress(t: &TestDb, id: &str, n: u32) {
     let sql = match t.kind {
@@ -184,16 +198,7 @@ async fn insert_progress(t: &TestDb, id: &str, n: u32) {
 async fn run_detail_holds_the_last_reports_and_pages_back_to_the_first(t: &TestDb) {
     const N: u32 = 50_000;
     let (api, base) = api(t, |_| {}).await;
-    let run = client()
-        .post(format!("{base}/api/workers/transfer/runs"))
-        .bearer_auth(OPERATOR)
-        .json(&json!({}))
-        .send()
-        .await
-        .expect("request a run");
-    assert_eq!(run.status().as_u16(), 201);
-    let run: Value = run.json().await.expect("the run");
-    let id = run["id"].as_str().expect("an id").to_owned();
+    let id = request_run(&base).await;
     insert_progress(t, &id, N).await;
 
     let (status, detail) = get(&format!("{base}/api/runs/{id}"), VIEWER).await;
@@ -264,15 +269,7 @@ async fn metrics_on_a_listener_of_their_own_need_their_token() {
 async fn a_read_past_the_statement_timeout_is_answered_503_on_postgres() {
     let t = TestDb::postgres().await;
     let (api, base) = api(&t, |f| f.api.statement_timeout_seconds = 1).await;
-    let run = client()
-        .post(format!("{base}/api/workers/transfer/runs"))
-        .bearer_auth(OPERATOR)
-        .json(&json!({}))
-        .send()
-        .await
-        .expect("request a run");
-    assert_eq!(run.status().as_u16(), 201);
-    let id = run.json::<Value>().await.expect("the run")["id"].as_str().expect("an id").to_owned();
+    let id = request_run(&base).await;
 
     // The test holds a lock that the API's read of the run must wait for.
     let mut holder = PgConnection::connect(&t.url).await.expect("a connection of the test's own");
