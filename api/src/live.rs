@@ -83,6 +83,7 @@ impl Live {
         };
         let mut first = true;
         while let Some(change) = feed.next().await {
+            db.forget_resolved(&change);
             // The first resync only says that the feed is listening: nothing can have been missed before it,
             // since no client was told the stream is ready yet.
             if first && matches!(change, Change::Resync { .. }) {

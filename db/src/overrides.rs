@@ -28,6 +28,15 @@ pub async fn get(on: impl Into<On<'_>>, worker: &str) -> Result<Option<Override>
     Ok(run!(on, GET, |pool, sql| sqlx::query_as(sql).bind(worker).fetch_optional(pool).await)?)
 }
 
+/// The version of `worker`'s override: the id of its newest audit entry, 0 when it never had one. Every set and
+/// clear writes an audit entry in its own transaction and ids only grow, so an equal version is an unchanged
+/// override (see [`crate::runs::NewRun::override_version`]). Read it before the override itself: a change
+/// between the two reads then shows as a newer version, never as an older override under a current version.
+pub async fn version(on: impl Into<On<'_>>, worker: &str) -> Result<i64> {
+    const VERSION: Sql = sql!("select coalesce((select max(id) from worker_override_audit where worker = $1), 0)");
+    Ok(run!(on, VERSION, |pool, sql| sqlx::query_scalar::<_, i64>(sql).bind(worker).fetch_one(pool).await)?)
+}
+
 /// Every row, by worker.
 const LIST: Sql = sql!("select ", override_columns!(), " from worker_overrides order by worker");
 

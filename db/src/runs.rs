@@ -38,6 +38,10 @@ pub struct NewRun<'a> {
     pub trace_context: Option<&'a str>,
     /// What else links it: a schedule's fire, a retry, a pipeline step, the run it continues.
     pub links: Links<'a>,
+    /// Inserted only while the worker's override is still at this version ([`crate::overrides::version`]): a
+    /// configuration resolved against a cached override is never queued once that override was replaced.
+    /// `None` inserts whatever the override is now (the caller read it in the same transaction).
+    pub override_version: Option<i64>,
 }
 
 /// How a run is linked to what made it.
@@ -63,20 +67,25 @@ pub struct Links<'a> {
 }
 
 /// Inserts a request, `on conflict do nothing`: `None` when a unique index refuses it (the one in flight per
-/// worker, one per (schedule, fire time), one retry per run). Both dialects speak it, and on PostgreSQL a refusal
+/// worker, one per (schedule, fire time), one retry per run) or the override is no longer at the version given. Both dialects speak it, and on PostgreSQL a refusal
 /// does not abort the transaction it runs in.
 pub async fn insert(on: impl Into<On<'_>>, new: &NewRun<'_>) -> Result<Option<Run>> {
+    // `insert … select … where`: the condition on the override's version costs one index probe, and a request that
+    // does not give a version skips it. Both dialects accept this form (SQLite needs the `where` to read the
+    // `on conflict` that follows as the insert's).
     const INSERT: Sql = sql!(
         "insert into worker_runs (id, worker, requested_by, arguments, config, trace_context, schedule_id, fire_at, \
              retry_of, attempt, not_before, pipeline_run_id, pipeline_step, follows, follows_as, checkpoint, \
              checkpoint_at, requested_at) \
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, 1), ",
+         select $1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, 1), ",
         now_plus(11),
         ", $12, $13, $14, $15, $16, $17, case when $18 then ",
         clock,
         " else ",
         now,
-        " end) on conflict do nothing returning ",
+        " end where cast($19 as bigint) is null \
+             or coalesce((select max(id) from worker_override_audit where worker = $2), 0) = $19 \
+         on conflict do nothing returning ",
         run_columns!()
     );
     let inserted = run!(on, INSERT, |pool, sql| sqlx::query_as::<_, Run>(sql)
@@ -98,6 +107,7 @@ pub async fn insert(on: impl Into<On<'_>>, new: &NewRun<'_>) -> Result<Option<Ru
         .bind(new.links.checkpoint.map(|c| Json(c.0)))
         .bind(new.links.checkpoint.map(|c| DbTime(c.1)))
         .bind(new.links.stamped_when_written)
+        .bind(new.override_version)
         .fetch_optional(pool)
         .await);
     match inserted {

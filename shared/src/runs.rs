@@ -2,7 +2,7 @@
 //! run in flight per worker), what the daemon holding a run writes (start, lease, progress, end; each fenced by
 //! ownership), cancellation, recovery of runs whose owner stopped renewing, and reading the ledger.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -12,12 +12,15 @@ mod diff;
 mod end;
 mod follow;
 mod placement;
+mod resolved;
 mod resolver;
 mod waiting;
 
 pub use diff::config_changes;
 pub use follow::FollowError;
 pub use placement::Placement;
+pub use resolved::ResolveCache;
+use resolved::Resolved;
 pub(crate) use resolver::Resolver;
 pub use scrinalia_db::ledger::{Cursor, IdRange, RunFilter, contains_pattern};
 
@@ -139,27 +142,84 @@ pub enum CancelOutcome {
 
 impl Store {
     /// Requests a run: resolves the configuration it will run with (explicit argument > persisted override >
-    /// catalogue default, the same resolution as the worker view's) and queues it. A worker with a run in flight
-    /// refuses it ([`RequestError::InFlight`], naming that run).
-    pub(crate) async fn request_run(&self, catalogue: &Catalogue, request: RunRequest) -> Result<Run, RequestError> {
+    /// catalogue default, the same resolution as the worker view's) and queues it, in one statement when `cache`
+    /// knows the worker (see [`ResolveCache`]). A worker with a run in flight refuses it
+    /// ([`RequestError::InFlight`], naming that run).
+    pub(crate) async fn request_run(
+        &self,
+        catalogue: &Catalogue,
+        request: RunRequest,
+        cache: &ResolveCache,
+    ) -> Result<Run, RequestError> {
         let spec = catalogue
             .worker(&request.worker)
             .ok_or_else(|| RequestError::UnknownWorker { worker: request.worker.clone() })?;
-        let config = self.resolve_run(catalogue, spec, &request.arguments).await?;
-        let new = db::runs::NewRun {
-            id: Uuid::now_v7(),
-            worker: &spec.name,
-            requested_by: &request.requested_by,
-            arguments: &request.arguments,
-            config: &config,
-            trace_context: request.trace_context.as_deref(),
-            links: db::runs::Links::default(),
-        };
-        match self.insert_request(&new).await? {
-            Ok(run) => Ok(run),
-            Err(Refused::InFlight(e)) => Err(e),
-            Err(Refused::Continued(..)) => Err(DbError::Unexpected("a plain request continues no run".into()).into()),
+        let id = Uuid::now_v7();
+        let mut fresh = false;
+        for _ in 0..3 {
+            let resolved = self.resolved(cache, &spec.name, fresh).await?;
+            let config = match resolver::resolve_with(
+                catalogue,
+                spec,
+                &request.arguments,
+                resolved.stored.as_ref(),
+                resolved.described.as_ref(),
+            ) {
+                Ok(config) => config,
+                // Refused against what was cached: judged again on what the database holds now.
+                Err(_) if !fresh => {
+                    fresh = true;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let new = db::runs::NewRun {
+                id,
+                worker: &spec.name,
+                requested_by: &request.requested_by,
+                arguments: &request.arguments,
+                config: &config,
+                trace_context: request.trace_context.as_deref(),
+                links: db::runs::Links::default(),
+                override_version: Some(resolved.version),
+            };
+            if let Some(run) = self.db.retrying(|| db::runs::insert(&self.db, &new)).await? {
+                return Ok(run);
+            }
+            if let Some(blocking) = self.db.retrying(|| db::runs::in_flight_of(&self.db, &spec.name)).await? {
+                // A first attempt that committed before its connection was cut: the run found is ours.
+                if blocking.id == id {
+                    return Ok(blocking);
+                }
+                return Err(RequestError::InFlight {
+                    worker: blocking.worker,
+                    run_id: blocking.id,
+                    state: blocking.state,
+                    daemon_id: blocking.daemon_id,
+                });
+            }
+            // Neither inserted nor blocked: the override changed since it was read (or the blocker ended in
+            // between). Read it again.
+            cache.forget_worker(&spec.name);
+            fresh = true;
         }
+        Err(DbError::Unexpected("the worker's override kept changing during the request".into()).into())
+    }
+
+    /// What a request of `worker` resolves against: `cache`'s entry, or (when there is none, or `fresh` is asked)
+    /// the override's version, then the override and the description, read now and kept.
+    async fn resolved(&self, cache: &ResolveCache, worker: &str, fresh: bool) -> Result<Arc<Resolved>, DbError> {
+        if !fresh && let Some(known) = cache.get(worker) {
+            return Ok(known);
+        }
+        let generation = cache.generation();
+        // The version first: an override changed between the reads then fails the insert's check, instead of
+        // passing it with the older override.
+        let version = self.db.retrying(|| db::overrides::version(&self.db, worker)).await?;
+        let (stored, described) = tokio::try_join!(self.get_override(worker), self.description(worker))?;
+        let entry = Arc::new(Resolved { version, stored, described });
+        cache.keep(worker, entry.clone(), generation);
+        Ok(entry)
     }
 
     /// Inserts the request `new`. A refusal by a unique index is explained: a run that continues the same earlier
@@ -233,8 +293,10 @@ impl Store {
     }
 
     /// Records that the worker process of a claimed run started, and where its log goes.
+    /// Safe to repeat, so it is tried again on a cut connection (a dedicated one is never pinged before use).
     pub(crate) async fn mark_started(&self, run: Uuid, daemon: Uuid, log_key: &str) -> Result<Run, DbError> {
-        db::runs::mark_started(&self.db, run, daemon, log_key)
+        self.db
+            .retrying(|| db::runs::mark_started(&self.db, run, daemon, log_key))
             .await?
             .ok_or(DbError::LeaseLost { run_id: run, daemon_id: daemon })
     }

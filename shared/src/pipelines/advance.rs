@@ -77,6 +77,7 @@ pub(crate) fn step_run<'a>(row: &'a PipelineRow, step: i32, arguments: &'a Expli
         arguments,
         config: row.configs.get(index)?,
         trace_context: None,
+        override_version: None,
         links: Links { step: Some((row.run.id, step)), ..Links::default() },
     })
 }

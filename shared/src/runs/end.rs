@@ -99,6 +99,7 @@ impl Retry {
             arguments: &ended.arguments,
             config: &ended.config,
             trace_context: ended.trace_context.as_deref(),
+            override_version: None,
             links: db::runs::Links {
                 fire: None,
                 retry: Some((ended.id, self.attempt)),

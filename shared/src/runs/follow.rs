@@ -106,6 +106,7 @@ impl Store {
             arguments: &original.arguments,
             config: &config,
             trace_context: None,
+            override_version: None,
             links: db::runs::Links { follows: Some((id, how)), checkpoint, ..db::runs::Links::default() },
         };
         match self.insert_request(&new).await? {

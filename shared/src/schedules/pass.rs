@@ -206,6 +206,7 @@ async fn request(
                 arguments,
                 config,
                 trace_context: None,
+                override_version: None,
                 links: Links { fire, stamped_when_written: after_wait, ..Links::default() },
             };
             match db::runs::insert(&mut *tx, &new).await? {

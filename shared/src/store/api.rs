@@ -2,7 +2,7 @@
 //! change overrides, capacities and schedules, manage tokens, and read everything the panel shows. It never
 //! claims, leases, finishes or recovers a run.
 
-use std::{collections::HashMap, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -10,9 +10,9 @@ use uuid::Uuid;
 
 use super::{Store, forward};
 use crate::{
-    AuditEntry, Catalogue, ConfigChange, Daemon, DbError, EffectiveWorker, FollowKind, Override, Pings, PipelineRun,
-    PipelineRunView, PipelineView, ProgressEntry, ProgressPage, QueueCount, Readiness, Run, RunPage, Schedule,
-    ScheduleAuditEntry, ScheduleFire, ScheduleInput, ScheduleView, Waiting, WorkerDescription,
+    AuditEntry, Catalogue, Change, ConfigChange, Daemon, DbError, EffectiveWorker, FollowKind, Override, Pings,
+    PipelineRun, PipelineRunView, PipelineView, ProgressEntry, ProgressPage, QueueCount, Readiness, Run, RunPage,
+    Schedule, ScheduleAuditEntry, ScheduleFire, ScheduleInput, ScheduleView, Waiting, WorkerDescription,
     auth::{CreatedToken, ServiceToken},
     config::{DatabaseSettings, RetentionSettings, Webhook},
     daemons::DrainError,
@@ -20,7 +20,7 @@ use crate::{
     overrides::{OverrideChange, OverrideError, OverrideState},
     pipelines::PipelineError,
     resources::ResourceError,
-    runs::{CancelOutcome, FollowError, RequestError, RunFilter, RunRequest},
+    runs::{CancelOutcome, FollowError, RequestError, ResolveCache, RunFilter, RunRequest},
     schedules::ScheduleError,
     tokens::{NewToken, TokenError},
     webhooks::Delivery,
@@ -31,12 +31,25 @@ use scrinalia_wire::resource::{ResourceAuditEntry, ResourceChange, ResourceView}
 #[derive(Debug, Clone)]
 pub struct ApiStore {
     pub(super) store: Store,
+    /// What run requests resolve against, kept between requests (see [`ResolveCache`]).
+    resolved: Arc<ResolveCache>,
 }
 
 impl ApiStore {
     /// The API's view of `store`.
     pub fn new(store: Store) -> Self {
-        Self { store }
+        Self { store, resolved: Arc::default() }
+    }
+
+    /// Requests a run: resolves the configuration it will run with and queues it (see
+    /// [`Store::request_run`](crate::Store)), in one statement once the worker's override is known.
+    pub async fn request_run(&self, catalogue: &Catalogue, request: RunRequest) -> Result<Run, RequestError> {
+        self.store.request_run(catalogue, request, &self.resolved).await
+    }
+
+    /// Forgets what `change`, heard on the change feed, may have made stale among what requests resolve against.
+    pub fn forget_resolved(&self, change: &Change) {
+        self.resolved.forget(change);
     }
 
     /// Opens a pool for an API process: its connections are not pinged before each use, since every API
@@ -174,8 +187,6 @@ impl ApiStore {
         pub async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, DbError>;
         /// Asks for a run to be cancelled by `actor`: a queued run at once, a running one by its daemon.
         pub async fn request_cancel(&self, run: Uuid, actor: &str) -> Result<Option<CancelOutcome>, DbError>;
-        /// Requests a run, its configuration resolved now; refused while its worker has a run in flight.
-        pub async fn request_run(&self, catalogue: &Catalogue, request: RunRequest) -> Result<Run, RequestError>;
         /// The retry chain `id` belongs to, first attempt first (just the run when it was never retried; empty when
         /// there is no such run).
         pub async fn run_chain(&self, id: Uuid) -> Result<Vec<Run>, DbError>;

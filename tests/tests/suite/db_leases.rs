@@ -30,6 +30,7 @@ async fn take_one_of_each(db: &Database, holder: Uuid) -> Vec<(&'static Leased, 
         arguments: &arguments,
         config: &config,
         trace_context: None,
+        override_version: None,
         links: Links::default(),
     };
     let run = runs::insert(db, &new).await.expect("insert").expect("inserted");
