@@ -5,7 +5,8 @@
 //! `O <line>` / `E <line>` for each line the worker wrote on stdout / stderr, and a last `X <json>` with the
 //! [`ExitReport`]. Daemon → supervisor (its stdin): `deadline <ns>` (an absolute `CLOCK_MONOTONIC` time before
 //! which the lease was renewed), `cancel`, `terminate` and `kill`. End of file on the supervisor's stdin means
-//! the daemon is gone.
+//! the daemon is gone. A spare supervisor, started before its run was claimed, first reads one `start <json>`
+//! line ([`Start`]): the run's worker command, environment and lease.
 
 use std::io;
 
@@ -94,6 +95,43 @@ impl Frame {
     }
 }
 
+/// The longest `start` line a spare supervisor reads: the worker's arguments and environment (a resumed run's
+/// checkpoint, up to 64 KiB of JSON, travels in the environment).
+pub const MAX_START_LINE: usize = 1024 * 1024;
+
+/// The run a spare supervisor is given: everything the arguments and the environment of a supervisor started for
+/// the run would carry. Text only: a run whose command or environment is not UTF-8 starts a supervisor of its
+/// own instead.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Start {
+    /// The run, for messages.
+    pub run_id: uuid::Uuid,
+    /// The first lease deadline (`CLOCK_MONOTONIC` ns).
+    pub deadline_ns: u64,
+    /// Between SIGTERM and SIGKILL.
+    pub grace_ms: u64,
+    /// The run's timeout.
+    pub timeout_ms: u64,
+    /// The worker's program.
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Its whole environment, in order (a later variable wins).
+    pub env: Vec<(String, String)>,
+}
+
+impl Start {
+    /// The line that carries it (without the newline).
+    pub fn encode(&self) -> String {
+        format!("start {}", serde_json::to_string(self).unwrap_or_default())
+    }
+
+    /// Parses a line written by [`Start::encode`].
+    pub fn decode(line: &[u8]) -> Option<Self> {
+        serde_json::from_slice(line.strip_prefix(b"start ")?).ok()
+    }
+}
+
 /// A message from the daemon.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Control {
@@ -179,6 +217,23 @@ mod tests {
             assert_eq!(Control::decode(&control.encode()), Some(control));
         }
         assert_eq!(Control::decode("deadline soon"), None);
+    }
+
+    #[test]
+    fn a_start_line_round_trips_on_one_line() {
+        let start = Start {
+            run_id: uuid::Uuid::nil(),
+            deadline_ns: 42,
+            grace_ms: 10_000,
+            timeout_ms: 3_600_000,
+            program: "/usr/bin/worker".into(),
+            args: vec!["run".into(), "--note=a\nb".into()],
+            env: vec![("SCRINALIA_CHECKPOINT".into(), "{\"done\": [\"doc-1\"]}\n".into())],
+        };
+        let line = start.encode();
+        assert!(!line.contains('\n'), "a start line must stay one line: {line}");
+        assert_eq!(Start::decode(line.as_bytes()), Some(start));
+        assert_eq!(Start::decode(b"cancel"), None);
     }
 
     #[tokio::test]

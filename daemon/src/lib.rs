@@ -22,6 +22,7 @@ pub mod runlog;
 pub mod runner;
 pub mod scheduler;
 pub mod shutdown;
+pub mod spare;
 pub mod supervisor;
 pub mod systemd;
 pub mod verb;
@@ -46,7 +47,8 @@ use crate::{main_loop::MainLoop, systemd::Notifier};
 pub struct Context {
     /// The database.
     pub db: DaemonStore,
-    /// A connection of its own for claims, so that a claim costs one round trip (PostgreSQL; on SQLite, `db`).
+    /// A connection of its own for claims and the worker-started write that follows one, so that each costs one
+    /// round trip, never behind a ping (PostgreSQL; on SQLite, `db`).
     pub claims: DaemonStore,
     /// The configuration.
     pub settings: Settings,
@@ -65,6 +67,8 @@ pub struct Context {
     pub placement: Placement,
     /// What every worker's environment starts from (the allow-list of the daemon's own, `daemon.worker_env`).
     pub worker_env: worker_env::WorkerEnv,
+    /// The supervisor started ahead of the next run.
+    pub spares: spare::Spares,
 }
 
 /// Makes this process non-dumpable (`PR_SET_DUMPABLE` 0): another process of the same user, such as a worker,
@@ -105,6 +109,8 @@ pub async fn run(settings: Settings, telemetry: &Telemetry, shutdown: Shutdown) 
     tracing::info!(labels = ?placement.labels(), "the labels this daemon advertises");
     let worker_env = worker_env::WorkerEnv::new(std::env::vars_os(), &settings.daemon);
     worker_env.log();
+    let spares = spare::Spares::new(supervisor.clone(), worker_env.inherited.clone());
+    spares.refill();
     let ctx = Arc::new(Context {
         db,
         claims,
@@ -116,6 +122,7 @@ pub async fn run(settings: Settings, telemetry: &Telemetry, shutdown: Shutdown) 
         metrics,
         placement,
         worker_env,
+        spares,
     });
     let span = tracing::info_span!(scrinalia_shared::telemetry::PROCESS_SPAN, daemon_id = %ctx.daemon_id);
     // The main loop runs as a task on a runtime worker, not on the thread blocked in `block_on`: a notification

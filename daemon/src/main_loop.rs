@@ -224,14 +224,12 @@ impl MainLoop {
         while let Some(more) = inputs.changes.try_next() {
             changes.push(more);
         }
-        let (mut claim, mut cancels) = (false, false);
+        let (mut claim, mut cancels, mut due) = (false, false, false);
         for change in changes {
             match change {
-                Change::Requested { .. } => {
-                    claim = true;
-                    // It may be a retry whose backoff ends later: the scheduler sleeps until then.
-                    inputs.scheduler.due.notify_one();
-                }
+                // It may also be a retry whose backoff ends later: the scheduler then sleeps until then. It is
+                // told after the claim, so that its read does not compete with the claim for the database.
+                Change::Requested { .. } => (claim, due) = (true, true),
                 // SQLite: something was written, a request or a cancellation; a resync: anything may have been
                 // missed.
                 Change::Written | Change::Resync { .. } => {
@@ -251,6 +249,9 @@ impl MainLoop {
         if claim {
             self.maybe_queued = true;
             self.claim().await;
+        }
+        if due {
+            inputs.scheduler.due.notify_one();
         }
         if cancels {
             self.check_cancels().await;

@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use crate::{
     Context,
-    frame::{self, Control, ExitReport, Frame, StopCause},
+    frame::{self, Control, ExitReport, Frame, Start, StopCause},
     invocation::{self, Invocation},
     lease::Lease,
     outcome::{Ending, StderrTail},
@@ -66,7 +66,8 @@ async fn execute_in_span(
         .unwrap_or_else(|| invocation::traceparent(run.trace_context.as_deref()));
     let invocation =
         Invocation::run(spec, &ctx.exe_dir, &ctx.worker_env, run.id, &run.config, &traceparent).continuing(&run);
-    let Spawned { child, mut frames, controls, writer } = match spawn_supervisor(&ctx, &run, &invocation, deadline_ns) {
+    let spawned = spawn_supervisor(&ctx, &run, &invocation, deadline_ns).await;
+    let Spawned { child, mut frames, controls, writer } = match spawned {
         Ok(spawned) => spawned,
         Err(e) => {
             let error = format!("could not start the run's supervisor: {e}");
@@ -98,24 +99,42 @@ struct Spawned {
     writer: JoinHandle<()>,
 }
 
-/// Starts `scrinalia-daemon supervise … -- <worker command>` in its own process group, with the worker's
-/// environment; its stderr is the daemon's.
-fn spawn_supervisor(ctx: &Context, run: &Run, invocation: &Invocation, deadline_ns: u64) -> std::io::Result<Spawned> {
-    let mut cmd = Command::new(&ctx.supervisor);
-    cmd.arg("supervise")
-        .args(["--run-id", &run.id.to_string(), "--deadline-ns", &deadline_ns.to_string()])
-        .args(["--grace-ms", &(ctx.settings.daemon.cancel_grace_seconds * 1000).to_string()])
-        .args(["--timeout-ms", &run.config.timeout_seconds.saturating_mul(1000).to_string()])
-        .arg("--")
-        .arg(&invocation.program)
-        .args(&invocation.args);
-    invocation.apply_env(&mut cmd);
-    // The supervisor must outlive a dropped handle: killing it would leave the worker unfenced.
-    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).process_group(0).kill_on_drop(false);
-    let mut child = cmd.spawn()?;
-    let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        return Err(std::io::Error::other("the supervisor's pipes are missing"));
+/// Starts the run's supervisor: the spare, given the run on its stdin, when one is ready; otherwise
+/// `scrinalia-daemon supervise … -- <worker command>` in its own process group, with the worker's environment.
+/// Its stderr is the daemon's.
+async fn spawn_supervisor(
+    ctx: &Context,
+    run: &Run,
+    invocation: &Invocation,
+    deadline_ns: u64,
+) -> std::io::Result<Spawned> {
+    let grace_ms = ctx.settings.daemon.cancel_grace_seconds * 1000;
+    let timeout_ms = run.config.timeout_seconds.saturating_mul(1000);
+    let started = match start_of(run, invocation, deadline_ns, grace_ms, timeout_ms) {
+        Some(start) => ctx.spares.start(&start).await,
+        None => None,
     };
+    let (child, stdin, stdout) = match started {
+        Some(spare) => (spare.child, spare.stdin, spare.stdout),
+        None => {
+            let mut cmd = Command::new(&ctx.supervisor);
+            cmd.arg("supervise")
+                .args(["--run-id", &run.id.to_string(), "--deadline-ns", &deadline_ns.to_string()])
+                .args(["--grace-ms", &grace_ms.to_string(), "--timeout-ms", &timeout_ms.to_string()])
+                .arg("--")
+                .arg(&invocation.program)
+                .args(&invocation.args);
+            invocation.apply_env(&mut cmd);
+            // The supervisor must outlive a dropped handle: killing it would leave the worker unfenced.
+            cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).process_group(0);
+            let mut child = cmd.kill_on_drop(false).spawn()?;
+            let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+                return Err(std::io::Error::other("the supervisor's pipes are missing"));
+            };
+            (child, stdin, stdout)
+        }
+    };
+    let mut stdin = stdin;
     let (controls, mut rx) = mpsc::channel::<Control>(16);
     let writer = tokio::spawn(async move {
         while let Some(control) = rx.recv().await {
@@ -126,6 +145,22 @@ fn spawn_supervisor(ctx: &Context, run: &Run, invocation: &Invocation, deadline_
     });
     let frames = FrameReader { reader: BufReader::new(stdout), buf: Vec::new() };
     Ok(Spawned { child, frames, controls, writer })
+}
+
+/// The `start` line a spare would need for this run; `None` when the command or environment is not text.
+fn start_of(run: &Run, invocation: &Invocation, deadline_ns: u64, grace_ms: u64, timeout_ms: u64) -> Option<Start> {
+    let inherited = invocation.inherited.iter().map(|(k, v)| Some((k.to_str()?.to_owned(), v.to_str()?.to_owned())));
+    let mut env = inherited.collect::<Option<Vec<_>>>()?;
+    env.extend(invocation.env.iter().cloned());
+    Some(Start {
+        run_id: run.id,
+        deadline_ns,
+        grace_ms,
+        timeout_ms,
+        program: invocation.program.to_str()?.to_owned(),
+        args: invocation.args.clone(),
+        env,
+    })
 }
 
 /// Waits briefly for the supervisor to exit, so that it does not linger as a zombie.
@@ -228,8 +263,12 @@ impl Session {
     async fn started(&mut self, pid: i32) {
         self.pid = Some(pid);
         tracing::info!(pid, "worker started");
+        // The next run's spare, now that this one's worker no longer waits for anything of the daemon's.
+        let ctx = self.ctx.clone();
+        tokio::spawn(async move { ctx.spares.refill() });
         let log_key = self.log.prefix();
-        let marked = self.ctx.db.mark_started(self.run, self.ctx.daemon_id, &log_key);
+        // On the claim connection: the pool's ping before each use would delay `started_at` by a round trip.
+        let marked = self.ctx.claims.mark_started(self.run, self.ctx.daemon_id, &log_key);
         match tokio::time::timeout(Duration::from_secs(5), marked).await {
             Ok(Ok(run)) => {
                 let queued = run.started_at.and_then(|s| (s - run.requested_at).to_std().ok());

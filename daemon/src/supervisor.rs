@@ -29,48 +29,98 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     clock,
-    frame::{self, Control, ExitReport, Frame, MAX_WORKER_LINE, StopCause},
+    frame::{self, Control, ExitReport, Frame, MAX_START_LINE, MAX_WORKER_LINE, Start, StopCause},
 };
 
-/// The arguments the daemon passes (the worker's environment is the supervisor's own).
+/// The arguments the daemon passes: either the whole run (the worker's environment is then the supervisor's
+/// own), or `--spare`, for a supervisor started ahead of any run that waits for its [`Start`] on stdin.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SuperviseArgs {
+    /// Wait for the run on stdin (a [`Start`] line) instead of taking it from the arguments.
+    #[arg(long, conflicts_with_all = ["run_id", "deadline_ns", "grace_ms", "timeout_ms", "command"])]
+    pub spare: bool,
     /// The run, for messages.
-    #[arg(long)]
-    pub run_id: uuid::Uuid,
+    #[arg(long, required_unless_present = "spare")]
+    pub run_id: Option<uuid::Uuid>,
     /// The first lease deadline (`CLOCK_MONOTONIC` ns).
-    #[arg(long)]
-    pub deadline_ns: u64,
+    #[arg(long, required_unless_present = "spare")]
+    pub deadline_ns: Option<u64>,
     /// Between SIGTERM and SIGKILL.
-    #[arg(long)]
-    pub grace_ms: u64,
+    #[arg(long, required_unless_present = "spare")]
+    pub grace_ms: Option<u64>,
     /// The run's timeout.
-    #[arg(long)]
-    pub timeout_ms: u64,
+    #[arg(long, required_unless_present = "spare")]
+    pub timeout_ms: Option<u64>,
     /// The worker's program and arguments.
-    #[arg(last = true, required = true)]
+    #[arg(last = true, required_unless_present = "spare")]
     pub command: Vec<OsString>,
+}
+
+/// One run as a supervisor takes it: from its arguments, or from a [`Start`] line.
+#[derive(Debug, Clone)]
+struct Job {
+    deadline_ns: u64,
+    grace_ms: u64,
+    timeout_ms: u64,
+    command: Vec<OsString>,
+    /// The worker's whole environment; `None`: the supervisor's own.
+    env: Option<Vec<(OsString, OsString)>>,
+}
+
+impl Job {
+    fn of(args: SuperviseArgs) -> Option<Self> {
+        Some(Self {
+            deadline_ns: args.deadline_ns?,
+            grace_ms: args.grace_ms?,
+            timeout_ms: args.timeout_ms?,
+            command: args.command,
+            env: None,
+        })
+    }
+
+    fn started(start: Start) -> Self {
+        let command = std::iter::once(start.program).chain(start.args).map(OsString::from).collect();
+        let env = start.env.into_iter().map(|(k, v)| (OsString::from(k), OsString::from(v))).collect();
+        Self {
+            deadline_ns: start.deadline_ns,
+            grace_ms: start.grace_ms,
+            timeout_ms: start.timeout_ms,
+            command,
+            env: Some(env),
+        }
+    }
 }
 
 /// Runs one worker to its end. Errors only when the supervisor's own pipes are unusable.
 pub async fn supervise(args: SuperviseArgs) -> anyhow::Result<()> {
-    // Again here for a program that embeds the daemon: the worker must not read the supervisor's environment.
+    // Again here for a program that embeds the daemon: the worker must not read the supervisor's environment (nor,
+    // for a spare, the one it is sent).
     crate::not_dumpable()?;
     let (out, writer) = spawn_writer().context("the supervisor's stdout must be a pipe from the daemon")?;
-    let mut inputs = spawn_control_reader().context("the supervisor's stdin must be a pipe from the daemon")?;
+    let mut controls = control_pipe().context("the supervisor's stdin must be a pipe from the daemon")?;
+    let job = if args.spare {
+        match read_start(&mut controls).await {
+            Some(start) => Job::started(start),
+            // The daemon went away (or sent nothing usable) before it had a run for this spare.
+            None => return Ok(()),
+        }
+    } else {
+        Job::of(args).context("a supervisor needs a run's arguments or --spare")?
+    };
+    let mut inputs = spawn_control_reader(controls);
     let started = Instant::now();
-    let mut child = match spawn_worker(&args.command) {
+    let mut child = match spawn_worker(&job.command, job.env.as_deref()) {
         Ok(child) => child,
         Err(e) => {
-            let report =
-                ExitReport { spawn_error: Some(format!("{:?}: {e}", args.command[0])), ..ExitReport::default() };
+            let program = job.command.first().cloned().unwrap_or_default();
+            let report = ExitReport { spawn_error: Some(format!("{program:?}: {e}")), ..ExitReport::default() };
             return finish(out, writer, report).await;
         }
     };
     let group = Pid::from_raw(child.id().and_then(|id| i32::try_from(id).ok()).unwrap_or(0));
     send(&out, Frame::Started(group.as_raw())).await;
     let relays = Relays::start(child.stdout.take(), child.stderr.take(), &out);
-    let mut watch = Watch::new(group, &args);
+    let mut watch = Watch::new(group, &job);
     let status = watch.until_exit(&mut child, &mut inputs).await;
     // Nothing of the run may outlive its leader: children left in the group are killed too.
     signal_group(group, Signal::SIGKILL);
@@ -79,6 +129,15 @@ pub async fn supervise(args: SuperviseArgs) -> anyhow::Result<()> {
     report.stopped_by = watch.cause;
     report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     finish(out, writer, report).await
+}
+
+/// A spare's first line: its run. `None` at end of file, or for a line that is not a [`Start`].
+async fn read_start(controls: &mut BufReader<pipe::Receiver>) -> Option<Start> {
+    let mut line = Vec::new();
+    if !frame::read_line(controls, &mut line, MAX_START_LINE).await.ok()? {
+        return None;
+    }
+    Start::decode(&line)
 }
 
 async fn finish(
@@ -96,10 +155,13 @@ async fn send(out: &mpsc::Sender<String>, frame: Frame) {
     let _ = out.send(frame.encode()).await;
 }
 
-fn spawn_worker(command: &[OsString]) -> std::io::Result<Child> {
+fn spawn_worker(command: &[OsString], env: Option<&[(OsString, OsString)]>) -> std::io::Result<Child> {
     let (program, args) = command.split_first().ok_or_else(|| std::io::Error::other("empty command"))?;
-    Command::new(program)
-        .args(args)
+    let mut cmd = Command::new(program);
+    if let Some(env) = env {
+        cmd.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+    }
+    cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -163,15 +225,18 @@ enum Input {
     DaemonGone,
 }
 
+/// The daemon's pipe, read through one buffer: a spare's [`Start`] line first, then the controls.
+fn control_pipe() -> std::io::Result<BufReader<pipe::Receiver>> {
+    Ok(BufReader::new(pipe::Receiver::from_owned_fd(std::io::stdin().as_fd().try_clone_to_owned()?)?))
+}
+
 /// Reads the daemon's messages, then [`Input::DaemonGone`] when its pipe closes. SIGTERM, SIGINT and SIGHUP sent
 /// to the supervisor itself count as `terminate`, so the worker is still stopped gently.
-fn spawn_control_reader() -> std::io::Result<mpsc::Receiver<Input>> {
-    let pipe = pipe::Receiver::from_owned_fd(std::io::stdin().as_fd().try_clone_to_owned()?)?;
+fn spawn_control_reader(mut reader: BufReader<pipe::Receiver>) -> mpsc::Receiver<Input> {
     let (tx, rx) = mpsc::channel(64);
     let signals = tx.clone();
     let mut terms = [SignalKind::terminate(), SignalKind::interrupt(), SignalKind::hangup()].map(signal);
     tokio::spawn(async move {
-        let mut reader = BufReader::new(pipe);
         let mut buf = Vec::new();
         while let Ok(true) = frame::read_line(&mut reader, &mut buf, 4096).await {
             let control = Control::decode(&String::from_utf8_lossy(&buf));
@@ -197,7 +262,7 @@ fn spawn_control_reader() -> std::io::Result<mpsc::Receiver<Input>> {
             }
         }
     });
-    Ok(rx)
+    rx
 }
 
 /// The fence: when to signal the worker's group, and why.
@@ -212,12 +277,12 @@ struct Watch {
 }
 
 impl Watch {
-    fn new(group: Pid, args: &SuperviseArgs) -> Self {
+    fn new(group: Pid, job: &Job) -> Self {
         Self {
             group,
-            deadline: clock::instant_at(args.deadline_ns),
-            timeout_at: Instant::now() + Duration::from_millis(args.timeout_ms),
-            grace: Duration::from_millis(args.grace_ms),
+            deadline: clock::instant_at(job.deadline_ns),
+            timeout_at: Instant::now() + Duration::from_millis(job.timeout_ms),
+            grace: Duration::from_millis(job.grace_ms),
             kill_at: None,
             killed: false,
             cause: None,

@@ -18,7 +18,6 @@ use scrinalia_tests::{
     fixtures::insert,
 };
 use serde_json::json;
-use uuid::Uuid;
 
 backend_tests!(
     success_is_recorded_with_result_progress_and_log,
@@ -153,7 +152,7 @@ async fn a_killed_supervisor_fails_its_run_and_takes_its_worker_down(db: &TestDb
     let daemon = setup.start_daemon("daemon", &[]);
     let run = setup.request(&db.db.api, "probe-1", json!({"duration_ms": 60_000})).await;
     let worker = setup.probe_started(run.id, Duration::from_secs(20)).await;
-    let supervisor = supervisor_of(run.id).expect("the run's supervisor is running");
+    let supervisor = parent_of(worker.pid).expect("the run's supervisor is running");
     kill(Pid::from_raw(supervisor), Signal::SIGKILL).expect("kill the supervisor");
     let done = wait_finished(&db.db.api, run.id, Duration::from_secs(20)).await;
     assert_eq!((done.state, done.end_reason), (RunState::Failed, Some(EndReason::SupervisorLost)), "{done:?}");
@@ -165,12 +164,12 @@ async fn a_killed_supervisor_fails_its_run_and_takes_its_worker_down(db: &TestDb
     .await;
 }
 
-/// The pid of the supervisor of `run` (`scrinalia-daemon supervise --run-id <run> …`).
-fn supervisor_of(run: Uuid) -> Option<i32> {
-    let run = run.to_string();
-    std::fs::read_dir("/proc").ok()?.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()).find(|pid| {
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        args.get(1) == Some(&&b"supervise"[..]) && args.contains(&run.as_bytes())
-    })
+/// The parent of process `pid`: a worker's is its run's supervisor (`scrinalia-daemon supervise …`, a spare
+/// started ahead of the run or one started for it).
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid …`: the command name may hold spaces and parentheses, so read after the last ')'.
+    let parent = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+    let cmdline = std::fs::read(format!("/proc/{parent}/cmdline")).ok()?;
+    cmdline.split(|b| *b == 0).nth(1).is_some_and(|verb| verb == b"supervise").then_some(parent)
 }
