@@ -55,7 +55,7 @@ impl ResolveCache {
     }
 
     /// Forgets `worker`'s entry (its override changed under it).
-    pub(crate) fn forget_worker(&self, worker: &str) {
+    pub fn forget_worker(&self, worker: &str) {
         let mut known = self.lock();
         self.generation.fetch_add(1, Ordering::AcqRel);
         known.remove(worker);

@@ -47,6 +47,34 @@ impl ApiStore {
         self.store.request_run(catalogue, request, &self.resolved).await
     }
 
+    /// Applies `change` to `worker`'s override as `actor`, under the override's lock (so two concurrent partial
+    /// changes do not lose each other), checked by the same rules as a run's arguments, and appends it to the audit
+    /// trail. This process's next request of the worker resolves against it at once.
+    pub async fn change_override(
+        &self,
+        catalogue: &Catalogue,
+        worker: &str,
+        actor: &str,
+        change: &OverrideChange,
+    ) -> Result<OverrideState, OverrideError> {
+        let changed = self.store.change_override(catalogue, worker, actor, change).await;
+        self.resolved.forget_worker(worker);
+        changed
+    }
+
+    /// Removes `worker`'s override as `actor`, for `reason`; the change is audited even when there was none.
+    pub async fn clear_override(
+        &self,
+        catalogue: &Catalogue,
+        worker: &str,
+        actor: &str,
+        reason: Option<&str>,
+    ) -> Result<OverrideState, OverrideError> {
+        let cleared = self.store.clear_override(catalogue, worker, actor, reason).await;
+        self.resolved.forget_worker(worker);
+        cleared
+    }
+
     /// Forgets what `change`, heard on the change feed, may have made stale among what requests resolve against.
     pub fn forget_resolved(&self, change: &Change) {
         self.resolved.forget(change);
@@ -102,24 +130,6 @@ impl ApiStore {
         // Overrides.
         /// A worker's audit trail, newest first (at most `limit` entries, 1 to 1000).
         pub async fn audit_trail(&self, worker: &str, limit: u32) -> Result<Vec<AuditEntry>, DbError>;
-        /// Applies `change` to `worker`'s override as `actor`, under the override's lock (so two concurrent partial
-        /// changes do not lose each other), checked by the same rules as a run's arguments, and appends it to the audit
-        /// trail.
-        pub async fn change_override(
-            &self,
-            catalogue: &Catalogue,
-            worker: &str,
-            actor: &str,
-            change: &OverrideChange,
-        ) -> Result<OverrideState, OverrideError>;
-        /// Removes `worker`'s override as `actor`, for `reason`; the change is audited even when there was none.
-        pub async fn clear_override(
-            &self,
-            catalogue: &Catalogue,
-            worker: &str,
-            actor: &str,
-            reason: Option<&str>,
-        ) -> Result<OverrideState, OverrideError>;
         /// Every override.
         pub async fn list_overrides(&self) -> Result<Vec<Override>, DbError>;
 

@@ -26,6 +26,7 @@ backend_tests!(
     capacity_bounds_the_runs_in_flight,
     a_worker_missing_from_the_daemons_catalogue_fails_its_run,
     a_killed_supervisor_fails_its_run_and_takes_its_worker_down,
+    runs_start_through_a_spare_supervisor_that_leaves_with_its_daemon,
 );
 
 async fn success_is_recorded_with_result_progress_and_log(db: &TestDb) {
@@ -164,12 +165,58 @@ async fn a_killed_supervisor_fails_its_run_and_takes_its_worker_down(db: &TestDb
     .await;
 }
 
+async fn runs_start_through_a_spare_supervisor_that_leaves_with_its_daemon(db: &TestDb) {
+    let setup = Setup::new(db, |_| {});
+    let daemon = setup.start_daemon("daemon", &[]);
+    let daemon_pid = daemon.pid().as_raw();
+    let mut seen = Vec::new();
+    for probe in ["probe-1", "probe-2"] {
+        let run = setup.request(&db.db.api, probe, json!({"duration_ms": 60_000})).await;
+        let worker = setup.probe_started(run.id, Duration::from_secs(20)).await;
+        let supervisor = parent_of(worker.pid).expect("the run's supervisor is running");
+        // Each run took the spare that was ready: the daemon's first, then the one started after it.
+        assert_eq!(arguments_of(supervisor), ["supervise", "--spare"], "run {} of {probe}", run.id);
+        seen.push((supervisor, worker.pid));
+    }
+    let spare = eventually(Duration::from_secs(20), "the daemon's next spare", || async {
+        spare_of(daemon_pid).filter(|pid| seen.iter().all(|(s, _)| s != pid))
+    })
+    .await;
+    daemon.signal(Signal::SIGKILL);
+    // With its daemon gone, the idle spare leaves, and the runs' supervisors stop their workers (the fence).
+    eventually(Duration::from_secs(20), "the spare and the runs to be gone", || async {
+        let left: Vec<i32> = seen.iter().flat_map(|(s, w)| [*s, *w]).chain([spare]).filter(|p| alive(*p)).collect();
+        left.is_empty().then_some(())
+    })
+    .await;
+}
+
+/// The arguments of process `pid` after its program.
+fn arguments_of(pid: i32) -> Vec<String> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    cmdline.split(|b| *b == 0).skip(1).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect()
+}
+
+/// The idle spare supervisor of the daemon `daemon`: its child `supervise --spare` with no worker of its own.
+fn spare_of(daemon: i32) -> Option<i32> {
+    let pids = std::fs::read_dir("/proc").ok()?.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok());
+    let children: Vec<i32> = pids.filter(|pid| parent(*pid) == Some(daemon) && alive(*pid)).collect();
+    let all = std::fs::read_dir("/proc").ok()?.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok());
+    let busy: Vec<i32> = all.filter_map(parent).collect();
+    children.into_iter().find(|pid| arguments_of(*pid) == ["supervise", "--spare"] && !busy.contains(pid))
+}
+
+/// The parent of process `pid`, from `/proc/<pid>/stat` (`pid (comm) state ppid …`; the command name may hold
+/// spaces and parentheses, so it is read after the last ')').
+fn parent(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// The parent of process `pid`: a worker's is its run's supervisor (`scrinalia-daemon supervise …`, a spare
 /// started ahead of the run or one started for it).
 fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // `pid (comm) state ppid …`: the command name may hold spaces and parentheses, so read after the last ')'.
-    let parent = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+    let parent = parent(pid)?;
     let cmdline = std::fs::read(format!("/proc/{parent}/cmdline")).ok()?;
     cmdline.split(|b| *b == 0).nth(1).is_some_and(|verb| verb == b"supervise").then_some(parent)
 }

@@ -1,6 +1,6 @@
 //! The per-run supervisor on its own (`scrinalia-daemon supervise`), driven through its pipes exactly as the
 //! daemon drives it: frames out, lease deadlines and commands in, and the fence when a deadline passes or the
-//! daemon's pipe closes.
+//! daemon's pipe closes; and a spare (`supervise --spare`), which is given its run on its pipe.
 
 use std::{
     process::Stdio,
@@ -40,6 +40,30 @@ impl Supervisor {
             .expect("start the supervisor");
         let (stdin, stdout) = (child.stdin.take(), BufReader::new(child.stdout.take().expect("stdout")));
         Self { child, stdin, stdout }
+    }
+
+    /// A spare: started with an empty environment and no run, as the daemon starts one ahead of its run.
+    fn spare() -> Self {
+        let mut child = Command::new(bin_path("scrinalia-daemon"))
+            .args(["supervise", "--spare"])
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start a spare supervisor");
+        let (stdin, stdout) = (child.stdin.take(), BufReader::new(child.stdout.take().expect("stdout")));
+        Self { child, stdin, stdout }
+    }
+
+    /// Gives a spare its run: `script` under `/bin/sh` with exactly `env`, and a lease `deadline_in` from now.
+    async fn give(&mut self, deadline_in: Duration, script: &str, env: &[(&str, &str)]) {
+        let deadline = monotonic_ns() + u64::try_from(deadline_in.as_nanos()).expect("small");
+        let start = serde_json::json!({
+            "run_id": uuid::Uuid::new_v4(), "deadline_ns": deadline, "grace_ms": 500, "timeout_ms": 60_000,
+            "program": "/bin/sh", "args": ["-c", script], "env": env,
+        });
+        self.send(&format!("start {start}")).await;
     }
 
     async fn send(&mut self, line: &str) {
@@ -143,4 +167,42 @@ async fn cancel_sends_sigterm_first() {
         (Some("cancel"), Some("SIGTERM")),
         "{report}"
     );
+}
+
+#[tokio::test]
+async fn a_spare_runs_what_it_is_given_with_exactly_that_environment() {
+    let mut spare = Supervisor::spare();
+    // The spare waits: nothing comes out before its run.
+    let early = tokio::time::timeout(Duration::from_millis(200), spare.stdout.read_line(&mut String::new())).await;
+    assert!(early.is_err(), "a spare wrote before it was given a run: {early:?}");
+    let script = "echo \"token=${SECRET_TOKEN:-unset} run=$SCRINALIA_RUN_ID\"; exit 4";
+    spare.give(Duration::from_secs(30), script, &[("SCRINALIA_RUN_ID", "r-1"), ("PATH", "/usr/bin:/bin")]).await;
+    let (frames, report) = spare.frames().await;
+    assert!(frames[0].starts_with("P "), "{frames:?}");
+    assert!(frames.contains(&"O token=unset run=r-1".to_owned()), "{frames:?}");
+    assert_eq!(report["code"], 4, "{report}");
+}
+
+#[tokio::test]
+async fn a_spare_keeps_the_lease_fence_of_its_run() {
+    let mut spare = Supervisor::spare();
+    spare.give(Duration::from_millis(300), "trap '' TERM; sleep 30 & wait", &[]).await;
+    let (_, report) = spare.frames().await;
+    assert_eq!(
+        (report["stopped_by"].as_str(), report["signal"].as_str()),
+        (Some("deadline"), Some("SIGKILL")),
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn a_spare_whose_daemon_goes_away_exits_quietly() {
+    let mut spare = Supervisor::spare();
+    drop(spare.stdin.take());
+    let mut rest = String::new();
+    let read = tokio::io::AsyncReadExt::read_to_string(&mut spare.stdout, &mut rest);
+    tokio::time::timeout(Duration::from_secs(10), read).await.expect("the spare closes its stdout").expect("read");
+    assert_eq!(rest, "", "a spare without a run wrote frames");
+    let status = tokio::time::timeout(Duration::from_secs(10), spare.child.wait()).await.expect("exits").expect("wait");
+    assert!(status.success(), "{status:?}");
 }

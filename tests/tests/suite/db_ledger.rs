@@ -9,7 +9,7 @@ use scrinalia_shared::{
     daemons::{DrainError, NewDaemon},
     overrides::OverrideChange,
     queue::NewQueueCount,
-    runs::{Cursor, RunFilter},
+    runs::{Cursor, RunFilter, RunRequest},
 };
 use scrinalia_testkit::config::{option, worker};
 use scrinalia_tests::{TestDb, backend_tests, fixtures::*};
@@ -47,6 +47,7 @@ backend_tests!(
     the_ledger_pages_by_keyset_and_filters_by_worker_state_and_time,
     last_finished_and_in_flight_runs_per_worker,
     partial_overrides_keep_an_append_only_audit_trail,
+    a_request_never_resolves_against_a_replaced_override,
     concurrent_override_edits_do_not_lose_each_other,
     daemons_register_heartbeat_drain_and_go,
     queue_snapshots_replace_the_previous_one,
@@ -112,6 +113,35 @@ async fn last_finished_and_in_flight_runs_per_worker(t: &TestDb) {
     let last = t.db.api.last_finished(&names).await.expect("last finished");
     assert_eq!(ids(&last), vec![second], "only the latest finished run of each worker");
     assert_eq!(ids(&t.db.api.runs_in_flight().await.expect("in flight")), vec![queued]);
+}
+
+/// An API process resolves requests against the overrides it read before (one statement per request); another
+/// process's change, which this one has not heard of (no change feed runs here), must still be what the next
+/// request resolves against.
+async fn a_request_never_resolves_against_a_replaced_override(t: &TestDb) {
+    let catalogue = override_catalogue();
+    let other = t.db.dedicated().await.expect("another process's stores");
+    let request = || RunRequest {
+        worker: "tag-suggest".into(),
+        requested_by: "ada".into(),
+        arguments: Default::default(),
+        trace_context: None,
+    };
+    let preset_of_next_run = async |expected: &str| {
+        let run = t.db.api.request_run(&catalogue, request()).await.expect("requested");
+        assert_eq!(run.config.preset.as_ref().map(|p| p.value.as_str()), Some(expected), "{:?}", run.config);
+        t.db.api.request_cancel(run.id, "ada").await.expect("cancelled");
+    };
+    preset_of_next_run("fast").await;
+    let thorough = change(json!({"preset": "thorough"}), "bigger model for the backlog");
+    other.api.change_override(&catalogue, "tag-suggest", "alice", &thorough).await.expect("valid");
+    preset_of_next_run("thorough").await;
+    preset_of_next_run("thorough").await;
+    other.api.clear_override(&catalogue, "tag-suggest", "bob", Some("defaults again")).await.expect("valid");
+    preset_of_next_run("fast").await;
+    // The process's own change is seen at once too.
+    t.db.api.change_override(&catalogue, "tag-suggest", "carol", &thorough).await.expect("valid");
+    preset_of_next_run("thorough").await;
 }
 
 async fn partial_overrides_keep_an_append_only_audit_trail(t: &TestDb) {
