@@ -63,6 +63,8 @@ fn daemon(id: Uuid) -> NewDaemon {
 
 async fn the_events_feed_reports_runs_queues_workers_daemons_and_overrides(t: &TestDb) {
     let mut feed = listening(&t.db.api, Topic::Events { sqlite_poll: Duration::from_millis(50) }).await;
+    // Only PostgreSQL's LISTEN hears notifications; SQLite's feed polls, and the token refresher polls beside it.
+    assert_eq!(feed.listening().now(), t.kind == Kind::Postgres, "whether the feed hears notifications");
     let writer = t.another_pool().await;
 
     let run = insert(&writer.api, "feed").await.expect("a request");
