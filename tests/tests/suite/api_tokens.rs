@@ -19,6 +19,7 @@ use scrinalia_tests::{
 use serde_json::{Value, json};
 
 backend_tests!(
+    the_map_reads_no_token_then_one_then_its_revocation,
     a_token_created_through_one_process_works_on_another_and_a_revocation_reaches_it_within_a_second,
     bad_token_requests_are_refused_with_a_sentence_and_only_admins_manage_tokens,
     the_cli_creates_lists_and_revokes_service_tokens,
@@ -39,6 +40,30 @@ async fn call(base: &str, method: Method, path: &str, token: &str, body: Option<
         request = request.json(&body);
     }
     Reply::read(request.send().await.expect("the API answers")).await.expect("a whole reply")
+}
+
+/// The map an API process checks bearers against, read straight from the store: an empty table reads as no token
+/// (the one statement that reads them brings the database clock along either way), then a token, then its
+/// revocation.
+async fn the_map_reads_no_token_then_one_then_its_revocation(t: &TestDb) {
+    use scrinalia_shared::{
+        Role,
+        auth::hash_token,
+        tokens::{Check, NewToken, TokenMap},
+    };
+
+    let map = TokenMap::default();
+    map.refresh(&t.db.api).await.expect("no token at all is read too");
+    let expires_at = Some(chrono::Utc::now() + chrono::Duration::hours(1));
+    let token = NewToken { name: "mapped".into(), role: Role::Operator, expires_at };
+    let created = t.db.api.create_token(&token, "ada", &[]).await.expect("a token");
+    let hash = hash_token(&created.secret);
+    assert_eq!(map.check(&hash), Check::Unknown, "not read yet");
+    map.refresh(&t.db.api).await.expect("one token");
+    assert_eq!(map.check(&hash), Check::Accepted { name: "mapped".into(), role: Role::Operator });
+    t.db.api.revoke_token(created.token.id, "ada").await.expect("revoked");
+    map.refresh(&t.db.api).await.expect("the revocation");
+    assert!(matches!(map.check(&hash), Check::Revoked { ref name, .. } if name == "mapped"), "{:?}", map.check(&hash));
 }
 
 async fn a_token_created_through_one_process_works_on_another_and_a_revocation_reaches_it_within_a_second(t: &TestDb) {
