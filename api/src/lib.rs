@@ -112,7 +112,8 @@ pub async fn serve(
     let state = AppState::new(settings, db.clone());
     let mut background = JoinSet::new();
     background.spawn(state.live_relay());
-    // Service tokens: read once before serving, then every 250 ms by a task that ends on the shutdown token.
+    // Service tokens: read once before serving, then again whenever the change feed says they changed (or every
+    // 250 ms where it cannot), by a task that ends on the shutdown token.
     if let Err(e) = state.auth().tokens().refresh(state.db()).await {
         tracing::warn!(error = %e, "cannot read the service tokens yet; retrying in the background");
     }

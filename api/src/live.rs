@@ -1,14 +1,16 @@
 //! Live events: one change feed per process (`Topic::Events`), fanned out to every SSE client through a
 //! broadcast channel, so that every API process hears every change whoever made it. Each change is serialised
-//! once, here, from the typed [`Change`]: both backends send the same text.
+//! once, here, from the typed [`Change`]: both backends send the same text. The same feed tells the service
+//! tokens' refresher when to read them again ([`Change::Tokens`], and every resync), which is why no client
+//! ever sees a `tokens` event: it is the process's own business.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use scrinalia_shared::{
     ApiStore, Change,
-    changes::{ChangeFeed, Topic},
+    changes::{ChangeFeed, Listening, Topic},
 };
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{Notify, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 /// One change as sent to SSE clients: `kind` is the event's name, `data` its JSON payload.
@@ -28,17 +30,19 @@ impl LiveEvent {
     }
 }
 
-/// The fan-out of this process's live events: the broadcast its clients subscribe to, and whether the feed
-/// hears every change yet.
+/// The fan-out of this process's live events: the broadcast its clients subscribe to, whether the feed hears
+/// every change yet, and whether it hears notifications right now.
 #[derive(Debug)]
 pub struct Live {
     events: broadcast::Sender<LiveEvent>,
     ready: watch::Sender<bool>,
+    /// Set once the feed is started.
+    listening: OnceLock<Listening>,
 }
 
 impl Default for Live {
     fn default() -> Self {
-        Self { events: broadcast::channel(1024).0, ready: watch::channel(false).0 }
+        Self { events: broadcast::channel(1024).0, ready: watch::channel(false).0, listening: OnceLock::new() }
     }
 }
 
@@ -57,21 +61,28 @@ impl Live {
         }
     }
 
+    /// Whether the feed is connected with `LISTEN` right now, so that a [`Change::Tokens`] would reach this process
+    /// (see [`Listening::now`]); false until the feed is started.
+    pub fn listening(&self) -> bool {
+        self.listening.get().is_some_and(Listening::now)
+    }
+
     /// Sends an event to every subscriber (none is not an error: nobody is watching).
     pub fn publish(&self, event: LiveEvent) {
         let _ = self.events.send(event);
     }
 
-    /// Relays `db`'s change feed of `topic` to the subscribers until `stop` is cancelled.
-    pub async fn relay_until(&self, db: ApiStore, topic: Topic, stop: CancellationToken) {
+    /// Relays `db`'s change feed of `topic` to the subscribers until `stop` is cancelled, and notifies `tokens`
+    /// when the service tokens changed or may have.
+    pub async fn relay_until(&self, db: ApiStore, topic: Topic, tokens: Arc<Notify>, stop: CancellationToken) {
         tokio::select! {
             () = stop.cancelled() => {}
-            () = self.relay(db, topic) => {}
+            () = self.relay(db, topic, &tokens) => {}
         }
         tracing::debug!("live events: stopped");
     }
 
-    async fn relay(&self, db: ApiStore, topic: Topic) {
+    async fn relay(&self, db: ApiStore, topic: Topic, tokens: &Notify) {
         let mut feed: ChangeFeed = loop {
             match db.changes(topic) {
                 Ok(feed) => break feed,
@@ -81,9 +92,21 @@ impl Live {
                 }
             }
         };
+        // Until now the token refresher could not ask the feed, so it polled.
+        let _ = self.listening.set(feed.listening());
         let mut first = true;
         while let Some(change) = feed.next().await {
             db.forget_resolved(&change);
+            match change {
+                Change::Tokens => {
+                    tokens.notify_one();
+                    continue;
+                }
+                // Changes of the tokens may have been missed. At the first connection too: the refresher polled
+                // until then, but its last read may predate a change made just before the LISTEN.
+                Change::Resync { .. } => tokens.notify_one(),
+                _ => {}
+            }
             // The first resync only says that the feed is listening: nothing can have been missed before it,
             // since no client was told the stream is ready yet.
             if first && matches!(change, Change::Resync { .. }) {

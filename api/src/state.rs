@@ -95,11 +95,13 @@ impl AppState {
         &self.0.live
     }
 
-    /// Relays the database's changes to the live events until the process shuts down (its caller spawns it).
+    /// Relays the database's changes to the live events until the process shuts down (its caller spawns it), and
+    /// wakes the service tokens' refresher when they changed or may have.
     pub fn live_relay(&self) -> impl Future<Output = ()> + Send + 'static {
         let (live, db, stop) = (self.0.live.clone(), self.0.db.clone(), self.0.shutdown.clone());
+        let tokens = self.0.auth.tokens_changed().clone();
         let topic = Topic::Events { sqlite_poll: Duration::from_millis(self.0.settings.api.events_poll_ms) };
-        async move { live.relay_until(db, topic, stop).await }
+        async move { live.relay_until(db, topic, tokens, stop).await }
     }
 
     /// What authentication keeps between requests (the service tokens' map).

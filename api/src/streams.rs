@@ -1,9 +1,10 @@
 //! What bounds a live stream (`GET /api/events`, a followed log): a caller may hold at most
 //! `api.streams_per_caller` of them at once (the next is answered 429), and each is re-checked every
 //! [`RECHECK_EVERY`] against what authentication knows without asking the database — the service tokens' map,
-//! which its refresh keeps within 250 ms of the database, and a JWT's `exp` — so that a stream ends soon after
-//! its token is revoked or expires instead of outliving it by hours. A configured token, a proxied person and the
-//! anonymous role have nothing that ends while the process runs.
+//! which its refresher keeps within a second of the database (on the change feed's word, or by polling), and a
+//! JWT's `exp` — so that a stream ends soon after its token is revoked or expires instead of outliving it by
+//! hours. A configured token, a proxied person and the anonymous role have nothing that ends while the process
+//! runs.
 
 use std::{
     collections::HashMap,

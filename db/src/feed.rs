@@ -5,7 +5,8 @@
 //!
 //! - PostgreSQL: `LISTEN` on a connection of its own, reconnected with backoff. The migrations' triggers send
 //!   a [`Change`] as JSON in the same transaction as the change, so a listener never hears of a row it cannot
-//!   read yet.
+//!   read yet. Only there does topic `Events` carry [`Change::Tokens`] (the service tokens changed); whoever
+//!   re-reads on it asks [`Listening`] whether the feed hears notifications right now, and polls while not.
 //! - SQLite, topic `Events`: a connection of its own polls `PRAGMA data_version`, which changes when any other
 //!   connection commits; on a change it compares a snapshot of the runs in flight or just ended, the queue
 //!   measurements, the workers' descriptions and readiness, the daemons and the newest override change of each
@@ -51,6 +52,10 @@ use crate::{
     queue_counts, run, runs, schedules,
 };
 
+mod listening;
+
+pub use listening::Listening;
+
 /// How often a daemon behind a pooler without a direct LISTEN URL looks at the queue: the latency of a claim
 /// and of a cancellation there, for one cheap indexed query per daemon each time.
 const POOLED_QUEUE_POLL: Duration = Duration::from_secs(1);
@@ -75,6 +80,8 @@ pub enum Topic {
 pub struct ChangeFeed {
     rx: mpsc::Receiver<Change>,
     live: Arc<AtomicBool>,
+    /// Whether it LISTENs (PostgreSQL with a session for it), rather than polling or watching files.
+    listens: bool,
     _task: AbortOnDropHandle<()>,
     _watcher: Option<RecommendedWatcher>,
 }
@@ -94,6 +101,11 @@ impl ChangeFeed {
     pub fn is_live(&self) -> bool {
         self.live.load(Ordering::Relaxed)
     }
+
+    /// Whether it hears notifications right now, as a handle that can be kept apart from the feed.
+    pub fn listening(&self) -> Listening {
+        Listening::new(self.live.clone(), self.listens)
+    }
 }
 
 impl Database {
@@ -102,6 +114,7 @@ impl Database {
         let (tx, rx) = mpsc::channel(1024);
         let live = Arc::new(AtomicBool::new(false));
         let sink = Sink { tx, live: live.clone() };
+        let listens = matches!((self.pool(), self.feed_source()), (Pool::Postgres(_), FeedSource::Listen(_)));
         let (task, watcher) = match (self.pool(), self.feed_source(), topic) {
             (Pool::Postgres(_), FeedSource::Listen(pool), Topic::Queue) => {
                 (tokio::spawn(listen(pool.clone(), QUEUE_CHANNEL, sink)), None)
@@ -123,13 +136,14 @@ impl Database {
                 (tokio::spawn(poll(self.clone(), sqlite_poll, sink)), None)
             }
         };
-        Ok(ChangeFeed { rx, live, _task: AbortOnDropHandle::new(task), _watcher: watcher })
+        Ok(ChangeFeed { rx, live, listens, _task: AbortOnDropHandle::new(task), _watcher: watcher })
     }
 }
 
 /// The PostgreSQL channel of daemons: requests, cancellations of running runs, daemon state changes.
 pub(crate) const QUEUE_CHANNEL: &str = "scrinalia_queue";
-/// The PostgreSQL channel of live events: every change of a run, a queue measurement, a daemon, an override.
+/// The PostgreSQL channel of live events: every change of a run, a queue measurement, a daemon, an override; and
+/// of the service tokens, which only the API's token refresher acts on.
 pub(crate) const EVENTS_CHANNEL: &str = "scrinalia_events";
 
 /// After a SQLite file change, the first look comes as soon as a queued request is visible, checked every

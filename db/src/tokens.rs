@@ -69,13 +69,44 @@ pub async fn list(on: impl Into<On<'_>>) -> Result<Vec<ServiceToken>> {
     Ok(run!(on, LIST, |pool, sql| sqlx::query_as(sql).fetch_all(pool).await)?)
 }
 
-/// What the in-memory map holds, and the database clock at the moment it was read.
+/// A row of [`snapshot`]: a token (all `None` when there is none) beside the database clock.
+#[derive(Debug, sqlx::FromRow)]
+struct SnapshotRow {
+    id: Option<Uuid>,
+    name: Option<String>,
+    role: Option<Role>,
+    hash: Option<String>,
+    expires_at: Option<DateTime<Utc>>,
+    revoked_at: Option<DateTime<Utc>>,
+    db_now: DbTime,
+}
+
+/// What the in-memory map holds, and the database clock at the moment it was read, in one statement (one round
+/// trip per refresh): the clock is a one-row select that the tokens are left-joined to, so that it comes back as
+/// one row of nulls beside it when there is no token at all.
 pub async fn snapshot(db: &Database) -> Result<(Vec<TokenRow>, DateTime<Utc>)> {
-    const ROWS: Sql = sql!("select id, name, role, hash, expires_at, revoked_at from service_tokens order by id");
-    const NOW: Sql = sql!("select ", now);
-    let rows = run!(db, ROWS, |pool, sql| sqlx::query_as(sql).fetch_all(pool).await)?;
-    let now: DbTime = run!(db, NOW, |pool, sql| sqlx::query_scalar(sql).fetch_one(pool).await)?;
-    Ok((rows, now.0))
+    const SNAPSHOT: Sql = sql!(
+        "select t.id, t.name, t.role, t.hash, t.expires_at, t.revoked_at, c.db_now \
+         from (select ",
+        now,
+        " as db_now) as c left join service_tokens as t on 1 = 1 order by t.id"
+    );
+    let rows: Vec<SnapshotRow> = run!(db, SNAPSHOT, |pool, sql| sqlx::query_as(sql).fetch_all(pool).await)?;
+    let now = rows.first().map(|r| r.db_now.0).ok_or(sqlx::Error::RowNotFound)?;
+    let tokens = rows
+        .into_iter()
+        .filter_map(|r| {
+            Some(TokenRow {
+                id: r.id?,
+                name: r.name?,
+                role: r.role?,
+                hash: r.hash?,
+                expires_at: r.expires_at,
+                revoked_at: r.revoked_at,
+            })
+        })
+        .collect();
+    Ok((tokens, now))
 }
 
 /// Revokes a token that is not revoked yet; `None` when there is no such token or it was revoked already.

@@ -4,4 +4,4 @@
 //! and a [`crate::Change::Resync`] whenever changes may have been missed, the first connection included: read
 //! everything then.
 
-pub use scrinalia_db::feed::{ChangeFeed, Topic};
+pub use scrinalia_db::feed::{ChangeFeed, Listening, Topic};

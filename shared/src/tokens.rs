@@ -2,18 +2,25 @@
 //! in the database as hashes (the `sha256:` form of `[[auth.tokens]]`), and [`TokenMap`], the in-memory copy each
 //! API process checks bearers against.
 //!
-//! Why an in-memory map refreshed every 250 ms rather than a database read per request: a request with a service
-//! token then costs no extra round trip (the map is a hash lookup), a database that is slow or briefly away does
-//! not slow every authenticated request down, and uses are counted in memory and written once a second per token
-//! instead of once per request. The price is a bounded delay: a token created or revoked through one process is
-//! honoured or refused by every other within one refresh (250 ms, plus the read), well under the promised second;
-//! the process that made the change applies it to its own map at once. Polling rather than the change feed
-//! because it is the same on both backends, SQLite having no notifications, and one small read four times a second
-//! per process is nothing to either. Expiry is judged by the database clock: each refresh records the offset of
-//! the database's clock from the process's, and a check adds it.
+//! Why an in-memory map rather than a database read per request: a request with a service token then costs no
+//! extra round trip (the map is a hash lookup), a database that is slow or briefly away does not slow every
+//! authenticated request down, and uses are counted in memory and written once a second per token instead of once
+//! per request. The price is a bounded delay: a token created or revoked through one process is honoured or
+//! refused by every other within a second; the process that made the change applies it to its own map at once.
 //!
-//! If the map could not be refreshed for [`STALE_AFTER`], service tokens are answered "cannot be checked" (503)
-//! rather than judged on old data that might miss a revocation.
+//! How the map stays current: on PostgreSQL a trigger notifies `{"kind":"tokens"}` on the change feed's channel
+//! whenever a token is created, revoked or deleted, and every API process re-reads the tokens when it hears it (and
+//! after each resync of its feed, when notifications may have been lost), plus once every [`FALLBACK_EVERY`] in
+//! case one went astray: an idle API leaves the database alone. Where no notification can arrive it polls instead,
+//! re-reading them every [`REFRESH_EVERY`]: while the feed is not connected (before its first connection, while it
+//! reconnects), on SQLite, which cannot notify, and behind a pooler without `database.listen_url`, where the feed
+//! polls snapshots of other tables. One small read four times a second per process is nothing to either backend,
+//! and it keeps revocation within the second everywhere. A read is one statement, which brings the database clock
+//! along: expiry is judged by it, each read recording the offset of the database's clock from the process's, and a
+//! check adding it.
+//!
+//! When the reads fail, the map is not trusted for long: see [`is_stale`]. Service tokens are then answered
+//! "cannot be checked" (503) rather than judged on old data that might miss a revocation.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -30,11 +37,15 @@ use crate::{
     db,
 };
 
-/// How often an API process re-reads the tokens.
+/// How often an API process re-reads the tokens when no notification would tell it of a change (and while its
+/// reads fail).
 pub const REFRESH_EVERY: Duration = Duration::from_millis(250);
+/// How often an API process re-reads the tokens while its feed hears notifications: only a safety net for a
+/// notification that never came (a connection that died without saying so), so it can be slow.
+pub const FALLBACK_EVERY: Duration = Duration::from_secs(30);
 /// How often an API process writes the uses it counted.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
-/// How old the map may grow (failed refreshes) before service tokens are no longer judged by it.
+/// How long the reads of the tokens may go unanswered before service tokens are no longer judged by the map.
 pub const STALE_AFTER: Duration = Duration::from_secs(5);
 /// The longest name.
 pub const MAX_NAME: usize = 64;
@@ -203,8 +214,32 @@ pub enum Check {
     },
     /// The map has no such token.
     Unknown,
-    /// The map is too old to judge by: its refreshes have been failing for longer than [`STALE_AFTER`].
+    /// The map is too old to judge by (see [`is_stale`]).
     Stale,
+}
+
+/// Whether a map may no longer be judged by, at `now`. `refreshed` is when its last successful read began (`None`
+/// before the first), `unanswered` when the first read since then began that has not succeeded (`None` once one
+/// has): one that failed, or that the database has not answered yet.
+///
+/// Stale when the reads have gone unanswered for longer than [`STALE_AFTER`]: the database is away, and a
+/// revocation may have been missed. Also when the map is older than [`FALLBACK_EVERY`] + [`STALE_AFTER`], whatever
+/// the reads said: the refresher reads at least every `FALLBACK_EVERY`, so only a refresher that stopped reading
+/// gets there. How often it reads otherwise does not matter: a map that is read only when a notification says the
+/// tokens changed is as current as one read four times a second, so an old map whose last read succeeded is not
+/// stale as long as that bound holds.
+pub fn is_stale(now: Instant, refreshed: Option<Instant>, unanswered: Option<Instant>) -> bool {
+    let older_than = |at: Instant, limit: Duration| now.saturating_duration_since(at) > limit;
+    unanswered.is_some_and(|at| older_than(at, STALE_AFTER))
+        || refreshed.is_some_and(|at| older_than(at, FALLBACK_EVERY + STALE_AFTER))
+}
+
+/// Whether the refresher reads the tokens now: when it was told they changed or may have (`woken`: a
+/// notification, a resync of the feed), while its reads fail (`failing`: until one succeeds), while no notification
+/// would reach it (`listening` false: it polls every [`REFRESH_EVERY`]), and otherwise once the last read is
+/// [`FALLBACK_EVERY`] old (`since_read`).
+pub fn read_due(woken: bool, failing: bool, listening: bool, since_read: Duration) -> bool {
+    woken || failing || !listening || since_read >= FALLBACK_EVERY
 }
 
 #[derive(Debug, Default)]
@@ -212,8 +247,10 @@ struct Known {
     by_hash: HashMap<String, Entry>,
     /// Database clock minus this process's clock, at the last refresh.
     offset: chrono::TimeDelta,
-    /// When the last refresh succeeded; `None` before the first.
+    /// When the last successful read began; `None` before the first.
     refreshed: Option<Instant>,
+    /// When the first read since the last success began, while none has succeeded (see [`is_stale`]).
+    unanswered: Option<Instant>,
 }
 
 #[derive(Debug, Clone)]
@@ -226,7 +263,7 @@ struct Entry {
 }
 
 /// The service tokens as one API process knows them: refreshed from the database by [`TokenMap::refresh`] (the
-/// API's background task calls it every [`REFRESH_EVERY`]), changed at once by the process's own creations and
+/// API's background task calls it when [`read_due`] says so), changed at once by the process's own creations and
 /// revocations, with the uses counted for [`TokenMap::flush_uses`].
 #[derive(Debug, Default)]
 pub struct TokenMap {
@@ -238,7 +275,7 @@ impl TokenMap {
     /// Judges a bearer by its hash, and counts a use of an accepted one.
     pub fn check(&self, hash: &str) -> Check {
         let known = self.known.read().unwrap_or_else(PoisonError::into_inner);
-        if known.refreshed.is_some_and(|at| at.elapsed() > STALE_AFTER) {
+        if is_stale(Instant::now(), known.refreshed, known.unanswered) {
             return Check::Stale;
         }
         let Some(entry) = known.by_hash.get(hash) else { return Check::Unknown };
@@ -253,8 +290,16 @@ impl TokenMap {
         Check::Accepted { name: entry.name.clone(), role: entry.role }
     }
 
+    /// Whether the last read failed (or has not been answered yet).
+    pub fn is_failing(&self) -> bool {
+        self.known.read().unwrap_or_else(PoisonError::into_inner).unanswered.is_some()
+    }
+
     /// Re-reads every token from the database.
     pub async fn refresh(&self, store: &Store) -> Result<(), DbError> {
+        let started = Instant::now();
+        // Marked before the read, so that a read the database never answers makes the map stale too.
+        self.known.write().unwrap_or_else(PoisonError::into_inner).unanswered.get_or_insert(started);
         let (rows, db_now) = db::tokens::snapshot(&store.db).await?;
         let offset = db_now - Utc::now();
         let by_hash = rows
@@ -265,8 +310,9 @@ impl TokenMap {
                 (r.hash, entry)
             })
             .collect();
+        // The read's start, not its end: the rows may be as old as that.
         *self.known.write().unwrap_or_else(PoisonError::into_inner) =
-            Known { by_hash, offset, refreshed: Some(Instant::now()) };
+            Known { by_hash, offset, refreshed: Some(started), unanswered: None };
         Ok(())
     }
 
@@ -320,5 +366,44 @@ mod tests {
             "2027-01-31T10:00:00+00:00"
         );
         assert!(parse_expiry("next week").expect_err("not a time").to_string().contains("RFC 3339"));
+    }
+
+    #[test]
+    fn a_map_is_stale_only_when_its_reads_go_unanswered_or_its_refresher_stopped() {
+        let t0 = Instant::now();
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+        // Never read, nothing tried: empty, not stale (every service token is unknown).
+        assert!(!is_stale(at(100), None, None));
+        // Read once, the feed quiet since: not stale for as long as the fallback read keeps it fresh.
+        assert!(!is_stale(at(29), Some(t0), None));
+        assert!(!is_stale(at(35), Some(t0), None));
+        // The refresher stopped reading: stale once the fallback period and the grace have passed.
+        assert!(is_stale(at(36), Some(t0), None));
+        // A read began at 30 s and has not succeeded: fine for STALE_AFTER, then stale.
+        assert!(!is_stale(at(33), Some(t0), Some(at(30))));
+        assert!(!is_stale(at(35), Some(t0), Some(at(30))));
+        assert!(is_stale(at(35) + Duration::from_millis(1), Some(t0), Some(at(30))));
+        // Polling every 250 ms, the reads failing from the one after 10 s: a second later not yet stale; more
+        // than five seconds later, stale.
+        let failing_from = Some(at(10) + REFRESH_EVERY);
+        assert!(!is_stale(at(11), Some(at(10)), failing_from));
+        assert!(is_stale(at(16), Some(at(10)), failing_from));
+        // Reads failing from the start: stale too, rather than every token unknown.
+        assert!(is_stale(at(6), None, Some(t0)));
+        // An instant before the marks (a clock read early) is never stale.
+        assert!(!is_stale(t0, Some(at(1)), Some(at(1))));
+    }
+
+    #[test]
+    fn the_tokens_are_read_when_told_while_failing_or_deaf_and_otherwise_at_the_fallback() {
+        let recent = Duration::from_millis(300);
+        // Listening, last read recent: nothing to do until told or until the fallback is due.
+        assert!(!read_due(false, false, true, recent));
+        assert!(read_due(true, false, true, recent));
+        assert!(read_due(false, false, true, FALLBACK_EVERY));
+        // Failing reads are retried at every tick.
+        assert!(read_due(false, true, true, recent));
+        // Not listening (no feed yet, reconnecting, SQLite, a pooler without listen_url): every tick.
+        assert!(read_due(false, false, false, Duration::ZERO));
     }
 }

@@ -101,6 +101,9 @@ pub enum Change {
     /// SQLite, to daemons: another connection wrote the database and a queued request or a cancellation may be
     /// there (SQLite cannot say which change it was).
     Written,
+    /// The service tokens changed (one was created, revoked or deleted): API processes re-read them. Not a
+    /// panel's event: the API keeps it to itself.
+    Tokens,
 }
 
 impl Change {
@@ -125,6 +128,7 @@ impl Change {
             Self::Pipeline { .. } => "pipeline",
             Self::Resync { .. } => "resync",
             Self::Written => "written",
+            Self::Tokens => "tokens",
         }
     }
 
@@ -155,6 +159,7 @@ mod tests {
             Change::Pipeline { pipeline_run: run, pipeline: "p".into(), state: PipelineState::Running },
             Change::resync("reconnected"),
             Change::Written,
+            Change::Tokens,
         ];
         for change in changes {
             let json = serde_json::to_value(&change).expect("json");

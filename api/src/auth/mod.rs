@@ -26,6 +26,7 @@ use scrinalia_shared::{
     config::{AuthSettings, Peer},
     tokens::{Check, TokenMap},
 };
+use tokio::sync::Notify;
 
 use crate::{error::ApiError, state::AppState};
 
@@ -42,11 +43,12 @@ pub fn anonymous_grant(auth: &scrinalia_shared::config::AuthSettings) -> Option<
     Some(format!("requests without a token get the {role} role {from}, {proxy}"))
 }
 
-/// What authentication keeps between requests: the map of service tokens, the OpenID Connect issuer's keys and
-/// the proxy's trusted addresses.
+/// What authentication keeps between requests: the map of service tokens (and what wakes its refresher), the
+/// OpenID Connect issuer's keys and the proxy's trusted addresses.
 #[derive(Debug)]
 pub struct AuthState {
     tokens: Arc<TokenMap>,
+    tokens_changed: Arc<Notify>,
     oidc: Option<jwt::Oidc>,
     trusted: Vec<Peer>,
 }
@@ -80,12 +82,19 @@ impl AuthState {
                      headers; anyone there can name themselves admin unless the secret header proves the proxy");
             }
         }
-        Self { tokens: Arc::new(TokenMap::default()), oidc, trusted }
+        Self { tokens: Arc::new(TokenMap::default()), tokens_changed: Arc::new(Notify::new()), oidc, trusted }
     }
 
     /// The service tokens as this process knows them.
     pub fn tokens(&self) -> &TokenMap {
         &self.tokens
+    }
+
+    /// Notified when the service tokens changed or may have (the live relay hears it on the change feed): the
+    /// refresher then reads them at once. A notification sent while the refresher is busy is kept for its next
+    /// wait, so none is lost.
+    pub fn tokens_changed(&self) -> &Arc<Notify> {
+        &self.tokens_changed
     }
 }
 

@@ -2,7 +2,8 @@
 //! one through process A, it works on process B (its name is the run's `requested_by`), the list shows its last
 //! use, bad names, roles and expiries are refused with a sentence, an expired token is refused saying so, and a
 //! token revoked through A is refused by B within a second of the DELETE's answer. Viewers and operators cannot
-//! manage tokens (403). The CLI creates, lists and revokes them.
+//! manage tokens (403). The CLI creates, lists and revokes them. On PostgreSQL a process whose change feed listens
+//! learns of a token created or revoked elsewhere from the trigger's notification, not from a timer.
 
 use std::{
     net::SocketAddr,
@@ -19,6 +20,7 @@ use scrinalia_tests::{
 use serde_json::{Value, json};
 
 backend_tests!(
+    the_map_reads_no_token_then_one_then_its_revocation,
     a_token_created_through_one_process_works_on_another_and_a_revocation_reaches_it_within_a_second,
     bad_token_requests_are_refused_with_a_sentence_and_only_admins_manage_tokens,
     the_cli_creates_lists_and_revokes_service_tokens,
@@ -26,10 +28,15 @@ backend_tests!(
 
 /// One API process, ready.
 async fn start_api(t: &TestDb, name: &str) -> (Process, String) {
+    start_api_with(t, name, &[]).await
+}
+
+/// One API process with `env`, ready.
+async fn start_api_with(t: &TestDb, name: &str, env: &[(&str, &str)]) -> (Process, String) {
     let port = free_port();
     let config = ApiConfig { listen: SocketAddr::from(([127, 0, 0, 1], port)), ..ApiConfig::default() };
     let path = t.write_config(&config_file(&t.url, t.dir.path(), &config), name);
-    let process = scrinalia_tests::start_api(t.dir.path(), name, &path, port, &[]).await;
+    let process = scrinalia_tests::start_api(t.dir.path(), name, &path, port, env).await;
     (process, format!("http://127.0.0.1:{port}"))
 }
 
@@ -39,6 +46,31 @@ async fn call(base: &str, method: Method, path: &str, token: &str, body: Option<
         request = request.json(&body);
     }
     Reply::read(request.send().await.expect("the API answers")).await.expect("a whole reply")
+}
+
+/// The map an API process checks bearers against, read straight from the store: an empty table reads as no token
+/// (the one statement that reads them brings the database clock along either way), then a token, then its
+/// revocation.
+async fn the_map_reads_no_token_then_one_then_its_revocation(t: &TestDb) {
+    use scrinalia_shared::{
+        Role,
+        auth::hash_token,
+        tokens::{Check, NewToken, TokenMap},
+    };
+
+    let map = TokenMap::default();
+    map.refresh(&t.db.api).await.expect("no token at all is read too");
+    assert!(!map.is_failing());
+    let expires_at = Some(chrono::Utc::now() + chrono::Duration::hours(1));
+    let token = NewToken { name: "mapped".into(), role: Role::Operator, expires_at };
+    let created = t.db.api.create_token(&token, "ada", &[]).await.expect("a token");
+    let hash = hash_token(&created.secret);
+    assert_eq!(map.check(&hash), Check::Unknown, "not read yet");
+    map.refresh(&t.db.api).await.expect("one token");
+    assert_eq!(map.check(&hash), Check::Accepted { name: "mapped".into(), role: Role::Operator });
+    t.db.api.revoke_token(created.token.id, "ada").await.expect("revoked");
+    map.refresh(&t.db.api).await.expect("the revocation");
+    assert!(matches!(map.check(&hash), Check::Revoked { ref name, .. } if name == "mapped"), "{:?}", map.check(&hash));
 }
 
 async fn a_token_created_through_one_process_works_on_another_and_a_revocation_reaches_it_within_a_second(t: &TestDb) {
@@ -204,6 +236,64 @@ async fn the_cli_creates_lists_and_revokes_service_tokens(t: &TestDb) {
     scrinalia(&["tokens", "create", "x", "--role", "root"], &as_admin, None).await.expect(7);
     let as_operator = [("SCRINALIA_API", a.as_str()), ("SCRINALIA_TOKEN", OPERATOR)];
     scrinalia(&["tokens", "list"], &as_operator, None).await.expect(4);
+}
+
+/// PostgreSQL: a token created, then revoked, by another writer of the database (the store itself, as another API
+/// process writes it) is accepted, then refused, by a process whose feed listens, because the trigger's
+/// notification makes it re-read the tokens. Its timer would not: once the feed listens it re-reads only every
+/// 30 s (`FALLBACK_EVERY`), counted from the read the feed's first resync asked for, which the 5 s bounds here
+/// stay well inside, and the process never went back to polling meanwhile. Then its connections are cut, and a
+/// token created while it reconnects is read all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_listening_process_hears_of_a_token_created_and_revoked_elsewhere() {
+    use scrinalia_shared::{Role, tokens::NewToken};
+
+    const LISTENING: &str = "service tokens: re-read when the change feed says they changed";
+    const POLLING: &str = "service tokens: re-read by polling";
+    let t = TestDb::postgres().await;
+    let (api, base) = start_api_with(&t, "api", &[("RUST_LOG", "info")]).await;
+    eventually(Duration::from_secs(30), "the token refresher to rely on the change feed", || async {
+        api.output().contains(LISTENING).then_some(())
+    })
+    .await;
+
+    let token = NewToken { name: "notified".into(), role: Role::Viewer, expires_at: None };
+    let created = t.db.api.create_token(&token, "elsewhere", &[]).await.expect("a token");
+    let started = Instant::now();
+    eventually(Duration::from_secs(5), "the process to accept the token created elsewhere", || async {
+        (call(&base, Method::GET, "/api/me", &created.secret, None).await.status == StatusCode::OK).then_some(())
+    })
+    .await;
+    eprintln!("the process accepted the token {:?} after its creation", started.elapsed());
+
+    t.db.api.revoke_token(created.token.id, "elsewhere").await.expect("revoked");
+    let started = Instant::now();
+    let refused = eventually(Duration::from_secs(5), "the process to refuse the token revoked elsewhere", || async {
+        let reply = call(&base, Method::GET, "/api/me", &created.secret, None).await;
+        (reply.status == StatusCode::UNAUTHORIZED).then_some(reply)
+    })
+    .await;
+    eprintln!("the process refused the token {:?} after its revocation", started.elapsed());
+    let refused = refused.expect(StatusCode::UNAUTHORIZED, Some("unauthorized"));
+    assert!(refused["message"].as_str().is_some_and(|m| m.contains("\"notified\" was revoked")), "{refused}");
+    let log = api.output();
+    assert!(!log[log.find(LISTENING).unwrap_or(0)..].contains(POLLING), "the feed stopped listening:\n{log}");
+
+    // Its connections cut (a failover): a token created meanwhile is missed by the notifications, and read by the
+    // polling while the feed reconnects or by the read its reconnection's resync asks for.
+    scrinalia_tests::terminate_connections(&t.url, Some("scrinalia-api")).await;
+    let token = NewToken { name: "while-away".into(), role: Role::Viewer, expires_at: None };
+    let created = t.db.api.create_token(&token, "elsewhere", &[]).await.expect("a token");
+    eventually(Duration::from_secs(5), "the process to accept the token created while it reconnected", || async {
+        (call(&base, Method::GET, "/api/me", &created.secret, None).await.status == StatusCode::OK).then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(10), "the change feed to listen again", || async {
+        (api.output().matches("change feed: listening").count() >= 2).then_some(())
+    })
+    .await;
+    drop(api);
+    t.cleanup().await;
 }
 
 /// The panel's Tokens view in a real headless Chromium (anonymous admin on loopback): a token created there shows

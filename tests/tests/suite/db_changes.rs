@@ -1,15 +1,18 @@
 //! The change feed on PostgreSQL and SQLite: every kind of change a panel or a daemon acts on arrives as the typed
 //! `Change` the domain layer defines, from another connection's writes (on PostgreSQL, the migrations' triggers
 //! write the payloads, so this proves they match the one definition; on SQLite, the feed builds them itself).
+//! On PostgreSQL the service tokens' changes arrive too, for the API's token refresher, and their uses do not.
 
 use std::time::Duration;
 
 use scrinalia_shared::{
-    Change, ChoreKind, DaemonState, OverrideAction, RunState, Store,
+    Change, ChoreKind, DaemonState, OverrideAction, Role, RunState, Store,
+    auth::hash_token,
     changes::{ChangeFeed, Topic},
     daemons::NewDaemon,
     descriptions::{NewDescription, NewReadiness},
     queue::NewQueueCount,
+    tokens::{Check, NewToken, TokenMap},
 };
 use scrinalia_tests::{Kind, TestDb, backend_tests, fixtures::*};
 use uuid::Uuid;
@@ -60,6 +63,8 @@ fn daemon(id: Uuid) -> NewDaemon {
 
 async fn the_events_feed_reports_runs_queues_workers_daemons_and_overrides(t: &TestDb) {
     let mut feed = listening(&t.db.api, Topic::Events { sqlite_poll: Duration::from_millis(50) }).await;
+    // Only PostgreSQL's LISTEN hears notifications; SQLite's feed polls, and the token refresher polls beside it.
+    assert_eq!(feed.listening().now(), t.kind == Kind::Postgres, "whether the feed hears notifications");
     let writer = t.another_pool().await;
 
     let run = insert(&writer.api, "feed").await.expect("a request");
@@ -185,4 +190,34 @@ async fn schedules_pipelines_and_run_ends_reach_panels_and_daemons(t: &TestDb) {
     };
     next_matching(&mut events, "the cancelled pipeline run", |c| *c == cancelled).await;
     writer.close().await;
+}
+
+/// PostgreSQL: a token created or revoked is notified to the events feed as `tokens` (API processes re-read the
+/// tokens on it); a use recorded is not (every API process writes those about once a second), which the run
+/// notified after it shows, since notifications arrive in the order of their commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_token_changes_are_notified_and_their_uses_are_not() {
+    let t = TestDb::postgres().await;
+    let mut feed = listening(&t.db.api, Topic::Events { sqlite_poll: Duration::from_millis(50) }).await;
+    let writer = t.another_pool().await;
+    let token = NewToken { name: "notified".into(), role: Role::Viewer, expires_at: None };
+    let created = writer.api.create_token(&token, "ada", &[]).await.expect("a token");
+    next_matching(&mut feed, "the new token", |c| *c == Change::Tokens).await;
+
+    let map = TokenMap::default();
+    map.refresh(&writer.api).await.expect("the tokens read");
+    assert_eq!(
+        map.check(&hash_token(&created.secret)),
+        Check::Accepted { name: "notified".into(), role: Role::Viewer }
+    );
+    map.flush_uses(&writer.api).await.expect("the use recorded");
+    let run = insert(&writer.api, "after-use").await.expect("a request");
+    let queued = Change::Run { run: run.id, worker: "after-use".into(), state: RunState::Queued };
+    let next = next_matching(&mut feed, "the run after the use", |c| *c == queued || *c == Change::Tokens).await;
+    assert_eq!(next, queued, "recording a use notified the tokens");
+
+    writer.api.revoke_token(created.token.id, "ada").await.expect("revoked");
+    next_matching(&mut feed, "the revocation", |c| *c == Change::Tokens).await;
+    writer.close().await;
+    t.cleanup().await;
 }

@@ -6,6 +6,7 @@
 mod alert_rules;
 mod api_admin;
 mod api_continuations;
+mod api_costs;
 mod api_edges;
 mod api_health;
 mod api_history;

@@ -1,8 +1,8 @@
 //! The real API and daemons through a real PgBouncer in transaction mode (`database.pooler = "transaction"`),
 //! where each transaction may get another server connection: the main flows (trigger, claim, run to success,
-//! cancel a running run, an override set and read back, live events, drain, and recovery of a killed daemon's
-//! run by another daemon's rescuer) work with a direct `database.listen_url` (the feed LISTENs there) and without
-//! one (the feed polls, and readiness, health and `scrinalia health` say so).
+//! cancel a running run, an override set and read back, a service token revoked elsewhere, live events, drain, and
+//! recovery of a killed daemon's run by another daemon's rescuer) work with a direct `database.listen_url` (the
+//! feed LISTENs there) and without one (the feed polls, and readiness, health and `scrinalia health` say so).
 //!
 //! Without the setting the same system answers a trigger with a 500 (`prepared statement "sqlx_s_1" already
 //! exists`): that is the failure these tests guard against.
@@ -170,6 +170,22 @@ async fn the_main_flows_work_through_pgbouncer(listen: bool) {
     let worker = system.http(Method::GET, "/api/workers/probe-1", VIEWER, None).await.expect("GET worker").json();
     assert_eq!(worker["override"]["values"], json!({"options": {"duration_ms": 250}}), "reads back: {worker}");
     assert_eq!(worker["effective"]["options"]["duration_ms"], json!({"source": "override", "value": 250}));
+
+    // A service token revoked by another writer is refused soon: the API hears it on the direct LISTEN URL, or,
+    // without one, reads the tokens every 250 ms through the pooler (its fallback read, 30 s apart, is not what
+    // the 5 s bound waits for).
+    let body = json!({"name": "pooled-bot", "role": "viewer"});
+    let created = system.http(Method::POST, "/api/tokens", ADMIN, Some(body)).await.expect("POST token").json();
+    let secret = created["secret"].as_str().expect("a secret").to_owned();
+    let me = system.http(Method::GET, "/api/me", &secret, None).await.expect("GET me");
+    assert_eq!(me.status, 200, "{}", me.text());
+    let id: Uuid = created["id"].as_str().and_then(|id| id.parse().ok()).expect("an id");
+    system.db.db.api.revoke_token(id, "elsewhere").await.expect("revoked by another writer");
+    eventually(Duration::from_secs(5), "the API to refuse the token revoked elsewhere", || async {
+        let reply = system.http(Method::GET, "/api/me", &secret, None).await.ok()?;
+        (reply.status == 401).then_some(())
+    })
+    .await;
 
     // Cancel a running run.
     let long = system.trigger(60_000).await;

@@ -1,0 +1,5 @@
+-- The `tokens` notification of the PostgreSQL migration of this version needs nothing in the SQLite schema:
+-- SQLite cannot notify, so each API process re-reads the service tokens every 250 ms there (shared/src/tokens.rs).
+--
+-- This file exists so that both databases record the same migration versions (see
+-- 20261130000001_override_events.sql).
