@@ -194,7 +194,12 @@ async fn runs_start_through_a_spare_supervisor_that_leaves_with_its_daemon(db: &
 /// The arguments of process `pid` after its program.
 fn arguments_of(pid: i32) -> Vec<String> {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    cmdline.split(|b| *b == 0).skip(1).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect()
+    cmdline
+        .split(|b| *b == 0)
+        .skip(1)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
 }
 
 /// The idle spare supervisor of the daemon `daemon`: its child `supervise --spare` with no worker of its own.
