@@ -166,8 +166,8 @@ async fn terminated_database_connections_are_survived() {
     db.cleanup().await;
 }
 
-/// An operator reading `pg_stat_activity` sees which program holds each connection, and the daemon's claims go
-/// over the connection kept for them.
+/// An operator reading `pg_stat_activity` sees which program holds each connection, and the daemon's claims (and
+/// the worker-started write that follows each) go over the connection kept for them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemons_connections_are_named_and_claims_use_their_own() {
     let db = TestDb::postgres().await;
@@ -190,6 +190,8 @@ async fn the_daemons_connections_are_named_and_claims_use_their_own() {
 }
 
 const CLAIM: &str = "update worker_runs set state = 'running'";
+/// The worker-started write, which the claim connection makes after the claim.
+const STARTED: &str = "update worker_runs set started_at";
 
 /// A connection to the test database, from `pg_stat_activity`.
 #[derive(Debug, sqlx::FromRow)]
@@ -203,7 +205,7 @@ impl Backend {
     /// Whether this connection's last statement is a claim, made at `at` or later (a claim's `claimed_at` is
     /// its statement's start; a later claim that found nothing may have followed).
     fn claimed_since(&self, at: chrono::DateTime<chrono::Utc>) -> bool {
-        self.query.starts_with(CLAIM)
+        (self.query.starts_with(CLAIM) || self.query.starts_with(STARTED))
             && self.query_start.is_some_and(|start| start >= at - chrono::TimeDelta::milliseconds(1))
     }
 }
