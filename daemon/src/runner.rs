@@ -263,9 +263,10 @@ impl Session {
     async fn started(&mut self, pid: i32) {
         self.pid = Some(pid);
         tracing::info!(pid, "worker started");
-        // The next run's spare, now that this one's worker no longer waits for anything of the daemon's.
+        // The next run's spare, now that this one's worker no longer waits for anything of the daemon's; on a
+        // blocking thread, since starting a process blocks until it is executed.
         let ctx = self.ctx.clone();
-        tokio::spawn(async move { ctx.spares.refill() });
+        drop(tokio::task::spawn_blocking(move || ctx.spares.refill()));
         let log_key = self.log.prefix();
         // On the claim connection: the pool's ping before each use would delay `started_at` by a round trip.
         let marked = self.ctx.claims.mark_started(self.run, self.ctx.daemon_id, &log_key);

@@ -49,19 +49,27 @@ impl Spares {
     }
 
     /// Starts a spare unless one is ready. A spare that cannot be started is only logged: runs then start
-    /// supervisors of their own.
+    /// supervisors of their own. The process is started without the lock held, so a run taking the spare meanwhile
+    /// never waits for it; should two refills race, the later spare is dropped and exits (its stdin closes).
     pub fn refill(&self) {
-        let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
-        if slot.as_mut().is_some_and(|spare| matches!(spare.child.try_wait(), Ok(None))) {
+        if self.lock().as_mut().is_some_and(|spare| matches!(spare.child.try_wait(), Ok(None))) {
             return;
         }
-        *slot = match self.spawn() {
-            Ok(spare) => Some(spare),
-            Err(e) => {
-                tracing::warn!(error = %e, program = %self.program.display(), "could not start a spare supervisor");
-                None
+        match self.spawn() {
+            Ok(spare) => {
+                let mut slot = self.lock();
+                if !slot.as_mut().is_some_and(|ready| matches!(ready.child.try_wait(), Ok(None))) {
+                    *slot = Some(spare);
+                }
             }
-        };
+            Err(e) => {
+                tracing::warn!(error = %e, program = %self.program.display(), "could not start a spare supervisor")
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Spare>> {
+        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn spawn(&self) -> std::io::Result<Spare> {
@@ -91,7 +99,7 @@ impl Spares {
             return None;
         }
         line.push('\n');
-        let mut spare = self.slot.lock().unwrap_or_else(PoisonError::into_inner).take()?;
+        let mut spare = self.lock().take()?;
         if !matches!(spare.child.try_wait(), Ok(None)) {
             return None;
         }
