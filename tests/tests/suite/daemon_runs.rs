@@ -169,19 +169,29 @@ async fn runs_start_through_a_spare_supervisor_that_leaves_with_its_daemon(db: &
     let setup = Setup::new(db, |_| {});
     let daemon = setup.start_daemon("daemon", &[]);
     let daemon_pid = daemon.pid().as_raw();
+    let next_spare = async |taken: &[(i32, i32)]| {
+        eventually(Duration::from_secs(20), "the daemon's next spare", || async {
+            spare_of(daemon_pid).filter(|pid| taken.iter().all(|(s, _)| s != pid))
+        })
+        .await
+    };
     let mut seen = Vec::new();
-    for probe in ["probe-1", "probe-2"] {
-        let run = setup.request(&db.db.api, probe, json!({"duration_ms": 60_000})).await;
-        let worker = setup.probe_started(run.id, Duration::from_secs(20)).await;
-        let supervisor = parent_of(worker.pid).expect("the run's supervisor is running");
-        // Each run took the spare that was ready: the daemon's first, then the one started after it.
-        assert_eq!(arguments_of(supervisor), ["supervise", "--spare"], "run {} of {probe}", run.id);
-        seen.push((supervisor, worker.pid));
-    }
-    let spare = eventually(Duration::from_secs(20), "the daemon's next spare", || async {
-        spare_of(daemon_pid).filter(|pid| seen.iter().all(|(s, _)| s != pid))
-    })
-    .await;
+    // The first run takes the spare the daemon started with.
+    let run = setup.request(&db.db.api, "probe-1", json!({"duration_ms": 60_000})).await;
+    let worker = setup.probe_started(run.id, Duration::from_secs(20)).await;
+    let supervisor = parent_of(worker.pid).expect("the run's supervisor is running");
+    assert_eq!(arguments_of(supervisor), ["supervise", "--spare"], "run {}", run.id);
+    seen.push((supervisor, worker.pid));
+    // A spare that died is not handed a run: the next run starts a supervisor of its own.
+    let dead = next_spare(&seen).await;
+    kill(Pid::from_raw(dead), Signal::SIGKILL).expect("kill the spare");
+    eventually(Duration::from_secs(10), "the spare to die", || async { (!alive(dead)).then_some(()) }).await;
+    let run = setup.request(&db.db.api, "probe-2", json!({"duration_ms": 60_000})).await;
+    let worker = setup.probe_started(run.id, Duration::from_secs(20)).await;
+    let supervisor = parent_of(worker.pid).expect("the run's supervisor is running");
+    assert!(arguments_of(supervisor).contains(&run.id.to_string()), "a supervisor started for run {}", run.id);
+    seen.push((supervisor, worker.pid));
+    let spare = next_spare(&seen).await;
     daemon.signal(Signal::SIGKILL);
     // With its daemon gone, the idle spare leaves, and the runs' supervisors stop their workers (the fence).
     eventually(Duration::from_secs(20), "the spare and the runs to be gone", || async {

@@ -30,28 +30,31 @@ fn monotonic_ns() -> u64 {
 impl Supervisor {
     fn start(deadline_in: Duration, script: &str) -> Self {
         let deadline = monotonic_ns() + u64::try_from(deadline_in.as_nanos()).expect("small");
-        let mut child = Command::new(bin_path("scrinalia-daemon"))
-            .args(["supervise", "--run-id", &uuid::Uuid::new_v4().to_string(), "--deadline-ns", &deadline.to_string()])
-            .args(["--grace-ms", "500", "--timeout-ms", "60000", "--", "/bin/sh", "-c", script])
+        Self::launch(
+            Command::new(bin_path("scrinalia-daemon"))
+                .args([
+                    "supervise",
+                    "--run-id",
+                    &uuid::Uuid::new_v4().to_string(),
+                    "--deadline-ns",
+                    &deadline.to_string(),
+                ])
+                .args(["--grace-ms", "500", "--timeout-ms", "60000", "--", "/bin/sh", "-c", script]),
+        )
+    }
+
+    /// A spare: started with an empty environment and no run, as the daemon starts one ahead of its run.
+    fn spare() -> Self {
+        Self::launch(Command::new(bin_path("scrinalia-daemon")).args(["supervise", "--spare"]).env_clear())
+    }
+
+    fn launch(command: &mut Command) -> Self {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .expect("start the supervisor");
-        let (stdin, stdout) = (child.stdin.take(), BufReader::new(child.stdout.take().expect("stdout")));
-        Self { child, stdin, stdout }
-    }
-
-    /// A spare: started with an empty environment and no run, as the daemon starts one ahead of its run.
-    fn spare() -> Self {
-        let mut child = Command::new(bin_path("scrinalia-daemon"))
-            .args(["supervise", "--spare"])
-            .env_clear()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start a spare supervisor");
         let (stdin, stdout) = (child.stdin.take(), BufReader::new(child.stdout.take().expect("stdout")));
         Self { child, stdin, stdout }
     }
