@@ -1,5 +1,6 @@
 """What a worker's code declares, read from its signatures without running it: the options of ``execute`` (types,
-defaults, ``Literal`` choices, ``Annotated`` bounds), its engine and preset defaults, and its registries' presets.
+defaults, ``Literal`` choices, ``Annotated`` bounds), its engine and preset defaults, its registries' presets, and
+its capabilities (which of the adapter's parameters ``execute`` takes).
 The adapter (``scrinalia_worker.py``) uses it for ``describe`` and to convert flags to the types a parameter wants.
 """
 
@@ -19,8 +20,15 @@ PARAMETER_NAMES = {
     "endpoint": ("endpoint", "base_url"),
 }
 
-#: Parameters of ``execute`` the adapter gives (callbacks and what the run continues), never options.
-ADAPTER_PARAMETERS = ("progress", "checkpoint", "resume_from", "restart_of")
+#: Parameters of ``execute`` the adapter gives (callbacks, what the run continues, its items' scope, skip list and
+#: shard), never options.
+ADAPTER_PARAMETERS = ("progress", "checkpoint", "resume_from", "restart_of", "item", "only", "skip", "shard")
+
+#: What ``describe`` reports a worker can do, each from the parameter of ``execute`` that makes it possible.
+#: ``yield`` has no parameter yet (a later revision adds one), so it is always false.
+CAPABILITY_PARAMETERS = {
+    "items": "item", "scope": "only", "shards": "shard", "checkpoints": "checkpoint", "yield": None,
+}
 
 #: Parameters that are never options: the session, the adapter's parameters, the common flags.
 NOT_OPTIONS = {"db", "session", *ADAPTER_PARAMETERS, *(name for names in PARAMETER_NAMES.values() for name in names)}
@@ -131,3 +139,12 @@ def declared(module: types.ModuleType, registries: dict[str, Any] | None) -> dic
                 section[key] = default
     section["presets"] = {str(engine): presets(registry) for engine, registry in (registries or {}).items()}
     return section
+
+
+def capabilities(module: types.ModuleType) -> dict[str, bool]:
+    """What ``execute`` can do, by its parameter names alone: ``items`` (it has ``item``), ``scope`` (``only``),
+    ``shards`` (``shard``), ``checkpoints`` (``checkpoint``); ``yield`` is false until the protocol defines it.
+    A ``**kwargs`` parameter does not count: the adapter passes its parameters only to parameters of their name."""
+    execute = getattr(module, "execute", None)
+    names = inspect.signature(execute).parameters if callable(execute) else {}
+    return {key: parameter is not None and parameter in names for key, parameter in CAPABILITY_PARAMETERS.items()}

@@ -125,11 +125,15 @@ class ProtocolTest(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         [described] = json_lines(out.stdout)
         declared = described.pop("declared")
+        capabilities = described.pop("capabilities")
         self.assertEqual(
             described,
             {"engine": "ollama", "preset": "thorough", "model": "qwen2.5:14b", "endpoint": "http://127.0.0.1:11434"},
         )
         self.assertEqual((declared["engine"], declared["preset"]), ("ollama", "fast"), "execute's defaults")
+        self.assertEqual(
+            capabilities, {"items": True, "scope": True, "shards": False, "checkpoints": False, "yield": False}
+        )
 
     def test_count_pending_falls_after_a_run_that_reports_progress_and_a_result(self):
         out = run_adapter("example_worker", "count-pending", "--folder", self.folder, "--batch_size", "3")
@@ -187,8 +191,10 @@ class ProtocolTest(unittest.TestCase):
         out = run_adapter(str(module), "describe", "--engine", "ollama", cwd=Path(self.folder))
         [described] = json_lines(out.stdout)
         declared = described.pop("declared")
+        capabilities = described.pop("capabilities")
         self.assertEqual(described, {"engine": "ollama", "preset": None, "model": None, "endpoint": None})
         self.assertEqual(declared, {"options": [], "engine": None, "preset": None, "presets": {}})
+        self.assertFalse(any(capabilities.values()), "**options takes none of the adapter's parameters")
         out = run_adapter(str(module), "count-pending", cwd=Path(self.folder))
         self.assertEqual(json_lines(out.stdout), [{"unmeasurable": "Nobody can count this.", "done": 2}])
         out = run_adapter(str(module), "run", "--x", "1", "--y", "2", cwd=Path(self.folder))
