@@ -71,6 +71,7 @@ macro_rules! case_insensitive_like {
         "like"
     };
 }
+pub(crate) use case_insensitive_like;
 
 /// A page of the ledger, newest first, with `$filter` (the worker's and the state's equalities, each ending in
 /// `and`) in front. Every bound is a plain comparison with a bound value, so that an index serves it in any plan,

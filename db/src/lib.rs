@@ -27,6 +27,7 @@ mod dialect;
 pub mod ends;
 pub mod feed;
 pub mod history;
+pub mod items;
 pub mod lease;
 pub mod ledger;
 pub mod overrides;

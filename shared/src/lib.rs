@@ -18,6 +18,7 @@ pub mod effective;
 #[cfg(test)]
 mod fixtures;
 pub mod history;
+pub mod items;
 pub mod logstore;
 pub mod metrics;
 pub mod names;

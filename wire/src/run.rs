@@ -330,6 +330,10 @@ pub struct RunDetail {
     /// override's with who changed it, when and why).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changed_since: Option<Vec<ConfigChange>>,
+    /// What happened to the run's documents, in figures, when its worker reported items; `GET
+    /// /api/runs/{id}/items` pages through them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items: Option<crate::ItemSummary>,
 }
 
 /// What a cancellation did (`POST /api/runs/{id}/cancel`).

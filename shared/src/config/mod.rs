@@ -21,6 +21,7 @@ use crate::{
 mod auth_oidc;
 mod database;
 mod edges;
+mod items;
 mod limits;
 mod logs;
 mod object_store;
@@ -33,6 +34,7 @@ pub use auth_oidc::{
 };
 pub use database::{DatabaseSettings, Pooler, redact_url};
 pub use edges::{WebOrigin, api_problems, is_loopback_host, split_host_port};
+pub use items::{ItemSettings, MAX_KEEP_SUCCEEDED};
 pub use logs::{LogSettings, MIN_LOG_CAP};
 pub use object_store::{DEFAULT_REGION, ObjectStoreKind, ObjectStoreSettings, clean_endpoint, s3_problems};
 pub use retention::{RetentionSettings, retention_problems};
@@ -332,6 +334,9 @@ pub struct SettingsFile {
     /// `[logs]`.
     #[serde(default)]
     pub logs: LogSettings,
+    /// `[items]`.
+    #[serde(default)]
+    pub items: ItemSettings,
     /// `[retention]`.
     #[serde(default)]
     pub retention: RetentionSettings,
@@ -373,6 +378,8 @@ pub struct Settings {
     pub object_store: ObjectStoreSettings,
     /// How much of each run's log is kept.
     pub logs: LogSettings,
+    /// How many of each run's items are kept one by one.
+    pub items: ItemSettings,
     /// How long finished runs and gone daemons are kept.
     pub retention: RetentionSettings,
     /// Tokens and roles.
@@ -492,6 +499,7 @@ impl Settings {
             }
         }
         problems.extend(logs::log_problems(&raw.logs).into_iter().map(|(key, message)| (key.to_owned(), message)));
+        problems.extend(items::item_problems(&raw.items).into_iter().map(|(key, message)| (key.to_owned(), message)));
         problems.extend(retention_problems(&raw.retention).into_iter().map(|(key, message)| (key.to_owned(), message)));
         if raw.object_store.kind == ObjectStoreKind::S3 {
             let found = s3_problems(&raw.object_store);
@@ -516,6 +524,7 @@ impl Settings {
             daemon: raw.daemon,
             object_store: raw.object_store,
             logs: raw.logs,
+            items: raw.items,
             retention: raw.retention,
             auth: raw.auth,
             telemetry: raw.telemetry,

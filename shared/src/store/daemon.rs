@@ -14,6 +14,7 @@ use crate::{
     config::{DatabaseSettings, RetentionSettings, Webhook},
     daemons::NewDaemon,
     descriptions::{ChoreIntervals, NewDescription, NewReadiness},
+    items::Batch,
     logstore::LogStore,
     queue::NewQueueCount,
     retention::PruneCounts,
@@ -145,6 +146,16 @@ impl DaemonStore {
         pub async fn report_config(&self, run: Uuid, daemon: Uuid, config: &serde_json::Value) -> Result<(), DbError>;
         /// Stores the latest checkpoint a run's worker reported (fenced).
         pub async fn store_checkpoint(&self, run: Uuid, daemon: Uuid, checkpoint: &Value) -> Result<(), DbError>;
+        /// Writes a batch of a run's items (fenced; a batch sent again changes nothing).
+        pub async fn write_items(&self, run: Uuid, daemon: Uuid, batch: &Batch) -> Result<(), DbError>;
+        /// Stores a run's checkpoint with the items reported before it, in one transaction (fenced).
+        pub async fn checkpoint_with_items(
+            &self,
+            run: Uuid,
+            daemon: Uuid,
+            batch: Option<&Batch>,
+            checkpoint: &Value,
+        ) -> Result<(), DbError>;
 
         // Claims with resources.
         /// Claims up to `limit` of the oldest queued requests this daemon may place (of `workers` only, when given),
