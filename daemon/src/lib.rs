@@ -9,6 +9,7 @@ pub mod chores;
 pub mod clock;
 pub mod frame;
 pub mod invocation;
+pub mod items;
 pub mod lease;
 pub mod main_loop;
 pub mod metrics;

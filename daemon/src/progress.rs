@@ -1,4 +1,4 @@
-//! The worker's stdout protocol (`{"config": …}`, `{"progress": …}`, `{"checkpoint": …}` and `{"result": …}` lines) and the throttle that keeps a
+//! The worker's stdout protocol (`{"config": …}`, `{"progress": …}`, `{"checkpoint": …}`, `{"item": …}` and `{"result": …}` lines) and the throttle that keeps a
 //! chatty worker from writing the database more than twice a second; the last report is always written.
 
 use std::time::Duration;
@@ -26,6 +26,8 @@ pub enum StdoutLine {
     Config(Value),
     /// `{"checkpoint": …}`: where a resumed run would continue; any JSON value.
     Checkpoint(Value),
+    /// `{"item": {…}}`: what happened to one document (checked by `scrinalia_shared::items::parse`).
+    Item(Value),
     /// Anything else: free text for the logs.
     Text,
 }
@@ -47,6 +49,7 @@ impl StdoutLine {
             "result" => Self::Result(value),
             "config" if value.is_object() => Self::Config(value),
             "checkpoint" => Self::Checkpoint(value),
+            "item" => Self::Item(value),
             _ => Self::Text,
         }
     }
@@ -109,6 +112,7 @@ mod tests {
         assert_eq!(StdoutLine::parse(r#"{"config": "m"}"#), StdoutLine::Text, "a config that is no object is text");
         assert_eq!(StdoutLine::parse(r#"{"checkpoint": {"done": 40}}"#), StdoutLine::Checkpoint(json!({"done": 40})));
         assert_eq!(StdoutLine::parse(r#"{"checkpoint": 3}"#), StdoutLine::Checkpoint(json!(3)));
+        assert_eq!(StdoutLine::parse(r#"{"item": {"id": "d"}}"#), StdoutLine::Item(json!({"id": "d"})));
         for text in ["hello", "{not json", r#"{"progress": 1, "x": 2}"#, r#"{"other": 1}"#, "[1]"] {
             assert_eq!(StdoutLine::parse(text), StdoutLine::Text, "{text}");
         }

@@ -7,7 +7,7 @@ use nix::{
     sys::signal::{Signal, killpg},
     unistd::Pid,
 };
-use scrinalia_shared::{DbError, EndReason, MAX_CHECKPOINT_BYTES, Run, RunState, runs::Finish, telemetry};
+use scrinalia_shared::{DbError, EndReason, MAX_CHECKPOINT_BYTES, Run, RunState, items, runs::Finish, telemetry};
 use serde_json::Value;
 use tokio::{
     io::{AsyncWriteExt, BufReader},
@@ -23,6 +23,7 @@ use crate::{
     Context,
     frame::{self, Control, ExitReport, Frame, Start, StopCause},
     invocation::{self, Invocation},
+    items::ItemWriter,
     lease::Lease,
     outcome::{Ending, StderrTail},
     progress::{Progress, StdoutLine},
@@ -203,10 +204,16 @@ struct Session {
     lease_lost: Option<String>,
     pid: Option<i32>,
     supervisor_lost: bool,
+    items: ItemWriter,
+    /// Where the item writer says the lease was lost.
+    items_lost: mpsc::Receiver<String>,
+    refused_items: u64,
 }
 
 impl Session {
     fn new(ctx: &Arc<Context>, run: &Run, controls: mpsc::Sender<Control>) -> Self {
+        let (lost, items_lost) = mpsc::channel(1);
+        let keep = ctx.settings.items.keep_succeeded;
         Self {
             ctx: ctx.clone(),
             run: run.id,
@@ -219,6 +226,9 @@ impl Session {
             lease_lost: None,
             pid: None,
             supervisor_lost: false,
+            items: ItemWriter::start(ctx.db.clone(), run.id, ctx.daemon_id, keep, lost),
+            items_lost,
+            refused_items: 0,
         }
     }
 
@@ -250,6 +260,7 @@ impl Session {
                         self.lease_lost = Some(reason);
                     }
                 }
+                Some(reason) = self.items_lost.recv() => self.lose(&reason).await,
                 () = sleep_until(self.progress.next_write) => self.write_progress().await,
                 () = sleep_until(self.log.next_flush) => self.log.flush().await,
             }
@@ -299,7 +310,8 @@ impl Session {
         match StdoutLine::parse(&line) {
             StdoutLine::Progress(value) => self.progress.offer(value),
             StdoutLine::Result(value) => self.result = Some(value),
-            StdoutLine::Checkpoint(value) => self.checkpoint(&value).await,
+            StdoutLine::Checkpoint(value) => self.checkpoint(value).await,
+            StdoutLine::Item(value) => self.item(&value).await,
             StdoutLine::Config(value) => {
                 self.text("stdout", &line).await;
                 self.report_config(&value).await;
@@ -321,9 +333,10 @@ impl Session {
         }
     }
 
-    /// Stores the worker's checkpoint at once (fenced: a run that is no longer ours is killed), unless it is over
-    /// [`MAX_CHECKPOINT_BYTES`]: then the run log says so and the last checkpoint stays.
-    async fn checkpoint(&mut self, value: &Value) {
+    /// Hands the worker's checkpoint to the item writer, which stores it with every item reported before it
+    /// (fenced: a run that is no longer ours is killed), unless it is over [`MAX_CHECKPOINT_BYTES`]: then the run
+    /// log says so and the last checkpoint stays.
+    async fn checkpoint(&mut self, value: Value) {
         let size = value.to_string().len();
         if size > MAX_CHECKPOINT_BYTES {
             let refusal = format!(
@@ -333,15 +346,24 @@ impl Session {
             self.text("stderr", &refusal).await;
             return;
         }
-        let stored = self.ctx.db.store_checkpoint(self.run, self.ctx.daemon_id, value);
-        match tokio::time::timeout(Duration::from_secs(5), stored).await {
-            Ok(Ok(())) => tracing::info!(size, "checkpoint stored"),
-            Ok(Err(DbError::LeaseLost { .. })) => {
-                self.lose("the run was no longer this daemon's when its worker reported a checkpoint").await
+        self.items.checkpoint(value);
+    }
+
+    /// Hands an item line to the item writer; the run's first refused ones are said in its log.
+    async fn item(&mut self, value: &Value) {
+        let item = items::parse(value);
+        if let Err(refusal) = item {
+            self.refused_items += 1;
+            if self.refused_items <= items::LOGGED_REFUSALS {
+                let said =
+                    format!("scrinalia: an item line was refused ({}): {}", refusal.reason(), refusal.sentence());
+                self.text("stderr", &said).await;
+                if self.refused_items == items::LOGGED_REFUSALS {
+                    self.text("stderr", "scrinalia: further refused item lines are only counted").await;
+                }
             }
-            Ok(Err(e)) => tracing::warn!(error = %e, "could not store the worker's checkpoint"),
-            Err(_) => tracing::warn!("storing the worker's checkpoint timed out"),
         }
+        self.items.item(item);
     }
 
     /// A line of the worker's output: kept in the run log, and logged in the run's span (so with `run_id` and
@@ -374,6 +396,7 @@ impl Session {
 
     /// Flushes the log and the last progress, then writes the ledger entry.
     async fn conclude(mut self, run: &Run, report: ExitReport) {
+        self.items.finish(self.ctx.settings.daemon.lease()).await;
         self.log.finish().await;
         self.write_progress().await;
         let cancelled_by = match report.stopped_by {
