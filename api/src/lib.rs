@@ -45,6 +45,7 @@ pub fn app(state: AppState) -> Router {
         .merge(routes::workers::router())
         .merge(routes::chores::router())
         .merge(routes::runs::router())
+        .merge(routes::items::router())
         .merge(routes::export::router())
         .merge(routes::continuations::router())
         .merge(routes::logs::router())

@@ -7,6 +7,7 @@ pub mod events;
 pub mod export;
 pub mod health;
 pub mod history;
+pub mod items;
 pub mod logs;
 pub mod me;
 pub mod meta;
