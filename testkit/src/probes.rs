@@ -12,7 +12,7 @@ use crate::config::{option, worker};
 
 /// A probe called `name` (run by the demo worker at `bin`) that times out after `timeout_seconds`, with every
 /// steering option: `duration_ms` (default 200, as the probe's code declares it), `exit_code`, `crash`,
-/// `ignore_sigterm`, `progress_steps`, `output_lines` and `note`.
+/// `ignore_sigterm`, `progress_steps`, `output_lines`, `note`, the checkpoints and the items they report.
 pub fn probe(bin: &Path, name: &str, timeout_seconds: u64) -> WorkerSpec {
     let bin = bin.display().to_string();
     let mut spec = worker(name, &[&bin, name]);
@@ -27,6 +27,9 @@ pub fn probe(bin: &Path, name: &str, timeout_seconds: u64) -> WorkerSpec {
         option("note", OptionType::String, None),
         option("checkpoints", OptionType::Integer, None),
         option("oversized_checkpoint", OptionType::Boolean, None),
+        option("items", OptionType::Integer, None),
+        option("failed_every", OptionType::Integer, None),
+        option("malformed_items", OptionType::Integer, None),
     ];
     spec
 }

@@ -36,6 +36,7 @@ mod daemon_checkpoints;
 mod daemon_chores;
 mod daemon_costs;
 mod daemon_fencing;
+mod daemon_items;
 mod daemon_lifecycle;
 mod daemon_pipelines;
 mod daemon_resources;

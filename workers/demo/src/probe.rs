@@ -4,7 +4,9 @@
 //! with which arguments and from which checkpoint: a start line records the parsed `SCRINALIA_CHECKPOINT` (null
 //! without one; text that is no JSON is kept as `checkpoint_text`) and `SCRINALIA_RESTART_OF`. `run` prints
 //! `checkpoints` lines `{"checkpoint": {"step": i}}` spread over its duration, and with `oversized_checkpoint`
-//! one checkpoint just over the daemon's 64 KiB at the end. `check` answers ready unless
+//! one checkpoint just over the daemon's 64 KiB at the end. With `items`, it reports item lines (every
+//! `failed_every`-th failed, in three classes): all at the start, or with checkpoints, the block before each
+//! checkpoint; `malformed_items` prints refused item lines first. `check` answers ready unless
 //! `$SCRINALIA_PROBE_NOT_READY` holds a sentence, which is then the reason.
 
 use std::{
@@ -75,7 +77,42 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec::boolean("oversized_checkpoint")
         .default(Literal::Boolean(false))
         .about("Also print one checkpoint just over 64 KiB of JSON at the end, which the daemon refuses."),
+    OptionSpec::integer("items")
+        .default(Literal::Integer(0))
+        .range(int(0), int(10_000_000))
+        .about("Item lines for documents item-000001…, at full speed: at the start, or spread before the checkpoints."),
+    OptionSpec::integer("failed_every")
+        .default(Literal::Integer(0))
+        .range(int(0), int(10_000_000))
+        .about("Every n-th item fails, its class in turn ocr_empty, ctx_overflow, timeout (0: none fails)."),
+    OptionSpec::integer("malformed_items")
+        .default(Literal::Integer(0))
+        .range(int(0), int(10_000_000))
+        .about("Malformed item lines (an unknown outcome) at the start, which the daemon refuses and counts."),
 ];
+
+/// The classes of a probe's failed items, in turn.
+pub const FAILURE_CLASSES: [&str; 3] = ["ocr_empty", "ctx_overflow", "timeout"];
+
+/// Item `i` (1-based) of a probe that fails every `failed_every`-th: its id, outcome, class and error.
+fn item(i: i64, failed_every: i64) -> (String, &'static str, Option<&'static str>, Option<String>) {
+    let id = format!("item-{i:06}");
+    if failed_every > 0 && i % failed_every == 0 {
+        let class = FAILURE_CLASSES[usize::try_from((i / failed_every - 1) % 3).unwrap_or(0)];
+        (id, "failed", Some(class), Some(format!("item {i} failed with {class}, as asked")))
+    } else {
+        (id, "succeeded", None, None)
+    }
+}
+
+/// Prints items `from..=to`.
+fn print_items(out: &mut Protocol, from: i64, to: i64, failed_every: i64) -> anyhow::Result<()> {
+    for i in from..=to {
+        let (id, outcome, class, error) = item(i, failed_every);
+        out.item(&id, outcome, class, error.as_deref())?;
+    }
+    Ok(())
+}
 
 /// `describe`'s `declared` section of a probe: its options, and no engine of its own.
 pub fn declared() -> Value {
@@ -263,6 +300,16 @@ fn run(invocation: &Invocation, stop: &Stop, out: &mut Protocol) -> anyhow::Resu
         out.text(&format!("{name}: stdout line {line} of {lines}"))?;
         eprintln!("{name}: stderr line {line} of {lines}");
     }
+    let (items, failed_every) = (options.integer("items").max(0), options.integer("failed_every").max(0));
+    for i in 1..=options.integer("malformed_items").max(0) {
+        out.item(&format!("malformed-{i}"), "maybe", None, None)?;
+    }
+    // Without checkpoints every item comes at once; with some, item block j before checkpoint j.
+    let mut items_printed = 0;
+    if checkpoints == 0 {
+        print_items(out, 1, items, failed_every)?;
+        items_printed = items;
+    }
     let started = Instant::now();
     for (at, beat) in timeline(duration, steps, checkpoints, crash, options.boolean("oversized_checkpoint")) {
         if let Some(signal) = stop.sleep(at.saturating_sub(started.elapsed())) {
@@ -271,7 +318,13 @@ fn run(invocation: &Invocation, stop: &Stop, out: &mut Protocol) -> anyhow::Resu
         }
         match beat {
             Beat::Progress(i) => out.progress(i as usize, steps as usize, Some(&format!("step {i}")))?,
-            Beat::Checkpoint(i) => out.checkpoint(&json!({ "step": i }))?,
+            Beat::Checkpoint(i) => {
+                let upto = items * i64::from(i) / i64::from(checkpoints);
+                print_items(out, items_printed + 1, upto, failed_every)?;
+                items_printed = upto;
+                let checkpoint = if items > 0 { json!({ "step": i, "items": upto }) } else { json!({ "step": i }) };
+                out.checkpoint(&checkpoint)?;
+            }
             Beat::Crash => {
                 eprintln!("{name}: crashing with SIGABRT, as asked");
                 std::process::abort();
@@ -317,11 +370,22 @@ mod tests {
     }
 
     #[test]
+    fn every_nth_item_fails_with_the_classes_in_turn() {
+        let failed: Vec<_> = (1..=12).map(|i| item(i, 4)).filter(|(_, outcome, ..)| *outcome == "failed").collect();
+        let classes: Vec<_> = failed.iter().map(|(id, _, class, _)| (id.as_str(), class.unwrap_or_default())).collect();
+        assert_eq!(
+            classes,
+            [("item-000004", "ocr_empty"), ("item-000008", "ctx_overflow"), ("item-000012", "timeout")]
+        );
+        assert_eq!(item(5, 0).1, "succeeded", "0 fails none");
+    }
+
+    #[test]
     fn a_probe_declares_its_checkpoint_options() {
         let declared = declared();
         let names: Vec<&str> =
             declared["options"].as_array().expect("options").iter().filter_map(|o| o["name"].as_str()).collect();
-        assert_eq!(&names[7..], ["checkpoints", "oversized_checkpoint"]);
+        assert_eq!(&names[7..9], ["checkpoints", "oversized_checkpoint"]);
         assert_eq!(
             (declared["options"][7]["default"].as_i64(), declared["options"][8]["default"].as_bool()),
             (Some(0), Some(false))

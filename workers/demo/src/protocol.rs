@@ -64,6 +64,19 @@ impl<W: Write> Protocol<W> {
         self.object(&json!({ "checkpoint": value }))
     }
 
+    /// `{"item": {"id": …, "outcome": …, "class": …, "error": …}}`: what happened to one document (class and
+    /// error only when given).
+    pub fn item(&mut self, id: &str, outcome: &str, class: Option<&str>, error: Option<&str>) -> anyhow::Result<()> {
+        let mut item = json!({ "id": id, "outcome": outcome });
+        if let Some(class) = class {
+            item["class"] = json!(class);
+        }
+        if let Some(error) = error {
+            item["error"] = json!(error);
+        }
+        self.object(&json!({ "item": item }))
+    }
+
     /// `{"result": {...}}`.
     pub fn result(&mut self, result: Value) -> anyhow::Result<()> {
         self.object(&json!({ "result": result }))
