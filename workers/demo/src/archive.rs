@@ -3,25 +3,34 @@
 //! there; `count-pending` counts the worker's pending set (or, for the conflict judge, says why it cannot);
 //! `run` settles its worklist (the documents pending at its start, or, resuming or restarting, an earlier run's:
 //! see `worklist.rs`), announces its configuration, then processes the worklist in batches; after each batch it
-//! saves the stamps, journals the documents stamped, prints a checkpoint and reports progress, and on SIGTERM it
-//! stops after the current document, saving, journaling and checkpointing what it finished.
+//! saves the stamps, journals the documents stamped, prints the batch's item lines and a checkpoint and reports
+//! progress, and on SIGTERM it stops after the current document, saving, journaling and checkpointing what it
+//! finished. A run honours its item lists (`item_lists.rs`): only the documents of its scope, never a quarantined
+//! one; a document a task fails is a failed item, which does not fail the run.
 //!
 //! Time is a parameter (`now`, Unix seconds) so tests decide what has arrived in staging.
 
-use std::{collections::BTreeMap, fs, io::Write, path::Path, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fs,
+    io::Write,
+    path::Path,
+    time::Duration,
+};
 
 use anyhow::Context as _;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::{
     config::EngineConfig,
-    invocation::Invocation,
+    invocation::{ITEMS_ONLY_ENV, ITEMS_SKIP_ENV, Invocation},
+    item_lists::ItemLists,
     pipeline::Stage,
     protocol::Protocol,
     rules,
     staging::Schedule,
     stop::{self, Stop},
-    task::{Context, Task},
+    task::{Context, Failure, Task},
     worklist::{Checkpoint, Journal, Plan, REFUSED, Refusal, Start},
 };
 
@@ -42,7 +51,7 @@ pub fn describe(
         Schedule::open(data, now)?;
     }
     let config = EngineConfig::of_task(task, &invocation.engine, data)?;
-    out.describe(&config, task.declared())?;
+    out.describe(&config, task.declared(), task.capabilities())?;
     Ok(0)
 }
 
@@ -109,6 +118,13 @@ fn run_config(task: Task, invocation: &Invocation, data: &Path) -> anyhow::Resul
 /// `run`: processes its worklist (at most `limit` pending documents when `limit` > 0, for a fresh run),
 /// `batch_size` at a time, sleeping `delay_ms` after each document so a run is visible in the panel. A checkpoint
 /// it cannot follow ends it with [`REFUSED`] and a sentence on stderr before any work.
+///
+/// Every document it handles is an item line: `succeeded` once its stamp is saved and journaled (with the rest
+/// of its batch, before the batch's checkpoint), `failed` with a class and a sentence (it stays pending), or
+/// `skipped`: quarantined (`SCRINALIA_ITEMS_SKIP`: never processed, stamped or journaled), `already_done` (a
+/// resume's document the journal shows finished), and for a scoped run (`SCRINALIA_ITEMS_ONLY`, which narrows the
+/// pending set) each id of the scope it does not get to, `not_pending` or `over_limit`. Failed documents do not
+/// fail the run: it exits 0 and its result counts them, by class.
 pub fn run(
     task: Task,
     invocation: &Invocation,
@@ -127,11 +143,14 @@ pub fn run(
         Ok(start) => start,
         Err(sentence) => return Ok(refused(name, &sentence)),
     };
+    let lists = ItemLists::of(invocation)?;
     let mut stage = Stage::open(task, data, now)?;
+    // A fresh worklist: the pending documents of the scope, less the quarantined ones, at most `limit`.
     let mut pending = stage.pending();
-    if limit > 0 {
-        pending.truncate(limit);
-    }
+    pending.retain(|id| !lists.out_of_scope(id));
+    let quarantined_now: Vec<String> = pending.iter().filter(|id| lists.skips(id)).cloned().collect();
+    pending.retain(|id| !lists.skips(id));
+    let beyond_limit = if limit > 0 && pending.len() > limit { pending.split_off(limit) } else { Vec::new() };
     let run_id = invocation.run_id.as_deref();
     let plan = match Plan::settle(data, name, run_id, start, pending, now) {
         Ok(plan) => plan,
@@ -145,13 +164,53 @@ pub fn run(
     for note in &plan.notes {
         eprintln!("{name}: {note}");
     }
-    let Plan { documents, worklist_of, from, finished, continues, .. } = plan;
+    let Plan { documents, worklist_of, drawn_now, from, finished, continues, .. } = plan;
     let total = documents.len();
     let shown_id = run_id.unwrap_or("none");
     let reference = config.source.as_ref().and_then(|s| s.reference.as_deref());
     let source = reference.map(|r| format!(" from {r}")).unwrap_or_default();
-    let work = continues.unwrap_or_else(|| format!("{total} of {} documents pending", stage.seen()));
+    let work = continues.unwrap_or_else(|| match quarantined_now.len() {
+        0 => format!("{total} of {} documents pending", stage.seen()),
+        left_out => format!("{total} of {} documents pending, {left_out} quarantined left out", stage.seen()),
+    });
     eprintln!("{name}: run {shown_id} starts: {work}, batches of {batch_size}, {}{source}", config.model_name());
+    if let Some(only) = &lists.only {
+        eprintln!("{name}: scoped to {} documents ({ITEMS_ONLY_ENV})", only.len());
+    }
+    if !lists.skip.is_empty() {
+        eprintln!("{name}: quarantined, to be left untouched ({ITEMS_SKIP_ENV}): {} documents", lists.skip.len());
+    }
+
+    // What this run does not get to, said first: the quarantined documents a fresh worklist left out, and the
+    // ids of its scope that are not in its worklist.
+    let mut items = Items::default();
+    if drawn_now {
+        for id in &quarantined_now {
+            items.quarantined(name, id);
+        }
+    }
+    if let Some(only) = &lists.only {
+        let listed: BTreeSet<&str> = documents.iter().map(String::as_str).collect();
+        let reported: BTreeSet<&str> =
+            if drawn_now { quarantined_now.iter().map(String::as_str).collect() } else { BTreeSet::new() };
+        for id in only.iter().filter(|id| !listed.contains(id.as_str()) && !reported.contains(id.as_str())) {
+            if drawn_now && beyond_limit.contains(id) {
+                let sentence = format!("It is pending, but beyond this run's limit of {limit} documents.");
+                items.skipped(id, "over_limit", sentence);
+            } else {
+                let sentence = if drawn_now {
+                    format!(
+                        "It is not pending for {name}: it has not arrived, the workers {name} reads from have not \
+                         stamped it, or {name} has stamped it already."
+                    )
+                } else {
+                    "It is not in the worklist this run continues.".to_owned()
+                };
+                items.skipped(id, "not_pending", sentence);
+            }
+        }
+    }
+    items.flush(out)?;
     out.progress(from, total, Some(if from > 0 { "resuming" } else { "starting" }))?;
 
     let context = Context { data: data.to_path_buf(), options: options.clone(), config, now };
@@ -170,12 +229,23 @@ pub fn run(
                 break;
             }
             position += 1;
+            if lists.out_of_scope(id) {
+                // A resumed or restarted worklist holds documents outside this run's scope: not its items.
+                continue;
+            }
             if finished.contains(id) {
                 skipped += 1;
                 eprintln!("{name}: skipped {id}: the results journal shows it finished in this worklist already");
+                let sentence = "The results journal shows it finished in this worklist already.".to_owned();
+                items.skipped(id, "already_done", sentence);
                 continue;
             }
-            match stage.item(id).and_then(|item| task.process(&item, &context)) {
+            if lists.skips(id) {
+                items.quarantined(name, id);
+                continue;
+            }
+            let done = stage.item(id).map_err(|e| Failure { class: "unreadable", sentence: format!("{e:#}.") });
+            match done.and_then(|item| task.process(&item, &context).map_err(failure)) {
                 Ok(outcome) => {
                     stage.own.stamp(id, outcome.record);
                     stamped.push(json!({
@@ -184,11 +254,13 @@ pub fn run(
                     }));
                     *tally.entry(outcome.tally).or_default() += 1;
                     processed += 1;
+                    items.succeeded(id);
                     eprintln!("{name}: processed {id}");
                 }
-                Err(error) => {
+                Err(Failure { class, sentence }) => {
                     failed += 1;
-                    eprintln!("{name}: failed {id}: {error:#}");
+                    eprintln!("{name}: failed {id} ({class}): {sentence}");
+                    items.failed(id, class, sentence);
                 }
             }
             if let Some(signal) = stop.sleep(delay) {
@@ -196,9 +268,11 @@ pub fn run(
                 break;
             }
         }
-        // The stamps first, then the journal that proves them, then the checkpoint that relies on both.
+        // The stamps first, then the journal that proves them, then the batch's items, then the checkpoint that
+        // relies on all of them.
         stage.own.save()?;
         journal.append(&stamped)?;
+        items.flush(out)?;
         if let Some(worklist_of) = worklist_of.as_ref().filter(|_| position > checkpointed) {
             out.checkpoint(&Checkpoint { worklist_of: worklist_of.clone(), done: position }.json())?;
             checkpointed = position;
@@ -215,6 +289,7 @@ pub fn run(
     if skipped > 0 {
         result["skipped"] = json!(skipped);
     }
+    items.count_into(&mut result);
     if let Some(signal) = stopped {
         result["stopped"] = json!(signal.as_str());
         out.result(result)?;
@@ -225,9 +300,74 @@ pub fn run(
         return Ok(stop::exit_status(signal));
     }
     out.result(result)?;
-    eprintln!("{name}: run {shown_id} done: {processed} processed, {failed} failed");
-    // Documents that failed are counted in the result; the run itself succeeded.
+    let quarantined = items.skipped.get("quarantined").copied().unwrap_or(0);
+    eprintln!(
+        "{name}: run {shown_id} done: {processed} processed, {failed} failed, {quarantined} quarantined untouched"
+    );
+    // Documents that failed are counted in the result and reported as items; the run itself succeeded.
     Ok(0)
+}
+
+/// A task's error as a failed item: a [`Failure`] as it is, anything else of class `error`.
+fn failure(error: anyhow::Error) -> Failure {
+    match error.downcast::<Failure>() {
+        Ok(failure) => failure,
+        Err(error) => Failure { class: "error", sentence: format!("{error:#}.") },
+    }
+}
+
+/// The item lines of a run, held until what they say is kept, and their counts for its result.
+#[derive(Debug, Default)]
+struct Items {
+    /// (id, outcome, class, error), not printed yet.
+    waiting: Vec<(String, &'static str, Option<&'static str>, Option<String>)>,
+    /// Failed items by class.
+    failures: BTreeMap<&'static str, usize>,
+    /// Skipped items by class.
+    skipped: BTreeMap<&'static str, usize>,
+}
+
+impl Items {
+    fn succeeded(&mut self, id: &str) {
+        self.waiting.push((id.to_owned(), "succeeded", None, None));
+    }
+
+    fn failed(&mut self, id: &str, class: &'static str, sentence: String) {
+        *self.failures.entry(class).or_default() += 1;
+        self.waiting.push((id.to_owned(), "failed", Some(class), Some(sentence)));
+    }
+
+    fn skipped(&mut self, id: &str, class: &'static str, sentence: String) {
+        *self.skipped.entry(class).or_default() += 1;
+        self.waiting.push((id.to_owned(), "skipped", Some(class), Some(sentence)));
+    }
+
+    /// A quarantined document, left untouched.
+    fn quarantined(&mut self, name: &str, id: &str) {
+        eprintln!("{name}: skipped {id}: it is quarantined ({ITEMS_SKIP_ENV}), so it is left untouched");
+        self.skipped(id, "quarantined", "It is quarantined, so this run left it untouched.".to_owned());
+    }
+
+    /// Prints the waiting lines.
+    fn flush(&mut self, out: &mut Protocol<impl Write>) -> anyhow::Result<()> {
+        for (id, outcome, class, error) in self.waiting.drain(..) {
+            out.item(&id, outcome, class, error.as_deref())?;
+        }
+        Ok(())
+    }
+
+    /// Adds the counts a result shows: `failures` by class, and `quarantined`, `not_pending` and `over_limit`
+    /// (`already_done` is the result's `skipped`), each only when there are some.
+    fn count_into(&self, result: &mut Value) {
+        if !self.failures.is_empty() {
+            result["failures"] = json!(self.failures);
+        }
+        for class in ["quarantined", "not_pending", "over_limit"] {
+            if let Some(count) = self.skipped.get(class) {
+                result[class] = json!(count);
+            }
+        }
+    }
 }
 
 /// Says on stderr why the run cannot start as asked; the exit status.

@@ -1,6 +1,12 @@
 //! The demo documents: small letters in five languages, each generated from its number, the same text on every
 //! machine every time. Document `n` is what arrives in staging `n`-th (`staging.rs` says when); the archive keeps
 //! a copy of each one transferred (`archive/doc-NNNN.json`).
+//!
+//! Two of them are **poison documents** for the summaries: [`EMPTY_LETTER`] (`doc-0024`), whose scan gave no OCR
+//! text (an empty body), and [`LONG_LETTER`] (`doc-0027`), a letter of [`LONG_LETTER_PAGES`] pages, longer than
+//! the summaries' model can read at once. `summarize` fails them on every run (`ocr_empty`, `ctx_overflow`; see
+//! `task.rs`), so they stay pending for it; every other worker handles them like any letter. They arrive after
+//! the twenty documents there at first (80 and 140 seconds into the demo), so a run over those twenty has none.
 
 use std::path::PathBuf;
 
@@ -12,6 +18,18 @@ pub const DATA_ENV: &str = "SCRINALIA_DEMO_DATA";
 /// The data folder: `$SCRINALIA_DEMO_DATA`, or `data/demo` relative to the working directory.
 pub fn data_dir() -> PathBuf {
     std::env::var_os(DATA_ENV).filter(|v| !v.is_empty()).map_or_else(|| PathBuf::from("data/demo"), PathBuf::from)
+}
+
+/// The number of the letter whose OCR text is empty: the summaries fail it with `ocr_empty`.
+pub const EMPTY_LETTER: usize = 24;
+/// The number of the letter too long for the summaries' model: they fail it with `ctx_overflow`.
+pub const LONG_LETTER: usize = 27;
+/// How many pages the long letter has (four sentences a page).
+pub const LONG_LETTER_PAGES: usize = 150;
+
+/// The id of document `n` (1-based): `doc-0007`.
+pub fn id(n: usize) -> String {
+    format!("doc-{n:04}")
 }
 
 /// One document.
@@ -122,7 +140,7 @@ pub fn generate(n: usize) -> Document {
     let (_, sentences) = TEMPLATES[language];
     let (p, l, o) = (PEOPLE[pick(PEOPLE.len())], PLACES[pick(PLACES.len())], ORGS[pick(ORGS.len())]);
     let (t, x, y) = (TOPICS[pick(TOPICS.len())], THINGS[pick(THINGS.len())], 1820 + pick(90));
-    let fill = |s: &str| {
+    let fill = |s: &str, x: &str, y: usize| {
         s.replace("{p}", p)
             .replace("{l}", l)
             .replace("{o}", o)
@@ -132,12 +150,23 @@ pub fn generate(n: usize) -> Document {
     };
     // Every thirteenth letter is a fragment of one sentence, which the quality validator flags.
     let count = if n.is_multiple_of(13) { 1 } else { 2 + pick(3) };
-    let body: Vec<String> = sentences.iter().take(count).map(|s| fill(s)).collect();
+    let mut body: Vec<String> = sentences.iter().take(count).map(|s| fill(s, x, y)).collect();
+    if n == EMPTY_LETTER {
+        // The scan gave no text: only the catalogue's title is known.
+        body.clear();
+    } else if n == LONG_LETTER {
+        // Page after page about the same place, each page about another delivery in another year.
+        body.clear();
+        for _ in 0..LONG_LETTER_PAGES {
+            let (x, y) = (THINGS[pick(THINGS.len())], 1820 + pick(90));
+            body.extend(sentences.iter().map(|s| fill(s, x, y)));
+        }
+    }
     let mut title: String = t.to_owned();
     if let Some(first) = title.get_mut(0..1) {
         first.make_ascii_uppercase();
     }
-    Document { id: format!("doc-{n:04}"), title: format!("{title} of {l}, {y}"), body: body.join(" "), arrived_at: 0 }
+    Document { id: id(n), title: format!("{title} of {l}, {y}"), body: body.join(" "), arrived_at: 0 }
 }
 
 #[cfg(test)]
@@ -150,5 +179,18 @@ mod tests {
         assert_ne!(generate(7).body, generate(8).body);
         assert_eq!(generate(13).body.matches('.').count(), 1);
         assert_eq!(generate(60).id, "doc-0060");
+    }
+
+    #[test]
+    fn the_poison_letters_are_one_without_text_and_one_of_many_pages() {
+        let empty = generate(EMPTY_LETTER);
+        assert_eq!((empty.id.as_str(), empty.body.as_str()), ("doc-0024", ""));
+        assert!(!empty.title.is_empty(), "the catalogue still knows its title");
+        let long = generate(LONG_LETTER);
+        assert_eq!(long.id, "doc-0027");
+        assert_eq!(long.body.matches(['.', '!', '?']).count(), 4 * LONG_LETTER_PAGES);
+        assert!(crate::text::words(&long.body).len() > 5_000, "{} words", crate::text::words(&long.body).len());
+        let neighbours = [generate(LONG_LETTER - 1), generate(LONG_LETTER + 1)];
+        assert!(neighbours.iter().all(|d| d.body.len() < 1_000), "the others are short letters");
     }
 }

@@ -3,7 +3,9 @@
 //! against the options the worker declares (`options.rs`), so a typo or a value out of bounds fails loudly
 //! (exit 2) instead of being ignored. What a run continues comes from the environment only:
 //! `SCRINALIA_CHECKPOINT` (a resume: the JSON text of the earlier run's last checkpoint) or `SCRINALIA_RESTART_OF`
-//! (a restart: the earlier run's id); the worker decides what they mean.
+//! (a restart: the earlier run's id); the worker decides what they mean. So do the item lists of a run:
+//! `SCRINALIA_ITEMS_ONLY` (its scope) and `SCRINALIA_ITEMS_SKIP` (the quarantined items), each the path of a file of
+//! one id per line (`item_lists.rs` reads them).
 
 use std::{collections::BTreeMap, fmt};
 
@@ -92,6 +94,10 @@ pub struct Invocation {
     pub checkpoint: Option<String>,
     /// `SCRINALIA_RESTART_OF`: the id of the run a restarted run starts over.
     pub restart_of: Option<String>,
+    /// `SCRINALIA_ITEMS_ONLY`: the path of the file of the item ids a scoped run processes (unread).
+    pub items_only: Option<String>,
+    /// `SCRINALIA_ITEMS_SKIP`: the path of the file of the quarantined item ids a run must skip (unread).
+    pub items_skip: Option<String>,
 }
 
 /// The environment variable holding the checkpoint a resumed run starts from.
@@ -99,6 +105,12 @@ pub const CHECKPOINT_ENV: &str = "SCRINALIA_CHECKPOINT";
 
 /// The environment variable naming the run a restarted run starts over.
 pub const RESTART_OF_ENV: &str = "SCRINALIA_RESTART_OF";
+
+/// The environment variable naming the file of a scoped run's item ids.
+pub const ITEMS_ONLY_ENV: &str = "SCRINALIA_ITEMS_ONLY";
+
+/// The environment variable naming the file of the item ids a run must skip (quarantined).
+pub const ITEMS_SKIP_ENV: &str = "SCRINALIA_ITEMS_SKIP";
 
 /// The flags every worker accepts besides its options.
 const COMMON_FLAGS: [&str; 5] = ["run-id", "engine", "preset", "model", "endpoint"];
@@ -166,6 +178,8 @@ impl Invocation {
             options,
             checkpoint: env(CHECKPOINT_ENV).filter(|v| !v.is_empty()),
             restart_of: env(RESTART_OF_ENV).filter(|v| !v.is_empty()),
+            items_only: env(ITEMS_ONLY_ENV).filter(|v| !v.is_empty()),
+            items_skip: env(ITEMS_SKIP_ENV).filter(|v| !v.is_empty()),
         })
     }
 }
@@ -223,10 +237,13 @@ mod tests {
         let env = |name: &str| match name {
             CHECKPOINT_ENV => Some("{\"done\": 4}".to_owned()),
             RESTART_OF_ENV => Some(String::new()),
+            ITEMS_ONLY_ENV => Some("/tmp/only".to_owned()),
+            ITEMS_SKIP_ENV => Some(String::new()),
             _ => None,
         };
         let i = Invocation::parse(&args, |_| Some(SPECS), env).expect("parses");
         assert_eq!((i.checkpoint.as_deref(), i.restart_of), (Some("{\"done\": 4}"), None), "empty is unset");
+        assert_eq!((i.items_only.as_deref(), i.items_skip), (Some("/tmp/only"), None));
         let i = parse(&["w", "run"]).expect("parses");
         assert_eq!((i.checkpoint, i.restart_of), (None, None));
     }

@@ -7,6 +7,7 @@ mod archive;
 mod config;
 mod corpus;
 mod invocation;
+mod item_lists;
 mod options;
 mod pipeline;
 mod probe;

@@ -1,8 +1,13 @@
 //! The nine archive workers as tasks over one document each: their names, their stamps, which earlier
 //! workers' stamps each one reads (its inputs), and what it records. The loop that feeds them documents is in
 //! `archive.rs`; their declared options and engines are in `registry.rs`.
+//!
+//! A task fails a document it cannot handle with a [`Failure`]: a class and a sentence, which the run reports as
+//! a failed item. The summaries fail a letter whose OCR text is empty (`ocr_empty`) and one longer than their
+//! model's context (`ctx_overflow`); the corpus's two poison documents (`corpus.rs`) are such letters, so they
+//! fail on every run.
 
-use std::{fs, path::PathBuf};
+use std::{fmt, fs, path::PathBuf};
 
 use anyhow::Context as _;
 use serde_json::{Value, json};
@@ -40,6 +45,28 @@ pub struct Outcome {
     /// The bucket the document is counted in for the run's result (a language, a verdict, a cluster, …).
     pub tally: String,
 }
+
+/// Why a task could not handle a document: a short machine word (`ocr_empty`) and a sentence. The same document
+/// fails the same way on every run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// Matches `^[a-z][a-z0-9_]{0,31}$`, by which failures are counted.
+    pub class: &'static str,
+    /// What went wrong, as a sentence.
+    pub sentence: String,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.sentence)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+/// How many words of a letter the summaries' model reads at once (its context, a word counted as a token): a
+/// longer letter cannot be summarised whole, and the summaries fail it rather than summarise a part of it.
+pub const CONTEXT_WORDS: usize = 4_096;
 
 /// What a task needs besides the document.
 #[derive(Debug, Clone)]
@@ -115,6 +142,14 @@ impl Task {
         }
     }
 
+    /// `describe`'s `capabilities`. Every archive worker goes through the same loop (`archive.rs`), which
+    /// reports an item line per document, processes only its scope (`SCRINALIA_ITEMS_ONLY`), leaves the
+    /// quarantined documents (`SCRINALIA_ITEMS_SKIP`) untouched, and prints a checkpoint after each batch (given a
+    /// run id, as the daemon always gives one). None of them takes a shard.
+    pub fn capabilities(self) -> Value {
+        json!({ "items": true, "scope": true, "checkpoints": true })
+    }
+
     /// The name of the result field that counts documents by their [`Outcome::tally`].
     pub fn tally_name(self) -> &'static str {
         match self {
@@ -168,6 +203,7 @@ impl Task {
                 outcome(json!({ "cluster": cluster, "entities": entities, "model": model }), cluster)
             }
             Self::Summarize => {
+                summarizable(document)?;
                 let summary = text::summary(&document.body, options.count("max_chars"));
                 let tally = if summary.ends_with('…') { "shortened" } else { "whole sentence" };
                 outcome(json!({ "summary": summary, "language": language, "model": model }), tally.to_owned())
@@ -181,6 +217,28 @@ impl Task {
             Self::QualityValidator => validate(item, options.count("min_words"), &context.config),
         }
     }
+}
+
+/// Whether the summaries' model can read `document` whole: it has an OCR text, and one that fits its context.
+fn summarizable(document: &Document) -> Result<(), Failure> {
+    if document.body.trim().is_empty() {
+        return Err(Failure {
+            class: "ocr_empty",
+            sentence: format!("The OCR text of {} is empty, so there is nothing to summarise.", document.id),
+        });
+    }
+    let words = text::words(&document.body).len();
+    if words > CONTEXT_WORDS {
+        return Err(Failure {
+            class: "ctx_overflow",
+            sentence: format!(
+                "{} has {words} words, more than the {CONTEXT_WORDS} the model's context holds, so it cannot be \
+                 summarised whole.",
+                document.id
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The strings of the array `key` of a stamp's record.

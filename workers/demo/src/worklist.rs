@@ -11,7 +11,8 @@
 //!   …}`, appended in one write and synced: the proof of what was processed, as durable as the stamps. A document
 //!   that failed is not in it (it stays pending).
 //! - **The checkpoint**, printed after the journal line: `{"checkpoint": {"worklist_of": <run id>, "done": n}}`:
-//!   the first `n` documents of that list are finished (stamped, or failed and left pending).
+//!   the first `n` documents of that list are finished (stamped, or failed and left pending, or skipped:
+//!   quarantined, or outside the run's scope).
 //!
 //! A resume (`SCRINALIA_CHECKPOINT` holds that checkpoint) continues the list at `done`: documents of the list
 //! only, never ones that arrived since, and never one the journal already shows finished in the same pass (a run
@@ -184,6 +185,9 @@ pub struct Plan {
     pub documents: Vec<String>,
     /// Its id, the checkpoints' `worklist_of`; `None` when the run prints no checkpoints.
     pub worklist_of: Option<String>,
+    /// Whether the worklist is the documents pending now (a fresh run, or a restart whose list is lost) rather
+    /// than an earlier run's.
+    pub drawn_now: bool,
     /// The index of the first document to do (a resume's `done`, else 0).
     pub from: usize,
     /// Documents of the list the journal shows finished in this pass already (a resume's), skipped.
@@ -218,6 +222,7 @@ impl Plan {
         let fresh = |documents: Vec<String>, notes: Vec<String>| Self {
             documents,
             worklist_of: own.map(str::to_owned),
+            drawn_now: true,
             from: 0,
             finished: BTreeSet::new(),
             continues: None,
@@ -246,6 +251,7 @@ impl Plan {
                 let plan = Self {
                     documents: list.documents,
                     worklist_of: Some(worklist_of),
+                    drawn_now: false,
                     from: done,
                     finished,
                     continues: Some(continues),
@@ -257,6 +263,7 @@ impl Plan {
                 Some(list) => {
                     let size = list.documents.len();
                     let mut plan = fresh(list.documents, notes);
+                    plan.drawn_now = false;
                     plan.continues =
                         Some(format!("starts over the worklist of run {earlier}: all {size} documents again"));
                     (plan, Some(earlier))
