@@ -36,3 +36,48 @@ create table run_item_counts (
     count    bigint not null,
     primary key (run_id, outcome, class)
 );
+
+-- Quarantine streaks: for each (worker, item id), in how many consecutive runs of the worker that reported the
+-- item it failed. The end of every run updates them in the transaction that ends it: a failure adds one (not
+-- again for a resume of the run that already counted it), a success deletes the row, a skip or a run that did
+-- not report the item changes nothing. An item whose streak reaches the worker's `quarantine_after` (read from
+-- the catalogue when the quarantine is read, so that turning it on or changing it acts at once) is quarantined;
+-- a release sets the streak back to 0, audited below. The last three errors are kept here because item rows
+-- go with their runs. No foreign key to the runs: a streak outlives the retention of the runs that made it.
+create table item_streaks (
+    worker          text not null,
+    item_id         text not null,
+    failures        bigint not null,
+    last_run        uuid not null,
+    last_failed_at  timestamptz not null default now(),
+    run_1 uuid, class_1 text, error_1 text,
+    run_2 uuid, class_2 text, error_2 text,
+    run_3 uuid, class_3 text, error_3 text,
+    primary key (worker, item_id)
+);
+create index item_streaks_by_failures on item_streaks (worker, failures);
+
+-- Releases from quarantine: one item, or every quarantined item of a worker (`item_id` null), who and why.
+create table quarantine_releases (
+    id          bigserial primary key,
+    worker      text not null,
+    item_id     text,
+    released    bigint not null,
+    actor       text not null,
+    reason      text not null,
+    at          timestamptz not null default now()
+);
+create index quarantine_releases_by_worker on quarantine_releases (worker, id desc);
+
+-- The scope of a rerun of a run's failures (`follows_as = 'rerun_failed'`): the item ids its worker is given in
+-- `SCRINALIA_ITEMS_ONLY`.
+create table run_scopes (
+    run_id   uuid not null references worker_runs (id) on delete cascade,
+    item_id  text not null,
+    primary key (run_id, item_id)
+);
+
+alter table worker_runs drop constraint worker_runs_follows_as_known;
+alter table worker_runs add constraint worker_runs_follows_as_known
+    check (follows_as in ('resume', 'restart', 'rerun', 'rerun_failed')) not valid;
+alter table worker_runs validate constraint worker_runs_follows_as_known;

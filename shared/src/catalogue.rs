@@ -62,6 +62,10 @@ pub struct WorkerSpec {
     /// The labels a daemon must advertise (`daemon.labels`, or its host name) to take its runs.
     #[serde(default)]
     pub labels: Vec<String>,
+    /// After how many runs in a row that reported an item failed the item is quarantined: later runs are given
+    /// it to skip (`SCRINALIA_ITEMS_SKIP`) until an operator releases it. None: no quarantine.
+    #[serde(default)]
+    pub quarantine_after: Option<u32>,
 }
 
 /// A resource that runs of several workers share, such as one model server: at most `capacity` runs hold it
@@ -223,6 +227,12 @@ impl Catalogue {
             }
             if worker.command.first().is_none_or(|c| c.trim().is_empty()) {
                 push(format!("{at}.command"), format!("worker {:?} has an empty command", worker.name));
+            }
+            if worker.quarantine_after == Some(0) {
+                push(
+                    format!("{at}.quarantine_after"),
+                    "must be at least 1 (leave it out for no quarantine)".to_owned(),
+                );
             }
             if worker.timeout_seconds == 0 {
                 push(format!("{at}.timeout_seconds"), "the timeout must be at least one second".to_owned());

@@ -86,6 +86,7 @@ pub(crate) fn catalogue() -> crate::Catalogue {
         retry: None,
         resources: Vec::new(),
         labels: Vec::new(),
+        quarantine_after: None,
     };
     crate::Catalogue::new(vec![worker], Default::default()).expect("a valid catalogue")
 }

@@ -233,6 +233,12 @@ impl Gatherer {
         }
     }
 
+    /// Keeps the successes of `ids` one by one whatever the bound: they have a failure streak under way, which
+    /// the run's end closes only for the successes it finds stored.
+    pub fn watch(&mut self, ids: impl IntoIterator<Item = String>) {
+        self.unsettled.extend(ids);
+    }
+
     /// How many lines wait to be written.
     pub fn pending(&self) -> i64 {
         self.lines

@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod names;
 pub mod overrides;
 pub mod pipelines;
+pub mod quarantine;
 pub mod queue;
 pub mod resolve;
 pub mod resources;

@@ -332,6 +332,7 @@ mod tests {
             retry: None,
             resources: Vec::new(),
             labels: Vec::new(),
+            quarantine_after: None,
         };
         Catalogue::new(
             vec![worker("tag-suggest", None), worker("quality-validator", Some("It comes from the LLM_CHECK rule."))],

@@ -14,6 +14,7 @@ mod follow;
 mod placement;
 mod resolved;
 mod resolver;
+mod scoped;
 mod waiting;
 
 pub use diff::config_changes;

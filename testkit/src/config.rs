@@ -117,6 +117,7 @@ pub fn worker(name: &str, command: &[&str]) -> WorkerSpec {
         retry: None,
         resources: Vec::new(),
         labels: Vec::new(),
+        quarantine_after: None,
     }
 }
 

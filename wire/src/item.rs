@@ -87,3 +87,79 @@ pub struct ItemPage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_after: Option<String>,
 }
+
+/// One of the last errors of a quarantined item: the run that reported it, its class and its error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ItemError {
+    /// The run that reported the failure.
+    pub run_id: uuid::Uuid,
+    /// Its class, when given.
+    #[serde(default)]
+    pub class: Option<String>,
+    /// Its error, when given.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// An item of a worker that failed in `quarantine_after` runs in a row: later runs are given it to skip.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QuarantinedItem {
+    /// The document's id.
+    pub id: String,
+    /// In how many runs in a row it failed.
+    pub failures: i64,
+    /// When it last failed.
+    pub last_failed_at: chrono::DateTime<chrono::Utc>,
+    /// Its last three errors, newest first.
+    pub errors: Vec<ItemError>,
+}
+
+/// A release from quarantine: one item, or all of a worker's (`item` absent), who released how many and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QuarantineRelease {
+    /// The worker.
+    pub worker: String,
+    /// The item released; absent when every quarantined item was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item: Option<String>,
+    /// How many items were released.
+    pub released: i64,
+    /// Who released them.
+    pub actor: String,
+    /// Why.
+    pub reason: String,
+    /// When.
+    pub at: chrono::DateTime<chrono::Utc>,
+}
+
+/// `GET /api/workers/{name}/quarantine`: a worker's quarantined items and the releases of its quarantine.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QuarantineView {
+    /// The worker.
+    pub worker: String,
+    /// After how many failing runs in a row an item is quarantined; absent when the worker has no quarantine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantine_after: Option<u32>,
+    /// How many items are quarantined.
+    pub quarantined: i64,
+    /// The quarantined items (at most 500), in id order.
+    pub items: Vec<QuarantinedItem>,
+    /// The last releases, newest first.
+    pub releases: Vec<QuarantineRelease>,
+}
+
+/// `POST /api/workers/{name}/quarantine/release`: release one item (`item`) or all of them, with a reason.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReleaseBody {
+    /// The item to release; every quarantined item of the worker when absent.
+    #[serde(default)]
+    pub item: Option<String>,
+    /// Why (required): kept in the audit trail.
+    #[serde(default)]
+    pub reason: Option<String>,
+}

@@ -34,7 +34,10 @@ pub use diff::{ConfigChange, Origin};
 pub use engine::Engine;
 pub use error::ErrorBody;
 pub use health::{Check, HealthView, Status, StatusBody};
-pub use item::{ItemCount, ItemPage, ItemSummary, RunItem};
+pub use item::{
+    ItemCount, ItemError, ItemPage, ItemSummary, QuarantineRelease, QuarantineView, QuarantinedItem, ReleaseBody,
+    RunItem,
+};
 pub use overrides::{AuditEntry, AuditView, Override, OverrideAction, OverrideChange, OverrideView};
 pub use pipeline::{PipelineRun, PipelineRunView, PipelineState, PipelineView, StartPipeline};
 pub use queue::QueueCount;
@@ -50,8 +53,8 @@ pub use schedule::{
 };
 pub use waiting::{WaitCode, Waiting};
 pub use worker::{
-    Chore, ChoreKind, ChoreRequested, Declared, Description, EngineSource, OptionSpec, OptionType, Readiness,
-    WorkerDescription,
+    Capabilities, Chore, ChoreKind, ChoreRequested, Declared, Description, EngineSource, OptionSpec, OptionType,
+    Readiness, WorkerDescription,
     view::{WorkerView, WorkersView},
 };
 

@@ -146,10 +146,14 @@ pub enum FollowKind {
     Restart,
     /// It runs again with the earlier run's explicit arguments, resolved with today's overrides and defaults.
     Rerun,
+    /// As a rerun, scoped to the items the earlier run reported failed (given to its worker in
+    /// `SCRINALIA_ITEMS_ONLY`).
+    #[serde(rename = "rerun_failed")]
+    RerunFailed,
 }
 
 impl Named for FollowKind {
-    const ALL: &'static [Self] = &[Self::Resume, Self::Restart, Self::Rerun];
+    const ALL: &'static [Self] = &[Self::Resume, Self::Restart, Self::Rerun, Self::RerunFailed];
     const NOUN: &'static str = "a way to continue a run";
     const PLURAL: &'static str = "the ways";
 
@@ -158,6 +162,7 @@ impl Named for FollowKind {
             Self::Resume => "resume",
             Self::Restart => "restart",
             Self::Rerun => "rerun",
+            Self::RerunFailed => "rerun_failed",
         }
     }
 }

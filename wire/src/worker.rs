@@ -142,6 +142,28 @@ pub struct Description {
     /// What the code declares; `None` for a worker that only reports its engine.
     #[serde(default)]
     pub declared: Option<Declared>,
+    /// What the worker can do beyond running (docs/worker-protocol.md, "describe"); `None` for a worker that
+    /// does not say, which then can do none of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Capabilities>,
+}
+
+/// What a worker says it can do beyond running, in `describe`: each absent key is false.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(default)]
+pub struct Capabilities {
+    /// It reports each document's outcome (`item` lines).
+    pub items: bool,
+    /// It takes a scope: only the items named in `SCRINALIA_ITEMS_ONLY`.
+    pub scope: bool,
+    /// It takes a shard (`SCRINALIA_SHARD=i/N`).
+    pub shards: bool,
+    /// It reports checkpoints and resumes from one.
+    pub checkpoints: bool,
+    /// It yields at its next checkpoint when asked (SIGUSR1).
+    #[serde(rename = "yield")]
+    pub yields: bool,
 }
 
 /// A worker's last description as stored by the daemon that took it.

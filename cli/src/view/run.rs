@@ -132,6 +132,7 @@ pub fn lineage(detail: &RunDetail, now: DateTime<Utc>) -> Vec<(&'static str, Str
             FollowKind::Resume => "from its last checkpoint",
             FollowKind::Restart => "from nothing",
             FollowKind::Rerun => "with today's configuration",
+            FollowKind::RerunFailed => "only the items it reported failed",
         };
         lines.push(("continues", format!("run {earlier} ({how}, {from})")));
     }
@@ -140,6 +141,7 @@ pub fn lineage(detail: &RunDetail, now: DateTime<Utc>) -> Vec<(&'static str, Str
             Some(FollowKind::Resume) => "resumed by",
             Some(FollowKind::Restart) => "restarted by",
             Some(FollowKind::Rerun) => "rerun as",
+            Some(FollowKind::RerunFailed) => "its failures rerun as",
             None => "retried by",
         };
         lines.push((by, format!("{} (attempt {}, {})", next.id, next.attempt, next.state)));

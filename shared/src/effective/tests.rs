@@ -34,6 +34,7 @@ fn catalogue() -> (Catalogue, WorkerSpec) {
         retry: None,
         resources: Vec::new(),
         labels: Vec::new(),
+        quarantine_after: None,
     };
     let catalogue = Catalogue::new(vec![worker.clone()], [("ollama".into(), engine)].into()).expect("valid");
     (catalogue, worker)

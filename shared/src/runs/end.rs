@@ -58,14 +58,17 @@ pub(crate) async fn recover_expired(db: &Database) -> db::Result<Vec<Run>> {
 }
 
 /// What follows the end of `ended`, in the transaction `tx` that ended it: the webhook event its outcome is,
-/// the release of its resource slots (free for the next claim the moment the end commits), its retry, and its
-/// pipeline's next step.
+/// the release of its resource slots (free for the next claim the moment the end commits), its items' failure
+/// streaks, its retry (with its scope, for a rerun of failures), and its pipeline's next step.
 pub(crate) async fn follow(tx: &mut Tx, ended: &Run) -> db::Result<()> {
     webhooks::record_event(tx, ended).await?;
     db::resources::release(&mut *tx, ended.id).await?;
+    let resumed = ended.follows.filter(|_| ended.follows_as == Some(crate::FollowKind::Resume));
+    db::quarantine::settle(tx, ended.id, &ended.worker, resumed).await?;
     if let Some(retry) = retry_of(ended, rand::random::<f64>()) {
         let new = retry.new_run(ended);
         if let Some(requested) = db::runs::insert(&mut *tx, &new).await? {
+            db::quarantine::copy_scope(tx, ended.id, requested.id).await?;
             tracing::info!(run_id = %requested.id, retry_of = %ended.id, worker = %ended.worker,
                 attempt = requested.attempt, not_before = ?requested.not_before, "retry requested");
         }

@@ -1,6 +1,7 @@
 //! Continuing a run that ended, as a new run linked to it: *resume* (from its last checkpoint, with its
 //! configuration), *restart* (from nothing, with its configuration) and *rerun* (its explicit arguments resolved
-//! with today's overrides and defaults). A run is resumed or restarted at most once (the database refuses a
+//! with today's overrides and defaults; a rerun of the failures is one scoped to the items the run reported
+//! failed). A run is resumed or restarted at most once (the database refuses a
 //! second), so two people, or a person and the retry policy, cannot both continue it.
 
 use uuid::Uuid;
@@ -37,6 +38,12 @@ pub enum FollowError {
         /// How.
         how: FollowKind,
     },
+    /// The run reported no failed items, so a rerun of its failures has nothing to do.
+    #[error("Run {0} reported no failed items, so there are no failures to rerun.")]
+    NoFailures(Uuid),
+    /// The worker cannot be given a scope.
+    #[error("{0}")]
+    NoScope(String),
     /// The new run could not be requested (its worker is gone from the catalogue, has a run in flight, or its
     /// arguments no longer resolve).
     #[error(transparent)]
@@ -53,14 +60,14 @@ fn done(how: FollowKind) -> &'static str {
     match how {
         FollowKind::Resume => "resumed",
         FollowKind::Restart => "restarted",
-        FollowKind::Rerun => "rerun",
+        FollowKind::Rerun | FollowKind::RerunFailed => "rerun",
     }
 }
 
 fn allowed(how: FollowKind) -> &'static str {
     match how {
         FollowKind::Resume | FollowKind::Restart => "only an interrupted or failed run can be resumed or restarted.",
-        FollowKind::Rerun => "only a run that ended can be rerun.",
+        FollowKind::Rerun | FollowKind::RerunFailed => "only a run that ended can be rerun.",
     }
 }
 
@@ -81,7 +88,7 @@ impl Store {
             FollowKind::Resume | FollowKind::Restart => {
                 matches!(original.state, RunState::Interrupted | RunState::Failed)
             }
-            FollowKind::Rerun => original.state.is_terminal(),
+            FollowKind::Rerun | FollowKind::RerunFailed => original.state.is_terminal(),
         };
         if !takes {
             return Err(FollowError::WrongState { run_id: id, state: original.state, how });
@@ -90,13 +97,18 @@ impl Store {
             FollowKind::Resume => {
                 Some(original.checkpoint.as_ref().zip(original.checkpoint_at).ok_or(FollowError::NoCheckpoint(id))?)
             }
-            FollowKind::Restart | FollowKind::Rerun => None,
+            FollowKind::Restart | FollowKind::Rerun | FollowKind::RerunFailed => None,
         };
         let spec = catalogue
             .worker(&original.worker)
             .ok_or_else(|| RequestError::UnknownWorker { worker: original.worker.clone() })?;
+        if how == FollowKind::RerunFailed {
+            self.check_scope(&original).await?;
+        }
         let config = match how {
-            FollowKind::Rerun => self.resolve_run(catalogue, spec, &original.arguments).await?,
+            FollowKind::Rerun | FollowKind::RerunFailed => {
+                self.resolve_run(catalogue, spec, &original.arguments).await?
+            }
             FollowKind::Resume | FollowKind::Restart => original.config.clone(),
         };
         let new = db::runs::NewRun {
@@ -109,7 +121,11 @@ impl Store {
             override_version: None,
             links: db::runs::Links { follows: Some((id, how)), checkpoint, ..db::runs::Links::default() },
         };
-        match self.insert_request(&new).await? {
+        let inserted = match how {
+            FollowKind::RerunFailed => self.insert_scoped(&new, id).await?,
+            _ => self.insert_request(&new).await?,
+        };
+        match inserted {
             Ok(run) => Ok(run),
             Err(Refused::Continued(by, how)) => Err(FollowError::AlreadyContinued { run_id: id, by, how }),
             Err(Refused::InFlight(e)) => Err(e.into()),

@@ -146,6 +146,12 @@ impl DaemonStore {
         pub async fn report_config(&self, run: Uuid, daemon: Uuid, config: &serde_json::Value) -> Result<(), DbError>;
         /// Stores the latest checkpoint a run's worker reported (fenced).
         pub async fn store_checkpoint(&self, run: Uuid, daemon: Uuid, checkpoint: &Value) -> Result<(), DbError>;
+        /// What a run of `worker` must skip: its quarantined items (none without a quarantine).
+        pub async fn skip_list(&self, catalogue: &Catalogue, worker: &str) -> Result<Vec<String>, DbError>;
+        /// The items of `worker` with a failure streak under way.
+        pub async fn watched_items(&self, worker: &str) -> Result<Vec<String>, DbError>;
+        /// The items a run is scoped to (a rerun of a run's failures); empty for any other run.
+        pub async fn run_scope(&self, run: Uuid) -> Result<Vec<String>, DbError>;
         /// Writes a batch of a run's items (fenced; a batch sent again changes nothing).
         pub async fn write_items(&self, run: Uuid, daemon: Uuid, batch: &Batch) -> Result<(), DbError>;
         /// Stores a run's checkpoint with the items reported before it, in one transaction (fenced).
