@@ -44,11 +44,18 @@ pub struct ItemWriter {
 
 impl ItemWriter {
     /// Starts the writer of `run`; a lost lease is reported on `lost` once, and nothing is written after it.
-    pub fn start(db: DaemonStore, run: Uuid, daemon: Uuid, keep_succeeded: u64, lost: mpsc::Sender<String>) -> Self {
+    pub fn start(
+        db: DaemonStore,
+        (run, worker): (Uuid, &str),
+        daemon: Uuid,
+        keep_succeeded: u64,
+        lost: mpsc::Sender<String>,
+    ) -> Self {
         let (messages, inbox) = mpsc::unbounded_channel();
         let writer = Writer {
             db,
             run,
+            worker: worker.to_owned(),
             daemon,
             gatherer: Gatherer::new(keep_succeeded),
             first_pending: None,
@@ -99,6 +106,7 @@ type Write = Pin<Box<dyn Future<Output = (Job, Result<(), Failed>)> + Send>>;
 struct Writer {
     db: DaemonStore,
     run: Uuid,
+    worker: String,
     daemon: Uuid,
     gatherer: Gatherer,
     first_pending: Option<Instant>,
@@ -113,6 +121,13 @@ struct Writer {
 
 impl Writer {
     async fn work(mut self, mut inbox: mpsc::UnboundedReceiver<Message>) {
+        // Lines that come meanwhile wait in the inbox: the streaks must be known before the first success is.
+        match self.db.watched_items(&self.worker).await {
+            Ok(ids) => self.gatherer.watch(ids),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the worker's failure streaks; a success past the kept bound will not close one")
+            }
+        }
         let mut finishing: Option<oneshot::Sender<()>> = None;
         let mut write: Option<Write> = None;
         loop {

@@ -9,6 +9,7 @@ pub mod chores;
 pub mod clock;
 pub mod frame;
 pub mod invocation;
+pub mod item_files;
 pub mod items;
 pub mod lease;
 pub mod main_loop;

@@ -23,6 +23,7 @@ use crate::{
     Context,
     frame::{self, Control, ExitReport, Frame, Start, StopCause},
     invocation::{self, Invocation},
+    item_files,
     items::ItemWriter,
     lease::Lease,
     outcome::{Ending, StderrTail},
@@ -65,8 +66,15 @@ async fn execute_in_span(
     // Without exported spans the stored context is passed on as it is, so the worker still joins the trace.
     let traceparent = telemetry::traceparent_of(&tracing::Span::current())
         .unwrap_or_else(|| invocation::traceparent(run.trace_context.as_deref()));
-    let invocation =
+    let mut invocation =
         Invocation::run(spec, &ctx.exe_dir, &ctx.worker_env, run.id, &run.config, &traceparent).continuing(&run);
+    let _item_files = match item_files::prepare(&ctx, &run, spec).await {
+        Ok(files) => {
+            invocation.env.extend(files.env.iter().cloned());
+            files
+        }
+        Err(error) => return write_ledger(&ctx, &run, &failed(EndReason::SpawnFailed, error)).await,
+    };
     let spawned = spawn_supervisor(&ctx, &run, &invocation, deadline_ns).await;
     let Spawned { child, mut frames, controls, writer } = match spawned {
         Ok(spawned) => spawned,
@@ -226,7 +234,7 @@ impl Session {
             lease_lost: None,
             pid: None,
             supervisor_lost: false,
-            items: ItemWriter::start(ctx.db.clone(), run.id, ctx.daemon_id, keep, lost),
+            items: ItemWriter::start(ctx.db.clone(), (run.id, &run.worker), ctx.daemon_id, keep, lost),
             items_lost,
             refused_items: 0,
         }
