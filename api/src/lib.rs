@@ -46,6 +46,7 @@ pub fn app(state: AppState) -> Router {
         .merge(routes::chores::router())
         .merge(routes::runs::router())
         .merge(routes::items::router())
+        .merge(routes::quarantine::router())
         .merge(routes::export::router())
         .merge(routes::continuations::router())
         .merge(routes::logs::router())

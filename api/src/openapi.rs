@@ -11,7 +11,7 @@ use utoipa::{
 use crate::{
     routes::{
         chores, continuations, daemons, events, export, health, history, items, logs, me, meta, metrics, overrides,
-        pipelines, resources, runs, schedules, tokens, workers,
+        pipelines, quarantine, resources, runs, schedules, tokens, workers,
     },
     state::AppState,
 };
@@ -39,9 +39,9 @@ pub(crate) async fn document() -> Json<utoipa::openapi::OpenApi> {
     paths(
         workers::list_workers, workers::get_worker, history::worker_history,
         chores::describe_worker, chores::count_worker, chores::check_worker,
-        runs::trigger_run, runs::list_runs, runs::get_run, runs::run_progress, runs::cancel_run, items::run_items, logs::run_log,
+        runs::trigger_run, runs::list_runs, runs::get_run, runs::run_progress, runs::cancel_run, items::run_items, quarantine::get_quarantine, quarantine::release, logs::run_log,
         export::export_runs,
-        continuations::resume_run, continuations::restart_run, continuations::rerun_run,
+        continuations::resume_run, continuations::restart_run, continuations::rerun_run, continuations::rerun_failed,
         overrides::set_override, overrides::clear_override, overrides::audit_trail,
         resources::list_resources, resources::set_capacity, resources::resource_audit,
         schedules::list_schedules, schedules::create_schedule, schedules::preview_schedule, schedules::get_schedule,

@@ -1,6 +1,6 @@
 //! Continuing a run that ended, as a new run linked to it: resume it from its last checkpoint or restart it from
 //! nothing, both with its configuration (the database lets a run be resumed or restarted once), or rerun it with
-//! its explicit arguments resolved today. Operators and above.
+//! its explicit arguments resolved today, all of it or only the items it reported failed. Operators and above.
 
 use axum::{
     Json, Router,
@@ -23,6 +23,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/runs/{id}/resume", post(resume_run))
         .route("/api/runs/{id}/restart", post(restart_run))
         .route("/api/runs/{id}/rerun", post(rerun_run))
+        .route("/api/runs/{id}/rerun-failed", post(rerun_failed))
 }
 
 #[utoipa::path(post, path = "/api/runs/{id}/resume", tag = "runs",
@@ -74,6 +75,23 @@ pub(crate) async fn rerun_run(
     continue_run(&state, &caller, &id, FollowKind::Rerun).await
 }
 
+#[utoipa::path(post, path = "/api/runs/{id}/rerun-failed", tag = "runs",
+    params(("id" = Uuid, Path, description = "The finished run's id (a UUID)")),
+    responses(
+        (status = 201, body = Run, description = "The new run, queued: a rerun scoped to exactly the items the earlier run reported failed, given to its worker in `SCRINALIA_ITEMS_ONLY`", headers(("Location" = String))),
+        (status = 400, body = ErrorBody, description = "`invalid_arguments`: its arguments no longer resolve against today's catalogue"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody, description = "`unknown_run`, or its worker is no longer in the catalogue"),
+        (status = 409, body = ErrorBody, description = "`not_continuable` (the run has not ended), `no_failures`, `no_scope` (its worker cannot take a scope), `run_in_flight`, `invalid_override`")),
+    security(("bearer" = [])))]
+pub(crate) async fn rerun_failed(
+    Operator(caller): Operator,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Created> {
+    continue_run(&state, &caller, &id, FollowKind::RerunFailed).await
+}
+
 async fn continue_run(state: &AppState, caller: &Caller, id: &str, how: FollowKind) -> ApiResult<Created> {
     let id = parse_run_id(id)?;
     let run = state.db().continue_run(state.catalogue(), id, how, &caller.name).await?;
@@ -97,6 +115,8 @@ impl From<FollowError> for ApiError {
                 .with("run_id", run_id)
                 .with("continued_by", by)
                 .with("how", how),
+            FollowError::NoFailures(run_id) => Self::conflict("no_failures", message).with("run_id", run_id),
+            FollowError::NoScope(_) => Self::conflict("no_scope", message),
             FollowError::Request(e) => e.into(),
         }
     }

@@ -14,6 +14,7 @@ pub mod meta;
 pub mod metrics;
 pub mod overrides;
 pub mod pipelines;
+pub mod quarantine;
 pub mod resources;
 pub mod runs;
 pub mod schedules;
