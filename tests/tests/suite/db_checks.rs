@@ -28,7 +28,7 @@ const END_REASON: Rule = Rule {
 };
 const FOLLOWS_AS: Rule = Rule {
     constraint: "worker_runs_follows_as_known",
-    sentence: "worker_runs.follows_as must be one of resume, restart, rerun",
+    sentence: "worker_runs.follows_as must be one of resume, restart, rerun, rerun_failed",
 };
 
 /// A connection of its own to the test's database, for the raw statements no domain operation makes.

@@ -6,10 +6,12 @@
 //! `checkpoints` lines `{"checkpoint": {"step": i}}` spread over its duration, and with `oversized_checkpoint`
 //! one checkpoint just over the daemon's 64 KiB at the end. With `items`, it reports item lines (every
 //! `failed_every`-th failed, in three classes): all at the start, or with checkpoints, the block before each
-//! checkpoint; `malformed_items` prints refused item lines first. `check` answers ready unless
+//! checkpoint; `malformed_items` prints refused item lines first. It reports only the items of its scope
+//! (`SCRINALIA_ITEMS_ONLY`) and reports those it must skip (`SCRINALIA_ITEMS_SKIP`) as skipped, untouched. `check` answers ready unless
 //! `$SCRINALIA_PROBE_NOT_READY` holds a sentence, which is then the reason.
 
 use std::{
+    collections::HashSet,
     fs::OpenOptions,
     io::Write,
     path::PathBuf,
@@ -91,6 +93,11 @@ pub const OPTIONS: &[OptionSpec] = &[
         .about("Malformed item lines (an unknown outcome) at the start, which the daemon refuses and counts."),
 ];
 
+/// What a probe can do: report items, take a scope and a skip list, checkpoint and resume.
+fn capabilities() -> Value {
+    json!({ "items": true, "scope": true, "checkpoints": true })
+}
+
 /// The classes of a probe's failed items, in turn.
 pub const FAILURE_CLASSES: [&str; 3] = ["ocr_empty", "ctx_overflow", "timeout"];
 
@@ -105,10 +112,37 @@ fn item(i: i64, failed_every: i64) -> (String, &'static str, Option<&'static str
     }
 }
 
-/// Prints items `from..=to`.
-fn print_items(out: &mut Protocol, from: i64, to: i64, failed_every: i64) -> anyhow::Result<()> {
+/// The items a run is given: only those of its scope (`SCRINALIA_ITEMS_ONLY`, when set), and those it must skip
+/// (`SCRINALIA_ITEMS_SKIP`), each a file of one id per line.
+#[derive(Debug, Default)]
+struct ItemLists {
+    only: Option<HashSet<String>>,
+    skip: HashSet<String>,
+}
+
+impl ItemLists {
+    fn from_env() -> anyhow::Result<Self> {
+        let read = |variable: &str| -> anyhow::Result<Option<HashSet<String>>> {
+            let Some(path) = std::env::var_os(variable) else { return Ok(None) };
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("read {variable} ({})", PathBuf::from(&path).display()))?;
+            Ok(Some(text.lines().filter(|l| !l.is_empty()).map(str::to_owned).collect()))
+        };
+        Ok(Self { only: read("SCRINALIA_ITEMS_ONLY")?, skip: read("SCRINALIA_ITEMS_SKIP")?.unwrap_or_default() })
+    }
+}
+
+/// Prints items `from..=to`: none outside the scope; a quarantined one as skipped, untouched.
+fn print_items(out: &mut Protocol, lists: &ItemLists, (from, to): (i64, i64), failed_every: i64) -> anyhow::Result<()> {
     for i in from..=to {
         let (id, outcome, class, error) = item(i, failed_every);
+        if lists.only.as_ref().is_some_and(|only| !only.contains(&id)) {
+            continue;
+        }
+        if lists.skip.contains(&id) {
+            out.item(&id, "skipped", Some("quarantined"), Some("quarantined: skipped without being touched"))?;
+            continue;
+        }
         out.item(&id, outcome, class, error.as_deref())?;
     }
     Ok(())
@@ -189,7 +223,9 @@ pub fn execute(invocation: &Invocation, out: &mut Protocol) -> anyhow::Result<i3
     let (status, outcome): (i32, String) = match stop {
         None => {
             match invocation.verb {
-                Verb::Describe => out.describe(&EngineConfig::from_flags(&invocation.engine), declared())?,
+                Verb::Describe => {
+                    out.describe(&EngineConfig::from_flags(&invocation.engine), declared(), capabilities())?
+                }
                 Verb::Check => out.check(&readiness(std::env::var(NOT_READY_ENV).ok()))?,
                 Verb::CountPending | Verb::Run => out.object(&json!({ "pending": 0 }))?,
             }
@@ -305,9 +341,16 @@ fn run(invocation: &Invocation, stop: &Stop, out: &mut Protocol) -> anyhow::Resu
         out.item(&format!("malformed-{i}"), "maybe", None, None)?;
     }
     // Without checkpoints every item comes at once; with some, item block j before checkpoint j.
+    let lists = ItemLists::from_env()?;
+    if let Some(only) = &lists.only {
+        eprintln!("{name}: scoped to {} items", only.len());
+    }
+    if !lists.skip.is_empty() {
+        eprintln!("{name}: skips {} quarantined items", lists.skip.len());
+    }
     let mut items_printed = 0;
     if checkpoints == 0 {
-        print_items(out, 1, items, failed_every)?;
+        print_items(out, &lists, (1, items), failed_every)?;
         items_printed = items;
     }
     let started = Instant::now();
@@ -320,7 +363,7 @@ fn run(invocation: &Invocation, stop: &Stop, out: &mut Protocol) -> anyhow::Resu
             Beat::Progress(i) => out.progress(i as usize, steps as usize, Some(&format!("step {i}")))?,
             Beat::Checkpoint(i) => {
                 let upto = items * i64::from(i) / i64::from(checkpoints);
-                print_items(out, items_printed + 1, upto, failed_every)?;
+                print_items(out, &lists, (items_printed + 1, upto), failed_every)?;
                 items_printed = upto;
                 let checkpoint = if items > 0 { json!({ "step": i, "items": upto }) } else { json!({ "step": i }) };
                 out.checkpoint(&checkpoint)?;

@@ -88,8 +88,10 @@ impl<W: Write> Protocol<W> {
     }
 
     /// The answer of `describe`: the configuration the worker would use, and what its code declares.
-    pub fn describe(&mut self, config: &EngineConfig, declared: Value) -> anyhow::Result<()> {
-        self.object(&config.described(declared))
+    pub fn describe(&mut self, config: &EngineConfig, declared: Value, capabilities: Value) -> anyhow::Result<()> {
+        let mut described = config.described(declared);
+        described["capabilities"] = capabilities;
+        self.object(&described)
     }
 
     /// The answer of `check`: `{"ready": true}`, or `{"ready": false, "reason": "…"}`.

@@ -170,9 +170,13 @@ fn probes_describe_their_engine_and_declarations_and_have_nothing_pending() {
             "output_lines",
             "note",
             "checkpoints",
-            "oversized_checkpoint"
+            "oversized_checkpoint",
+            "items",
+            "failed_every",
+            "malformed_items"
         ]
     );
+    assert_eq!(plain["capabilities"], json!({"items": true, "scope": true, "checkpoints": true}));
     assert_eq!(declared["options"][0]["default"], 200);
     assert_eq!(declared["options"][1]["maximum"], 255);
     assert_eq!(described["declared"], *declared, "the flags change nothing declared");
