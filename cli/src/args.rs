@@ -123,6 +123,35 @@ pub enum Command {
         /// The run's id.
         id: Uuid,
     },
+    /// Rerun only the items a finished run reported failed (a new run scoped to them; its worker must take a
+    /// scope).
+    RerunFailed {
+        /// The run's id.
+        id: Uuid,
+    },
+    /// List a run's items: what happened to each document, one page at a time.
+    Items {
+        /// The run's id.
+        id: Uuid,
+        /// Only items of this outcome.
+        #[arg(long, value_enum)]
+        outcome: Option<crate::items::Outcome>,
+        /// Only items whose id contains this text.
+        #[arg(long, value_name = "TEXT")]
+        search: Option<String>,
+        /// Only items after this id (the one the previous page names).
+        #[arg(long, value_name = "ID")]
+        after: Option<String>,
+        /// At most this many.
+        #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=500))]
+        limit: u32,
+    },
+    /// A worker's quarantined items (documents that failed in several runs in a row), and their release.
+    Quarantine {
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::items::QuarantineCommand,
+    },
     /// Print a run's output.
     Logs {
         /// The run's id.

@@ -46,6 +46,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Resume { id } => continue_run(&client, out, id, "resume").await,
         Command::Restart { id } => continue_run(&client, out, id, "restart").await,
         Command::Rerun { id } => continue_run(&client, out, id, "rerun").await,
+        Command::RerunFailed { id } => continue_run(&client, out, id, "rerun-failed").await,
+        Command::Items { id, outcome, search, after, limit } => {
+            crate::items::items(&client, out, id, outcome, search, after, limit).await
+        }
+        Command::Quarantine { command } => crate::items::quarantine(&client, out, command).await,
         Command::Logs { id, follow: true, tail } => follow::run_to_end(&client, out, id, tail).await,
         Command::Logs { id, follow: false, tail } => logs(&client, out, id, tail).await,
         Command::Schedules { command } => schedules::run(&client, out, command).await,
@@ -208,7 +213,7 @@ async fn why(client: &Client, out: Out, id: Uuid) -> anyhow::Result<()> {
     }
 }
 
-/// `resume`, `restart` or `rerun` run `id`: a new run that continues it.
+/// `resume`, `restart`, `rerun` or `rerun-failed` run `id`: a new run that continues it.
 async fn continue_run(client: &Client, out: Out, id: Uuid, how: &str) -> anyhow::Result<()> {
     let body =
         client.post::<()>(&["runs", &id.to_string(), how], None).await.with_context(|| format!("{how} run {id}"))?;
@@ -219,6 +224,7 @@ async fn continue_run(client: &Client, out: Out, id: Uuid, how: &str) -> anyhow:
     let from = match how {
         "resume" => "from its last checkpoint",
         "rerun" => "with today's configuration",
+        "rerun-failed" => "with only the items it reported failed",
         _ => "from nothing",
     };
     out.text(&format!(

@@ -10,6 +10,7 @@ pub mod client;
 pub mod commands;
 pub mod exit;
 pub mod follow;
+pub mod items;
 pub mod json;
 pub mod output;
 pub mod overrides;

@@ -63,6 +63,13 @@ pub async fn count(on: impl Into<On<'_>>, worker: &str, after: i64) -> Result<i6
     run!(on, COUNT, |exec, sql| sqlx::query_scalar(sql).bind(worker).bind(after).fetch_one(exec).await)
 }
 
+/// How many items of each worker have each streak length (at least one failure): (worker, failures, items).
+pub async fn streaks(on: impl Into<On<'_>>) -> Result<Vec<(String, i64, i64)>> {
+    const STREAKS: Sql =
+        sql!("select worker, failures, count(*) from item_streaks where failures > 0 group by worker, failures");
+    run!(on, STREAKS, |exec, sql| sqlx::query_as(sql).fetch_all(exec).await)
+}
+
 #[derive(sqlx::FromRow)]
 struct Row {
     item_id: String,

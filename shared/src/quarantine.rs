@@ -3,6 +3,8 @@
 //! by the end of every run (`runs::end`); which streak is a quarantine is the catalogue's `quarantine_after`,
 //! read here, so turning it on or changing it acts at once.
 
+use std::collections::HashMap;
+
 use uuid::Uuid;
 
 use scrinalia_wire::QuarantineView;
@@ -70,6 +72,18 @@ impl Store {
             Some(after) => Ok(db::quarantine::count(&self.db, worker, after).await?),
             None => Ok(0),
         }
+    }
+
+    /// How many items of each worker with a quarantine are quarantined (workers with none are left out).
+    pub async fn quarantined_counts(&self, catalogue: &Catalogue) -> Result<HashMap<String, i64>, DbError> {
+        let mut counts = HashMap::new();
+        for (worker, failures, items) in db::quarantine::streaks(&self.db).await? {
+            let after = catalogue.worker(&worker).and_then(|w| w.quarantine_after).map(i64::from);
+            if after.is_some_and(|after| failures >= after) {
+                *counts.entry(worker).or_insert(0) += items;
+            }
+        }
+        Ok(counts)
     }
 
     /// Releases `item` of `worker` from quarantine (every quarantined item when `None`), for `actor` with

@@ -62,7 +62,7 @@ pub async fn worker_views(
 ) -> ApiResult<(Vec<WorkerView>, BTreeMap<String, Engine>, DateTime<Utc>)> {
     let db = state.db();
     let names: Vec<String> = specs.iter().map(|w| w.name.clone()).collect();
-    let (overrides, counts, in_flight, finished, now, descriptions, readiness) = tokio::try_join!(
+    let (overrides, counts, in_flight, finished, now, descriptions, readiness, mut quarantined) = tokio::try_join!(
         db.list_overrides(),
         db.queue_counts(),
         db.runs_in_flight(),
@@ -70,6 +70,7 @@ pub async fn worker_views(
         db.now(),
         db.descriptions(),
         db.readiness(),
+        db.quarantined_counts(state.catalogue()),
     )?;
     let mut waiting = db.why_each_waits(state.catalogue(), &in_flight, &names, state.gone_after()).await?;
     let mut overrides: HashMap<String, Override> = overrides.into_iter().map(|o| (o.worker.clone(), o)).collect();
@@ -115,6 +116,7 @@ pub async fn worker_views(
                 waiting: in_flight.get(&spec.name).and_then(|r| waiting.remove(&r.id)),
                 in_flight: in_flight.remove(&spec.name),
                 last_finished: finished.remove(&spec.name),
+                quarantined: quarantined.remove(&spec.name).unwrap_or(0),
             }
         })
         .collect();

@@ -163,6 +163,9 @@ pub fn lineage(detail: &RunDetail, now: DateTime<Utc>) -> Vec<(&'static str, Str
         let step = run.pipeline_step.map(|s| format!(", step {}", s + 1)).unwrap_or_default();
         lines.push(("pipeline", format!("run {id}{step} (see: scrinalia pipelines show {id})")));
     }
+    if let Some(items) = &detail.items {
+        lines.push(("items", items_text(items, run.id)));
+    }
     if detail.chain.len() > 1 {
         let chain = detail
             .chain
@@ -177,6 +180,37 @@ pub fn lineage(detail: &RunDetail, now: DateTime<Utc>) -> Vec<(&'static str, Str
         lines.push(("chain", chain));
     }
     lines
+}
+
+/// A run's items in figures: `9950 succeeded, 50 failed (29 ocr_empty, 21 ctx_overflow)`, the refused lines,
+/// and where to see the failures.
+pub fn items_text(items: &scrinalia_wire::ItemSummary, id: uuid::Uuid) -> String {
+    let classes = |outcome: &str| {
+        let named: Vec<String> = items
+            .classes
+            .iter()
+            .filter(|c| c.outcome == outcome && !c.class.is_empty())
+            .map(|c| format!("{} {}", c.count, c.class))
+            .collect();
+        if named.is_empty() { String::new() } else { format!(" ({})", named.join(", ")) }
+    };
+    let mut parts = vec![format!("{} succeeded", items.succeeded)];
+    if items.failed > 0 {
+        parts.push(format!("{} failed{}", items.failed, classes("failed")));
+    }
+    if items.skipped > 0 {
+        parts.push(format!("{} skipped{}", items.skipped, classes("skipped")));
+    }
+    if items.refused > 0 {
+        parts.push(format!("{} malformed item lines refused{}", items.refused, classes("refused")));
+    }
+    let mut text = parts.join(", ");
+    if items.failed > 0 {
+        text.push_str(&format!(
+            "\nsee: scrinalia items {id} --outcome failed; rerun them: scrinalia rerun-failed {id}"
+        ));
+    }
+    text
 }
 
 /// A rerun's diff, a line per field: `field: before (source) → after (source)`, an override's source with who

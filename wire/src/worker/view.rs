@@ -67,4 +67,8 @@ pub struct WorkerView {
     pub waiting: Option<Waiting>,
     /// The last finished run, if any.
     pub last_finished: Option<Run>,
+    /// How many of its documents are quarantined (they failed in `quarantine_after` runs in a row; its runs
+    /// skip them until they are released).
+    #[serde(default)]
+    pub quarantined: i64,
 }
