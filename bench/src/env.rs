@@ -146,6 +146,10 @@ fn probe(program: &str, name: &str) -> WorkerSpec {
         .into_iter()
         .map(|o| option(o, OptionType::Integer, Some(serde_json::json!(0))))
         .collect();
+    // What the items bench steers: how many item lines, how many fail, and their text stand-in.
+    spec.options.push(option("items", OptionType::Integer, None));
+    spec.options.push(option("failed_every", OptionType::Integer, None));
+    spec.options.push(option("item_text", OptionType::Boolean, None));
     spec
 }
 

@@ -9,6 +9,7 @@ mod drain;
 mod env;
 mod http;
 mod idle;
+mod items;
 mod latency;
 mod ledger;
 mod machine;
@@ -67,6 +68,9 @@ enum Command {
     Http(http::Opts),
     /// A daemon's death (SIGKILL) → its run `interrupted` by a sibling.
     Recovery(recovery::Opts),
+    /// Item lines against text lines of the same length: wall time, the worker's writes, the daemon's memory;
+    /// the reads of a run of 10,000 items.
+    Items(items::Opts),
     /// An idle daemon's CPU, queries per second and resident memory.
     Idle(idle::Opts),
     /// What a round of queue counts costs (processes, process-seconds, wall time) with 1 and with 3 daemons.
@@ -104,6 +108,7 @@ fn all_options(quick: bool) -> AllBenches {
             http: http::Opts::quick(),
             recovery: recovery::Opts::quick(),
             idle: idle::Opts::quick(),
+            items: items::Opts::quick(),
             counts: counts::Opts::quick(),
             schedules: schedules::Opts::quick(),
             resources: resources::Opts::quick(),
@@ -117,6 +122,7 @@ fn all_options(quick: bool) -> AllBenches {
             http: http::Opts::default(),
             recovery: recovery::Opts::default(),
             idle: idle::Opts::default(),
+            items: items::Opts::default(),
             counts: counts::Opts::default(),
             schedules: schedules::Opts::default(),
             resources: resources::Opts::default(),
@@ -132,6 +138,7 @@ struct AllBenches {
     http: http::Opts,
     recovery: recovery::Opts,
     idle: idle::Opts,
+    items: items::Opts,
     counts: counts::Opts,
     schedules: schedules::Opts,
     resources: resources::Opts,
@@ -166,6 +173,7 @@ fn main() -> anyhow::Result<()> {
             Command::Http(o) => figures.extend(http::run(&env, &o).await?),
             Command::Recovery(o) => figures.extend(recovery::run(&env, &o).await?),
             Command::Idle(o) => figures.extend(idle::run(&env, &o).await?),
+            Command::Items(o) => figures.extend(items::run(&env, &o).await?),
             Command::Counts(o) => figures.extend(counts::run(&env, &o).await?),
             Command::Schedules(o) => figures.extend(schedules::run(&env, &o).await?),
             Command::Resources(o) => figures.extend(resources::run(&env, &o).await?),
@@ -181,6 +189,7 @@ fn main() -> anyhow::Result<()> {
                 figures.extend(http::run(&env, &all.http).await?);
                 figures.extend(recovery::run(&env, &all.recovery).await?);
                 figures.extend(idle::run(&env, &all.idle).await?);
+                figures.extend(items::run(&env, &all.items).await?);
                 figures.extend(counts::run(&env, &all.counts).await?);
                 figures.extend(schedules::run(&env, &all.schedules).await?);
                 figures.extend(resources::run(&env, &all.resources).await?);

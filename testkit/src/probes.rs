@@ -30,6 +30,7 @@ pub fn probe(bin: &Path, name: &str, timeout_seconds: u64) -> WorkerSpec {
         option("items", OptionType::Integer, None),
         option("failed_every", OptionType::Integer, None),
         option("malformed_items", OptionType::Integer, None),
+        option("item_text", OptionType::Boolean, None),
     ];
     spec
 }

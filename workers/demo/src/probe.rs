@@ -25,7 +25,7 @@ use crate::{
     config::EngineConfig,
     invocation::{Invocation, Verb},
     options::{self, Literal, OptionSpec},
-    protocol::{MAX_CHECKPOINT_BYTES, Protocol},
+    protocol::{MAX_CHECKPOINT_BYTES, Protocol, item_line},
     stop::{self, Stop},
 };
 
@@ -87,6 +87,9 @@ pub const OPTIONS: &[OptionSpec] = &[
         .default(Literal::Integer(0))
         .range(int(0), int(10_000_000))
         .about("Every n-th item fails, its class in turn ocr_empty, ctx_overflow, timeout (0: none fails)."),
+    OptionSpec::boolean("item_text")
+        .default(Literal::Boolean(false))
+        .about("Print each item line as free text of the same length instead (the items benchmark's baseline)."),
     OptionSpec::integer("malformed_items")
         .default(Literal::Integer(0))
         .range(int(0), int(10_000_000))
@@ -132,20 +135,50 @@ impl ItemLists {
     }
 }
 
-/// Prints items `from..=to`: none outside the scope; a quarantined one as skipped, untouched.
-fn print_items(out: &mut Protocol, lists: &ItemLists, (from, to): (i64, i64), failed_every: i64) -> anyhow::Result<()> {
-    for i in from..=to {
-        let (id, outcome, class, error) = item(i, failed_every);
-        if lists.only.as_ref().is_some_and(|only| !only.contains(&id)) {
-            continue;
-        }
-        if lists.skip.contains(&id) {
-            out.item(&id, "skipped", Some("quarantined"), Some("quarantined: skipped without being touched"))?;
-            continue;
-        }
-        out.item(&id, outcome, class, error.as_deref())?;
+/// How long each item line (or its text stand-in) took to write and flush, in microseconds: the items
+/// benchmark's measure of whether the daemon ever holds a worker up.
+#[derive(Debug, Default)]
+struct WriteTimes(Vec<u32>);
+
+impl WriteTimes {
+    fn summary(&mut self) -> Value {
+        self.0.sort_unstable();
+        let ms = |us: u32| f64::from(us) / 1000.0;
+        let p99 = self.0.get((self.0.len() * 99).div_ceil(100).saturating_sub(1)).copied().unwrap_or(0);
+        json!({ "lines": self.0.len(), "p99_ms": ms(p99), "max_ms": ms(self.0.last().copied().unwrap_or(0)) })
     }
-    Ok(())
+}
+
+/// How a probe prints its items.
+struct ItemOutput<'a> {
+    lists: &'a ItemLists,
+    failed_every: i64,
+    /// Free-text lines of the same length instead (the items benchmark's baseline).
+    as_text: bool,
+    times: WriteTimes,
+}
+
+impl ItemOutput<'_> {
+    /// Prints items `from..=to`: none outside the scope; a quarantined one as skipped, untouched.
+    fn print(&mut self, out: &mut Protocol, (from, to): (i64, i64)) -> anyhow::Result<()> {
+        for i in from..=to {
+            let (id, outcome, class, error) = item(i, self.failed_every);
+            if self.lists.only.as_ref().is_some_and(|only| !only.contains(&id)) {
+                continue;
+            }
+            let line = if self.lists.skip.contains(&id) {
+                item_line(&id, "skipped", Some("quarantined"), Some("quarantined: skipped without being touched"))
+            } else {
+                item_line(&id, outcome, class, error.as_deref())
+            };
+            // The stand-in: the same bytes, but a `#` where the JSON begins, so the daemon keeps it as text.
+            let line = if self.as_text { format!("#{}", &line[1..]) } else { line };
+            let started = Instant::now();
+            out.text(&line)?;
+            self.times.0.push(u32::try_from(started.elapsed().as_micros()).unwrap_or(u32::MAX));
+        }
+        Ok(())
+    }
 }
 
 /// `describe`'s `declared` section of a probe: its options, and no engine of its own.
@@ -220,6 +253,7 @@ pub fn execute(invocation: &Invocation, out: &mut Protocol) -> anyhow::Result<i3
     let mut start = json!({ "traceparent": traceparent, "args": args });
     start.as_object_mut().into_iter().for_each(|line| line.extend(continued(invocation)));
     ledger.record("start", start)?;
+    let mut writes = Value::Null;
     let (status, outcome): (i32, String) = match stop {
         None => {
             match invocation.verb {
@@ -231,13 +265,13 @@ pub fn execute(invocation: &Invocation, out: &mut Protocol) -> anyhow::Result<i3
             }
             (0, "exit".to_owned())
         }
-        Some(stop) => match run(invocation, &stop, out)? {
+        Some(stop) => match run(invocation, &stop, out, &mut writes)? {
             Ending::Exit(status) => (status, "exit".to_owned()),
             // "sigterm" (or "sigint" when stopped from a terminal).
             Ending::Signal(signal) => (stop::exit_status(signal), signal.as_str().to_lowercase()),
         },
     };
-    ledger.record("end", json!({ "outcome": outcome, "exit_code": status }))?;
+    ledger.record("end", json!({ "outcome": outcome, "exit_code": status, "writes": writes }))?;
     Ok(status)
 }
 
@@ -304,7 +338,8 @@ fn oversized_checkpoint() -> Value {
     json!({ "oversized": true, "padding": "x".repeat(MAX_CHECKPOINT_BYTES + 1 - bare) })
 }
 
-fn run(invocation: &Invocation, stop: &Stop, out: &mut Protocol) -> anyhow::Result<Ending> {
+/// Runs the probe; `writes` gets how long its item lines took to write, when it printed some.
+fn run(invocation: &Invocation, stop: &Stop, out: &mut Protocol, writes: &mut Value) -> anyhow::Result<Ending> {
     let name = &invocation.worker;
     let options = &invocation.options;
     let duration = Duration::from_millis(u64::try_from(options.integer("duration_ms")).unwrap_or(0));
@@ -348,9 +383,11 @@ fn run(invocation: &Invocation, stop: &Stop, out: &mut Protocol) -> anyhow::Resu
     if !lists.skip.is_empty() {
         eprintln!("{name}: skips {} quarantined items", lists.skip.len());
     }
+    let mut output =
+        ItemOutput { lists: &lists, failed_every, as_text: options.boolean("item_text"), times: WriteTimes::default() };
     let mut items_printed = 0;
     if checkpoints == 0 {
-        print_items(out, &lists, (1, items), failed_every)?;
+        output.print(out, (1, items))?;
         items_printed = items;
     }
     let started = Instant::now();
@@ -363,7 +400,7 @@ fn run(invocation: &Invocation, stop: &Stop, out: &mut Protocol) -> anyhow::Resu
             Beat::Progress(i) => out.progress(i as usize, steps as usize, Some(&format!("step {i}")))?,
             Beat::Checkpoint(i) => {
                 let upto = items * i64::from(i) / i64::from(checkpoints);
-                print_items(out, &lists, (items_printed + 1, upto), failed_every)?;
+                output.print(out, (items_printed + 1, upto))?;
                 items_printed = upto;
                 let checkpoint = if items > 0 { json!({ "step": i, "items": upto }) } else { json!({ "step": i }) };
                 out.checkpoint(&checkpoint)?;
@@ -378,6 +415,9 @@ fn run(invocation: &Invocation, stop: &Stop, out: &mut Protocol) -> anyhow::Resu
             }
             Beat::End => {}
         }
+    }
+    if items > 0 {
+        *writes = output.times.summary();
     }
     if exit_code != 0 {
         eprintln!("{name}: exiting with status {exit_code}, as asked");

@@ -27,6 +27,18 @@ impl Protocol {
     }
 }
 
+/// The text of an item line: `{"item": {"id": …, "outcome": …, "class": …, "error": …}}`.
+pub fn item_line(id: &str, outcome: &str, class: Option<&str>, error: Option<&str>) -> String {
+    let mut item = json!({ "id": id, "outcome": outcome });
+    if let Some(class) = class {
+        item["class"] = json!(class);
+    }
+    if let Some(error) = error {
+        item["error"] = json!(error);
+    }
+    json!({ "item": item }).to_string()
+}
+
 impl<W: Write> Protocol<W> {
     /// The protocol written to `out`.
     #[cfg(test)]
@@ -67,14 +79,7 @@ impl<W: Write> Protocol<W> {
     /// `{"item": {"id": …, "outcome": …, "class": …, "error": …}}`: what happened to one document (class and
     /// error only when given).
     pub fn item(&mut self, id: &str, outcome: &str, class: Option<&str>, error: Option<&str>) -> anyhow::Result<()> {
-        let mut item = json!({ "id": id, "outcome": outcome });
-        if let Some(class) = class {
-            item["class"] = json!(class);
-        }
-        if let Some(error) = error {
-            item["error"] = json!(error);
-        }
-        self.object(&json!({ "item": item }))
+        self.text(&item_line(id, outcome, class, error))
     }
 
     /// `{"result": {...}}`.

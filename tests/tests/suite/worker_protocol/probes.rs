@@ -173,6 +173,7 @@ fn probes_describe_their_engine_and_declarations_and_have_nothing_pending() {
             "oversized_checkpoint",
             "items",
             "failed_every",
+            "item_text",
             "malformed_items"
         ]
     );
