@@ -41,15 +41,20 @@ pub(crate) async fn health(_: Viewer, State(state): State<AppState>) -> Json<Hea
 pub async fn check_all(state: &AppState) -> HealthView {
     let started = Instant::now();
     let facts = tokio::time::timeout(CHECK_TIMEOUT, async {
-        tokio::try_join!(state.db().effective_workers(state.catalogue()), state.db().readiness())
+        tokio::try_join!(
+            state.db().effective_workers(state.catalogue()),
+            state.db().readiness(),
+            state.db().quarantined_counts(state.catalogue())
+        )
     })
     .await;
-    let (workers, readiness) = match facts {
-        Ok(Ok((workers, readiness))) => (workers, Some(readiness)),
+    let (workers, readiness, mut quarantined) = match facts {
+        Ok(Ok((workers, readiness, quarantined))) => (workers, Some(readiness), quarantined),
         // The database check says why; the workers' checks are left out rather than guessed.
         _ => (
             state.catalogue().workers.iter().map(|w| EffectiveWorker::from_catalogue(state.catalogue(), w)).collect(),
             None,
+            HashMap::new(),
         ),
     };
     let mut engines: BTreeMap<String, Engine> = state.catalogue().engines.clone();
@@ -70,15 +75,19 @@ pub async fn check_all(state: &AppState) -> HealthView {
     if let Some(readiness) = readiness {
         let latency_ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
         let mut readiness: HashMap<String, Readiness> = readiness.into_iter().map(|r| (r.worker.clone(), r)).collect();
-        checks.extend(workers.iter().map(|w| worker_check(w, readiness.remove(w.name()), latency_ms)));
+        checks.extend(workers.iter().map(|w| {
+            let quarantined = quarantined.remove(w.name()).unwrap_or(0);
+            worker_check(w, readiness.remove(w.name()), quarantined, latency_ms)
+        }));
     }
     let status = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);
     HealthView { status, checks, version: scrinalia_shared::VERSION.to_owned() }
 }
 
 /// A worker: down when its check says it is not ready, degraded when its check failed or its catalogue entry
-/// disagrees with its code, ok otherwise (also before its first check).
-fn worker_check(worker: &EffectiveWorker, readiness: Option<Readiness>, latency_ms: f64) -> Check {
+/// disagrees with its code, ok otherwise (also before its first check). Its quarantined documents are told in
+/// its details (`quarantined`, and a `note` sentence): informational, they change no status.
+fn worker_check(worker: &EffectiveWorker, readiness: Option<Readiness>, quarantined: i64, latency_ms: f64) -> Check {
     let name = worker.name();
     let mut problems = Vec::new();
     let mut status = Status::Ok;
@@ -91,11 +100,18 @@ fn worker_check(worker: &EffectiveWorker, readiness: Option<Readiness>, latency_
         status = status.max(Status::Degraded);
         problems.push(format!("Its catalogue entry disagrees with its code: {}", worker.disagreements.join("; ")));
     }
-    let details = json!({
+    let mut details = json!({
         "ready": readiness.as_ref().and_then(|r| r.ready),
         "checked_at": readiness.as_ref().map(|r| r.checked_at),
         "disagreements": worker.disagreements,
+        "quarantined": quarantined,
     });
+    if quarantined > 0 {
+        let documents = if quarantined == 1 { "document is" } else { "documents are" };
+        details["note"] = json!(format!(
+            "{quarantined} {documents} quarantined: its runs skip them until they are released (scrinalia quarantine list {name})."
+        ));
+    }
     let problems: Vec<&str> = problems.iter().map(|p| p.trim_end().trim_end_matches('.')).collect();
     let error = (!problems.is_empty()).then(|| crate::error::sentence(problems.join(". ")));
     Check { name: format!("worker:{name}"), status, latency_ms, error, details }

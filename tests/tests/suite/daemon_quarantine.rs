@@ -69,6 +69,14 @@ async fn three_failing_runs_quarantine_an_item_and_the_fourth_skips_it(kind: Kin
     let errors = first["errors"].as_array().expect("errors");
     assert_eq!(errors.len(), 3, "the last three errors: {first}");
     assert_eq!(errors[0]["class"], "ocr_empty");
+    // Never hidden: the worker view and health say so, and it changes no health status.
+    assert_eq!(get(&system, "/api/workers/probe-1").await["quarantined"], 3);
+    let health = get(&system, "/api/health").await;
+    let check = health["checks"].as_array().expect("checks").iter().find(|c| c["name"] == "worker:probe-1");
+    let check = check.expect("probe-1's check");
+    assert_eq!(check["details"]["quarantined"], 3);
+    assert!(check["details"]["note"].as_str().is_some_and(|n| n.starts_with("3 documents are quarantined")), "{check}");
+    assert!(check["error"].is_null(), "informational, not a problem: {check}");
 
     // The fourth run is given them to skip: they are reported skipped, untouched, and their streaks stay.
     let fourth = run(&system, options.clone()).await;

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use chrono::Utc;
+use scrinalia_shared::items::{Gatherer, parse};
 use scrinalia_shared::{
     config::{ObjectStoreSettings, RetentionSettings},
     daemons::NewDaemon,
@@ -60,6 +61,11 @@ async fn finished(t: &TestDb, logs: &LogStore, worker: &str, state: &str, days: 
     for i in 0..progress {
         t.db.daemon.record_progress(run.id, daemon, &json!({"done": i})).await.expect("progress");
     }
+    // Two items, one failed: rows, counts and a batch, which go with the run.
+    let mut items = Gatherer::new(10);
+    items.offer(parse(&json!({"id": "doc-1", "outcome": "succeeded"})));
+    items.offer(parse(&json!({"id": "doc-2", "outcome": "failed", "class": "ocr_empty", "error": "empty"})));
+    t.db.daemon.write_items(run.id, daemon, &items.take().expect("a batch")).await.expect("items");
     t.db.daemon.finish_run(run.id, daemon, &succeeded()).await.expect("finish");
     for key in [logs.chunk_key(worker, run.id, 0), logs.cut_key(worker, run.id, 1)] {
         let file = log_root(t).join(key.as_ref());
@@ -190,11 +196,15 @@ async fn a_pass_prunes_what_the_policy_and_the_export_say_with_logs_progress_and
     assert_eq!(counts.progress, 16, "one run's 20 reports thinned to 4: {counts:?}");
     for (worker, id) in &expected {
         assert!(t.db.api.get_run(*id).await.expect("get").is_none(), "pruned: {worker} {id}");
+        assert_eq!(t.db.api.item_summary(*id).await.expect("items"), None, "its items are gone");
+        assert_eq!(t.db.api.item_batches(*id).await.expect("batches"), 0);
         assert_eq!(log_objects(t, &logs, worker, *id), 0, "its log is gone");
     }
     for (worker, id) in &kept {
         assert!(t.db.api.get_run(*id).await.expect("get").is_some(), "kept: {worker} {id}");
         if *id != retry.id {
+            let items = t.db.api.item_summary(*id).await.expect("items").expect("its items are kept");
+            assert_eq!((items.succeeded, items.failed), (1, 1));
             assert_eq!(log_objects(t, &logs, worker, *id), 2, "its log is kept");
         }
     }

@@ -29,6 +29,7 @@ backend_tests!(
     a_seed_shaped_module_describes_counts_and_runs_with_its_session_committed_or_rolled_back,
     the_code_is_the_one_source_of_defaults_and_a_disagreeing_catalogue_is_named,
     an_engine_from_a_cleaning_rule_is_read_reported_and_never_passed_as_flags,
+    a_seed_shaped_module_reports_items_and_takes_a_scope_and_a_skip_list,
 );
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -400,4 +401,45 @@ async fn an_engine_from_a_cleaning_rule_is_read_reported_and_never_passed_as_fla
     archive.ask("quality-validator", "check").await;
     archive.described("quality-validator", "not ready again", |v| v["readiness"]["ready"] == false).await;
     archive.stack.assert_healthy().await;
+}
+
+async fn a_seed_shaped_module_reports_items_and_takes_a_scope_and_a_skip_list(t: &TestDb) {
+    let archive = Archive::start(t, |tags, _| tags.quarantine_after = Some(2)).await;
+    archive.archive_sql("update documents set text = '' where id = 3");
+    // What it can do comes from its signature: `item`, `only` and `checkpoint` parameters.
+    let view = archive
+        .described("tag-suggest", "the description", |v| !v["described"]["description"]["capabilities"].is_null())
+        .await;
+    let capabilities = &view["described"]["description"]["capabilities"];
+    assert_eq!((&capabilities["items"], &capabilities["scope"]), (&json!(true), &json!(true)), "{capabilities}");
+
+    // Each document reported: nine tagged, the empty one failed with its class (and left pending).
+    let first = archive.finished(&archive.trigger("tag-suggest", json!({"batch_size": 4}))["id"]).await;
+    assert_eq!(first["state"], "succeeded", "{first:#}");
+    assert_eq!((first["items"]["succeeded"].as_i64(), first["items"]["failed"].as_i64()), (Some(9), Some(1)));
+    let id = first["id"].as_str().expect("an id");
+    let failures = archive.stack.get(&format!("/api/runs/{id}/items?outcome=failed"), VIEWER).await;
+    let failures = failures.expect(StatusCode::OK, None);
+    assert_eq!(failures["items"][0]["id"], "3");
+    assert_eq!(failures["items"][0]["class"], "ocr_empty");
+    assert_eq!(archive.stamps("tags_v1"), 9);
+
+    // A rerun of the failures is given exactly document 3 (SCRINALIA_ITEMS_ONLY), which fails again.
+    let path = format!("/api/runs/{id}/rerun-failed");
+    let rerun = archive.stack.json(Method::POST, &path, OPERATOR, json!({})).await.expect(StatusCode::CREATED, None);
+    let rerun = archive.finished(&rerun["id"]).await;
+    assert_eq!(rerun["state"], "succeeded", "{rerun:#}");
+    assert_eq!((rerun["items"]["failed"].as_i64(), rerun["items"]["succeeded"].as_i64()), (Some(1), Some(0)));
+
+    // Two failing runs in a row: quarantined; the next run is given it to skip (SCRINALIA_ITEMS_SKIP).
+    let quarantine =
+        archive.stack.get("/api/workers/tag-suggest/quarantine", VIEWER).await.expect(StatusCode::OK, None);
+    assert_eq!(quarantine["items"][0]["id"], "3", "{quarantine:#}");
+    let third = archive.finished(&archive.trigger("tag-suggest", json!({}))["id"]).await;
+    assert_eq!(
+        (third["items"]["skipped"].as_i64(), third["items"]["failed"].as_i64()),
+        (Some(1), Some(0)),
+        "{third:#}"
+    );
+    assert_eq!(archive.stamps("tags_v1"), 9, "the quarantined document is untouched");
 }

@@ -4,6 +4,10 @@ in batches over the documents in id order and checkpoints after each full one (`
 the adapter commits the batch, then reports the checkpoint (and commits the last, partial batch when ``execute``
 returns); a run stopped or failed in a batch loses only that batch (rolled back). A run resumed from a checkpoint
 (``resume_from``) continues after its ``last_id``, counting on from its ``done``.
+
+It reports each document's outcome (``item``): a document whose text is empty fails (class ``ocr_empty``) and
+stays pending; it skips the quarantined documents the daemon names (``skip``), untouched, and a rerun of a run's
+failures processes only those (``only``).
 """
 
 from __future__ import annotations
@@ -54,26 +58,52 @@ def execute(
     progress: Optional[Callable[..., None]] = None,
     checkpoint: Optional[Callable[[dict], None]] = None,
     resume_from: Optional[dict] = None,
+    item: Optional[Callable[..., None]] = None,
+    only: Optional[frozenset] = None,
+    skip: frozenset = frozenset(),
 ) -> dict:
     """Tags every pending document with its most frequent long words, ``batch_size`` documents a batch, and
     checkpoints after each full batch. ``fail_after`` > 0 raises after that many documents of this run (in a batch not
     committed yet)."""
     start = {"last_id": 0, "done": 0, **(resume_from or {})}
     documents = db.scalars(_pending(db, after=start["last_id"])).all()
-    done = 0
+    if only is not None:
+        documents = [d for d in documents if str(d.id) in only]
+    done, failed = 0, 0
+    # Successes are reported once their batch is committed: a run cut before that did not tag them.
+    kept: list[str] = []
+
+    def report_kept() -> None:
+        for id_ in kept if item is not None else ():
+            item(id_, "succeeded")
+        kept.clear()
+
     for document in documents:
         if fail_after and done == fail_after:
             raise RuntimeError(f"tagging failed after {done} documents, as asked (fail_after)")
+        if str(document.id) in skip:
+            if item is not None:
+                item(str(document.id), "skipped", cls="quarantined")
+            continue
+        if not document.text.strip():
+            failed += 1
+            if item is not None:
+                item(str(document.id), "failed", error="The document's OCR text is empty.", cls="ocr_empty")
+            continue
         words = sorted({w.lower() for w in document.text.split() if len(w) > 4})[:max_tags]
         db.add(Stamp(document_id=document.id, stamp=STAMP, value=",".join(words)))
         done += 1
+        kept.append(str(document.id))
         time.sleep(delay_ms / 1000)
         if done % batch_size == 0:
             state = {"last_id": document.id, "done": start["done"] + done}
+            # The batch is committed, its items reported, then the checkpoint: a resume from it lacks none of them.
+            db.commit()
+            report_kept()
             if checkpoint is not None:
-                checkpoint(state)  # commits the batch, then reports it
-            else:
-                db.commit()
+                checkpoint(state)
             if progress is not None:
                 progress(state["done"], start["done"] + len(documents), f"{engine_name}/{preset}")
-    return {"processed": done, "failed": 0}
+    db.commit()
+    report_kept()
+    return {"processed": done, "failed": failed}
