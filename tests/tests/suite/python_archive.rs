@@ -414,7 +414,8 @@ async fn a_seed_shaped_module_reports_items_and_takes_a_scope_and_a_skip_list(t:
     assert_eq!((&capabilities["items"], &capabilities["scope"]), (&json!(true), &json!(true)), "{capabilities}");
 
     // Each document reported: nine tagged, the empty one failed with its class (and left pending).
-    let first = archive.finished(&archive.trigger("tag-suggest", json!({"batch_size": 4}))["id"]).await;
+    let first = archive.trigger("tag-suggest", json!({"batch_size": 4})).await;
+    let first = archive.finished(&first["id"]).await;
     assert_eq!(first["state"], "succeeded", "{first:#}");
     assert_eq!((first["items"]["succeeded"].as_i64(), first["items"]["failed"].as_i64()), (Some(9), Some(1)));
     let id = first["id"].as_str().expect("an id");
@@ -435,7 +436,8 @@ async fn a_seed_shaped_module_reports_items_and_takes_a_scope_and_a_skip_list(t:
     let quarantine =
         archive.stack.get("/api/workers/tag-suggest/quarantine", VIEWER).await.expect(StatusCode::OK, None);
     assert_eq!(quarantine["items"][0]["id"], "3", "{quarantine:#}");
-    let third = archive.finished(&archive.trigger("tag-suggest", json!({}))["id"]).await;
+    let third = archive.trigger("tag-suggest", json!({})).await;
+    let third = archive.finished(&third["id"]).await;
     assert_eq!(
         (third["items"]["skipped"].as_i64(), third["items"]["failed"].as_i64()),
         (Some(1), Some(0)),
