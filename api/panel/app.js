@@ -19,6 +19,7 @@ const ROLES = { viewer: 1, operator: 2, admin: 3 };
 
 const ROUTES = [
   { pattern: /^#\/workers\/?$/, view: workers, nav: "workers" },
+  { pattern: /^#\/workers\/([A-Za-z0-9_-]+)\/quarantine\/?$/, view: { mount: workers.mountQuarantine }, nav: "workers" },
   { pattern: /^#\/runs\/?(?:\?(.*))?$/, view: runs, nav: "runs" },
   { pattern: /^#\/runs\/([0-9A-Fa-f-]{36})\/?$/, view: run, nav: "runs" },
   { pattern: /^#\/overrides(?:\/([A-Za-z0-9_-]+))?\/?$/, view: overrides, nav: "overrides" },
