@@ -13,6 +13,7 @@ mod access;
 mod curator;
 mod drain;
 mod history;
+mod items;
 mod rerun;
 mod schedules;
 mod search;
