@@ -60,6 +60,7 @@ mod db_queue;
 mod db_resources;
 mod db_retention;
 mod db_upgrade;
+mod demo_quarantine;
 mod demo_validator;
 mod deploy_units;
 mod object_store_s3;
