@@ -121,13 +121,7 @@ struct Writer {
 
 impl Writer {
     async fn work(mut self, mut inbox: mpsc::UnboundedReceiver<Message>) {
-        // Lines that come meanwhile wait in the inbox: the streaks must be known before the first success is.
-        match self.db.watched_items(&self.worker).await {
-            Ok(ids) => self.gatherer.watch(ids),
-            Err(e) => {
-                tracing::warn!(error = %e, "could not read the worker's failure streaks; a success past the kept bound will not close one")
-            }
-        }
+        let mut watched = false;
         let mut finishing: Option<oneshot::Sender<()>> = None;
         let mut write: Option<Write> = None;
         loop {
@@ -143,7 +137,15 @@ impl Writer {
             let due = self.due_at();
             tokio::select! {
                 message = inbox.recv(), if finishing.is_none() => match message {
-                    Some(Message::Item(item)) => self.offer(item),
+                    Some(Message::Item(item)) => {
+                        if !watched {
+                            // Read at the first item, not at the start: a run that reports none costs no read,
+                            // and the worker's start waits for nothing. Lines that come meanwhile wait in the inbox.
+                            watched = true;
+                            self.watch().await;
+                        }
+                        self.offer(item);
+                    }
                     Some(Message::Checkpoint(checkpoint)) => self.checkpoint = Some(checkpoint),
                     Some(Message::Finish(done)) => finishing = Some(done),
                     None => return,
@@ -154,6 +156,16 @@ impl Writer {
                 }
                 () = sleep_until(due), if write.is_none() => {}
             }
+        }
+    }
+
+    /// Reads the worker's open failure streaks: the successes of those items are kept one by one, so that the
+    /// run's end can close the streaks.
+    async fn watch(&mut self) {
+        match self.db.watched_items(&self.worker).await {
+            Ok(ids) => self.gatherer.watch(ids),
+            Err(e) => tracing::warn!(error = %e,
+                "could not read the worker's failure streaks; a success past the kept bound will not close one"),
         }
     }
 

@@ -81,3 +81,7 @@ alter table worker_runs drop constraint worker_runs_follows_as_known;
 alter table worker_runs add constraint worker_runs_follows_as_known
     check (follows_as in ('resume', 'restart', 'rerun', 'rerun_failed')) not valid;
 alter table worker_runs validate constraint worker_runs_follows_as_known;
+
+-- A release changes what the worker's card shows: live views hear it as a change of the worker.
+create trigger quarantine_releases_notify after insert on quarantine_releases
+    for each row execute function worker_facts_notify();
