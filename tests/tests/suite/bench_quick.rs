@@ -14,12 +14,13 @@ use serde_json::Value;
 use tokio::process::Command;
 
 /// Each bench of `all` and the backends it measures.
-const BENCHES: [(&str, &[&str]); 10] = [
+const BENCHES: [(&str, &[&str]); 11] = [
     ("latency", &["PostgreSQL", "SQLite"]),
     ("drain", &["PostgreSQL", "SQLite"]),
     ("http", &["PostgreSQL"]),
     ("recovery", &["PostgreSQL"]),
     ("idle", &["PostgreSQL", "SQLite"]),
+    ("items", &["PostgreSQL", "SQLite"]),
     ("counts", &["PostgreSQL", "SQLite"]),
     ("schedules", &["PostgreSQL", "SQLite"]),
     ("resources", &["PostgreSQL", "SQLite"]),
