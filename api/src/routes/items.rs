@@ -68,6 +68,12 @@ pub(crate) async fn run_items(
                 format!("`{name}` may take at most {MAX_QUERY_TEXT} bytes: an item id is never longer."),
             ));
         }
+        if text.as_ref().is_some_and(|t| t.contains('\0')) {
+            return Err(ApiError::bad_request(
+                "invalid_query",
+                format!("`{name}` must not contain a NUL character: no item id holds one."),
+            ));
+        }
     }
     let after = query.after.as_deref().filter(|a| !a.is_empty());
     let (run, page) = tokio::try_join!(

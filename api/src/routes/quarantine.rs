@@ -6,7 +6,7 @@ use axum::{
     extract::{Path, State},
     routing::{get, post},
 };
-use scrinalia_shared::quarantine::QuarantineError;
+use scrinalia_shared::{items::MAX_ID_BYTES, quarantine::QuarantineError};
 use scrinalia_wire::{QuarantineView, Reason, ReleaseBody};
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -48,10 +48,12 @@ pub struct Released {
 #[utoipa::path(post, path = "/api/workers/{name}/quarantine/release", tag = "workers",
     params(("name" = String, Path, description = "The worker's name")),
     request_body(content = ReleaseBody, description = "The item (every quarantined one when absent) and the reason"),
-    responses((status = 200, body = Released), (status = 400, body = ErrorBody, description = "No reason"),
+    responses((status = 200, body = Released), (status = 400, body = ErrorBody, description = "No reason, or an item id no item has"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody, description = "Unknown worker, or the item is not quarantined"),
-        (status = 409, body = ErrorBody, description = "`no_quarantine`: the worker has no quarantine")),
+        (status = 409, body = ErrorBody, description = "`no_quarantine`: the worker has no quarantine"),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 422, body = ErrorBody, description = "The body does not have the expected fields")),
     security(("bearer" = [])))]
 pub(crate) async fn release(
     Operator(caller): Operator,
@@ -61,6 +63,15 @@ pub(crate) async fn release(
 ) -> ApiResult<Json<Released>> {
     let reason = Reason::new(body.reason.as_deref(), "the quarantine")?;
     let item = body.item.as_deref().filter(|i| !i.is_empty());
+    if let Some(item) = item.filter(|i| i.len() > MAX_ID_BYTES || i.contains('\0')) {
+        return Err(ApiError::bad_request(
+            "invalid_item",
+            format!(
+                "No item has the id {}: an item id takes at most {MAX_ID_BYTES} bytes and no NUL character.",
+                crate::error::quote(&item.chars().take(80).collect::<String>())
+            ),
+        ));
+    }
     let released = state.db().release_quarantine(state.catalogue(), &name, item, &caller.name, &reason).await?;
     tracing::info!(worker = %name, item, released, actor = %caller.name, "quarantine released");
     Ok(Json(Released { released }))

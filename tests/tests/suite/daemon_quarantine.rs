@@ -99,6 +99,11 @@ async fn three_failing_runs_quarantine_an_item_and_the_fourth_skips_it(kind: Kin
     release(&system, json!({"item": "item-000010"})).await.expect(StatusCode::BAD_REQUEST, Some("reason_required"));
     let unknown = release(&system, json!({"item": "item-000011", "reason": "fixed"})).await;
     unknown.expect(StatusCode::NOT_FOUND, Some("not_quarantined"));
+    let nul = release(&system, json!({"item": "item\0", "reason": "fixed"})).await;
+    nul.expect(StatusCode::BAD_REQUEST, Some("invalid_item"));
+    let id = fourth["id"].as_str().expect("id");
+    let nul = system.http(Method::GET, &format!("/api/runs/{id}/items?after=%00"), VIEWER, None).await;
+    nul.expect("answer").expect(StatusCode::BAD_REQUEST, Some("invalid_query"));
     let body = json!({"item": "item-000010", "reason": "OCR redone by hand"});
     let viewer = system.http(Method::POST, "/api/workers/probe-1/quarantine/release", VIEWER, Some(body.clone()));
     viewer.await.expect("answer").expect(StatusCode::FORBIDDEN, Some("forbidden"));
