@@ -8,6 +8,7 @@ import { startHealth } from "./health.js";
 import * as overrides from "./overrides.js";
 import * as pipelineRun from "./pipeline-run.js";
 import * as pipelines from "./pipelines.js";
+import * as quarantine from "./quarantine.js";
 import * as resources from "./resources.js";
 import * as run from "./run.js";
 import * as runs from "./runs.js";
@@ -19,7 +20,7 @@ const ROLES = { viewer: 1, operator: 2, admin: 3 };
 
 const ROUTES = [
   { pattern: /^#\/workers\/?$/, view: workers, nav: "workers" },
-  { pattern: /^#\/workers\/([A-Za-z0-9_-]+)\/quarantine\/?$/, view: { mount: workers.mountQuarantine }, nav: "workers" },
+  { pattern: /^#\/workers\/([A-Za-z0-9_-]+)\/quarantine\/?$/, view: { mount: quarantine.mountQuarantine }, nav: "workers" },
   { pattern: /^#\/runs\/?(?:\?(.*))?$/, view: runs, nav: "runs" },
   { pattern: /^#\/runs\/([0-9A-Fa-f-]{36})\/?$/, view: run, nav: "runs" },
   { pattern: /^#\/overrides(?:\/([A-Za-z0-9_-]+))?\/?$/, view: overrides, nav: "overrides" },

@@ -6,6 +6,7 @@
 
 import { ApiError, api, streamText } from "./api.js";
 import { debouncer, facts, h, replace } from "./dom.js";
+import { quarantineHref } from "./quarantine.js";
 import {
   TERMINAL, count, dateTime, duration, progressBar, progressFacts, progressText, shortId, sourceBadge, stateBadge,
   timeEl, valueText,
@@ -593,9 +594,4 @@ export function mount(root, [id], ctx) {
       logController?.abort();
     },
   };
-}
-
-/** Where a worker's quarantine is shown. */
-function quarantineHref(worker) {
-  return `#/workers/${encodeURIComponent(worker)}/quarantine`;
 }

@@ -102,6 +102,18 @@ pub enum RequestError {
     Database(#[from] DbError),
 }
 
+impl RequestError {
+    /// The refusal of a request because `blocking`, a run of the same worker, is in flight.
+    pub(crate) fn in_flight(blocking: Run) -> Self {
+        Self::InFlight {
+            worker: blocking.worker,
+            run_id: blocking.id,
+            state: blocking.state,
+            daemon_id: blocking.daemon_id,
+        }
+    }
+}
+
 fn in_flight_where(state: RunState, daemon_id: Option<Uuid>) -> String {
     match daemon_id {
         Some(d) if state == RunState::Running => format!("running on daemon {d}"),
@@ -192,12 +204,7 @@ impl Store {
                 if blocking.id == id {
                     return Ok(blocking);
                 }
-                return Err(RequestError::InFlight {
-                    worker: blocking.worker,
-                    run_id: blocking.id,
-                    state: blocking.state,
-                    daemon_id: blocking.daemon_id,
-                });
+                return Err(RequestError::in_flight(blocking));
             }
             // Neither inserted nor blocked: the override changed since it was read (or the blocker ended in
             // between). Read it again.
@@ -247,12 +254,7 @@ impl Store {
                 if blocking.id == new.id {
                     return Ok(Ok(blocking));
                 }
-                return Ok(Err(Refused::InFlight(RequestError::InFlight {
-                    worker: blocking.worker,
-                    run_id: blocking.id,
-                    state: blocking.state,
-                    daemon_id: blocking.daemon_id,
-                })));
+                return Ok(Err(Refused::InFlight(RequestError::in_flight(blocking))));
             }
         }
         Err(DbError::Unexpected("the in-flight run kept changing during the insert".into()))

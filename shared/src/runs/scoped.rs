@@ -47,12 +47,7 @@ impl Store {
             }
             tx.rollback().await?;
             if let Some(blocking) = db::runs::in_flight_of(&self.db, new.worker).await? {
-                return Ok(Err(Refused::InFlight(RequestError::InFlight {
-                    worker: blocking.worker,
-                    run_id: blocking.id,
-                    state: blocking.state,
-                    daemon_id: blocking.daemon_id,
-                })));
+                return Ok(Err(Refused::InFlight(RequestError::in_flight(blocking))));
             }
         }
         Err(DbError::Unexpected("the in-flight run kept changing during the insert".into()))
