@@ -144,6 +144,44 @@ fn outcome(owned: bool, written: bool) -> BatchWrite {
     }
 }
 
+/// The resume chain of the run bound as `root`: the run and every run it resumes, transitively (at most 1,000
+/// deep), each with its depth (0 for the run itself). Items of a chain are counted once by id: a run resumed
+/// from a checkpoint may report again the items its predecessor reported after that checkpoint.
+macro_rules! resume_chain {
+    ($d:ident; $root:literal) => {
+        concat!(
+            "with recursive chain (id, depth) as (select id, 0 from worker_runs where id = ",
+            $root,
+            " union all select w.follows, c.depth + 1 from chain c join worker_runs w on w.id = c.id \
+             where w.follows_as = 'resume' and w.follows is not null and c.depth < 1000) "
+        )
+    };
+}
+pub(crate) use resume_chain;
+
+/// The failed and skipped items of `run`'s resume chain, counted once by id (an id failed in two runs of the
+/// chain counts once, with the class of the latest report), and how many runs the chain has.
+pub async fn chain_counts(on: impl Into<On<'_>>, run: Uuid) -> Result<(i64, Vec<ItemCount>)> {
+    const COUNTS: Sql = sql!(
+        resume_chain!("$1"),
+        ", latest as (select i.outcome, i.class, \
+         row_number() over (partition by i.item_id, i.outcome order by c.depth) as nth \
+         from run_items i join chain c on c.id = i.run_id where i.outcome in ('failed', 'skipped')) \
+         select outcome, coalesce(class, '') as class, count(*) as count, (select count(*) from chain) as runs \
+         from latest where nth = 1 group by outcome, class \
+         union all select '', '', 0, (select count(*) from chain) order by 1, 2"
+    );
+    let rows: Vec<(String, String, i64, i64)> =
+        run!(on, COUNTS, |exec, sql| sqlx::query_as(sql).bind(run).fetch_all(exec).await)?;
+    let runs = rows.first().map_or(1, |r| r.3);
+    let counts = rows
+        .into_iter()
+        .filter(|r| !r.0.is_empty())
+        .map(|(outcome, class, count, _)| ItemCount { outcome, class, count })
+        .collect();
+    Ok((runs, counts))
+}
+
 /// A run's counts by outcome and class, in that order.
 pub async fn counts(on: impl Into<On<'_>>, run: Uuid) -> Result<Vec<ItemCount>> {
     const COUNTS: Sql =

@@ -8,6 +8,7 @@ use uuid::Uuid;
 use crate::{
     DbTime, On, Result, Tx,
     dialect::{Sql, sql},
+    items::resume_chain,
     tx::run,
 };
 
@@ -180,10 +181,13 @@ pub async fn releases(on: impl Into<On<'_>>, worker: &str, limit: i64) -> Result
         .collect())
 }
 
-/// Stores as the scope of run `run` the items run `of` reported failed; how many.
+/// Stores as the scope of run `run` the items run `of` reported failed, with those its resume chain reported
+/// failed (a resumed run never sees what its predecessors failed before their checkpoint), each once; how many.
 pub async fn store_scope(tx: &mut Tx, run: Uuid, of: Uuid) -> Result<u64> {
     const SCOPE: Sql = sql!(
-        "insert into run_scopes (run_id, item_id) select $1, item_id from run_items where run_id = $2 and outcome = 'failed'"
+        resume_chain!("$2"),
+        "insert into run_scopes (run_id, item_id) select distinct $1, i.item_id from run_items i \
+         join chain c on c.id = i.run_id where i.outcome = 'failed'"
     );
     run!(&mut *tx, SCOPE, |exec, sql| sqlx::query(sql)
         .bind(run)
@@ -206,8 +210,12 @@ pub async fn scope(on: impl Into<On<'_>>, run: Uuid) -> Result<Vec<String>> {
     run!(on, SCOPE, |exec, sql| sqlx::query_scalar(sql).bind(run).fetch_all(exec).await)
 }
 
-/// How many items a run reported failed, as its stored rows say.
+/// How many items a run and the runs it resumes reported failed, once each, as their stored rows say.
 pub async fn failed_items(on: impl Into<On<'_>>, run: Uuid) -> Result<i64> {
-    const FAILED: Sql = sql!("select count(*) from run_items where run_id = $1 and outcome = 'failed'");
+    const FAILED: Sql = sql!(
+        resume_chain!("$1"),
+        "select count(distinct i.item_id) from run_items i join chain c on c.id = i.run_id \
+         where i.outcome = 'failed'"
+    );
     run!(on, FAILED, |exec, sql| sqlx::query_scalar(sql).bind(run).fetch_one(exec).await)
 }

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use crate::{DbError, Store, db};
 
-pub use scrinalia_wire::{ItemCount, ItemPage, ItemSummary, RunItem};
+pub use scrinalia_wire::{ChainItems, ItemCount, ItemPage, ItemSummary, RunItem};
 
 /// The longest item id, in bytes.
 pub const MAX_ID_BYTES: usize = 512;
@@ -299,7 +299,14 @@ impl Store {
 
     /// A run's items in figures; `None` when its worker reported none.
     pub async fn item_summary(&self, run: Uuid) -> Result<Option<ItemSummary>, DbError> {
-        Ok(ItemSummary::of(db::items::counts(&self.db, run).await?))
+        let (counts, (runs, chain)) =
+            tokio::try_join!(db::items::counts(&self.db, run), db::items::chain_counts(&self.db, run))?;
+        let chain = ChainItems::of(runs, chain);
+        Ok(match (ItemSummary::of(counts), chain) {
+            (Some(summary), chain) => Some(ItemSummary { chain, ..summary }),
+            (None, Some(chain)) => Some(ItemSummary { chain: Some(chain), ..ItemSummary::default() }),
+            (None, None) => None,
+        })
     }
 
     /// One page of a run's items in id order: of one outcome (all when `None`), whose id contains `search`

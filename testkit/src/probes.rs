@@ -51,7 +51,7 @@ pub fn with_defaults(mut spec: WorkerSpec, defaults: &[(&str, Value)]) -> Worker
 /// One line of the probes' ledger.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ProbeEvent {
-    /// `start` or `end`.
+    /// `start`, `items` or `end`.
     pub event: String,
     /// The probe's name.
     pub worker: String,
@@ -79,6 +79,50 @@ pub struct ProbeEvent {
     /// `SCRINALIA_RESTART_OF`, the run a restart starts over (start lines).
     #[serde(default)]
     pub restart_of: Option<String>,
+    /// The first item number of a block recorded before it was printed (`items` lines).
+    #[serde(default)]
+    pub from: Option<i64>,
+    /// The last item number of the block.
+    #[serde(default)]
+    pub to: Option<i64>,
+    /// How many items of the block succeeded.
+    #[serde(default)]
+    pub succeeded: Option<i64>,
+    /// The ids of the block that failed.
+    #[serde(default)]
+    pub failed: Option<Vec<String>>,
+    /// The ids of the block that were skipped.
+    #[serde(default)]
+    pub skipped: Option<Vec<String>>,
+}
+
+impl ProbeEvent {
+    /// The block of items of an `items` line.
+    pub fn block(&self) -> Option<ItemBlock> {
+        Some(ItemBlock {
+            from: self.from?,
+            to: self.to?,
+            succeeded: self.succeeded?,
+            failed: self.failed.clone()?,
+            skipped: self.skipped.clone()?,
+        })
+    }
+}
+
+/// A block of items a probe printed right after recording it: items `from..=to` of its numbering, how many of
+/// them succeeded, and the ids that failed and were skipped (items outside the run's scope are left out).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ItemBlock {
+    /// The first item number of the block.
+    pub from: i64,
+    /// The last.
+    pub to: i64,
+    /// How many succeeded.
+    pub succeeded: i64,
+    /// The ids that failed.
+    pub failed: Vec<String>,
+    /// The ids that were skipped.
+    pub skipped: Vec<String>,
 }
 
 /// Every line of the probes' ledger at `path` so far. A line counts once its newline is there: a probe may be

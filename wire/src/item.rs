@@ -50,6 +50,39 @@ pub struct ItemSummary {
     pub cut: i64,
     /// Every count by outcome and class (refusals by reason), largest first.
     pub classes: Vec<ItemCount>,
+    /// The failed and skipped items of the run's resume chain, when the run resumes earlier runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<ChainItems>,
+}
+
+/// The failed and skipped items of a resume chain (a run and the runs it resumes, transitively), each id counted
+/// once: a resumed run may report again what its predecessor reported after its last checkpoint, and never
+/// sees what its predecessor failed before it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ChainItems {
+    /// How many runs the chain has (at least 2).
+    pub runs: i64,
+    /// Distinct item ids reported `failed` by a run of the chain: what a rerun of the failures is given.
+    pub failed: i64,
+    /// Distinct item ids reported `skipped` by a run of the chain.
+    pub skipped: i64,
+    /// The same by outcome and class (an id's latest class), largest first.
+    pub classes: Vec<ItemCount>,
+}
+
+impl ChainItems {
+    /// The chain's figures from its counts; `None` for a chain of one run (the run's own figures say it all).
+    pub fn of(runs: i64, counts: Vec<ItemCount>) -> Option<Self> {
+        if runs < 2 {
+            return None;
+        }
+        let sum = |outcome: &str| counts.iter().filter(|c| c.outcome == outcome).map(|c| c.count).sum();
+        let (failed, skipped) = (sum("failed"), sum("skipped"));
+        let mut classes = counts;
+        classes.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| (&a.outcome, &a.class).cmp(&(&b.outcome, &b.class))));
+        Some(Self { runs, failed, skipped, classes })
+    }
 }
 
 impl ItemSummary {

@@ -35,8 +35,8 @@ pub use engine::Engine;
 pub use error::ErrorBody;
 pub use health::{Check, HealthView, Status, StatusBody};
 pub use item::{
-    ItemCount, ItemError, ItemPage, ItemSummary, QuarantineRelease, QuarantineView, QuarantinedItem, ReleaseBody,
-    RunItem,
+    ChainItems, ItemCount, ItemError, ItemPage, ItemSummary, QuarantineRelease, QuarantineView, QuarantinedItem,
+    ReleaseBody, RunItem,
 };
 pub use overrides::{AuditEntry, AuditView, Override, OverrideAction, OverrideChange, OverrideView};
 pub use pipeline::{PipelineRun, PipelineRunView, PipelineState, PipelineView, StartPipeline};

@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use super::{
     Answer, Created, Fault, FaultKind, LEASE, SLACK, Steer, Watched,
+    items::{self, StoredItems},
     resources::{self, ResourceFigures},
     resumes,
     scheduling::{self, Scheduled, is_scheduled},
@@ -41,6 +42,8 @@ pub struct Evidence<'a> {
     pub daemons_started: usize,
     /// The schedules' fires and the pipeline runs.
     pub scheduled: Scheduled,
+    /// The stored items of every probe run.
+    pub items: HashMap<Uuid, StoredItems>,
 }
 
 /// The figures of a chaos run.
@@ -72,6 +75,8 @@ pub struct Figures {
     pub resource_samples: u64,
     /// Resumes and restarts, by who asked and how they were checked.
     pub continuations: BTreeMap<String, usize>,
+    /// Items printed and checked.
+    pub items: BTreeMap<String, usize>,
 }
 
 impl fmt::Display for Figures {
@@ -103,7 +108,8 @@ impl fmt::Display for Figures {
             writeln!(f, "| resource {name} | {figures} |")?;
         }
         writeln!(f, "| samples of run_resources | {} |", self.resource_samples)?;
-        write!(f, "| resumes and restarts | {} |", list(&self.continuations))
+        writeln!(f, "| resumes and restarts | {} |", list(&self.continuations))?;
+        write!(f, "| items | {} |", list(&self.items))
     }
 }
 
@@ -147,6 +153,13 @@ pub fn check(evidence: Evidence<'_>) -> Verdict {
     violations.extend(resumes::a_resumed_run_starts_from_its_predecessors_last_checkpoint(&e.runs, &events, resumed));
     violations.extend(resumes::a_run_is_continued_once_and_only_a_resume_from_a_checkpoint(&e.runs, &events, resumed));
     violations.extend(resumes::no_resume_the_policy_owes_is_lost(&e.runs, resumed));
+    let (stored, counted) = (&e.items, &mut figures.items);
+    violations.extend(items::no_run_stores_more_items_than_its_worker_printed(&e.runs, &events, stored, counted));
+    violations.extend(items::every_item_printed_before_the_last_stored_checkpoint_is_stored(
+        &e.runs, &events, stored, counted,
+    ));
+    violations
+        .extend(items::a_resume_chain_counts_its_failed_and_skipped_items_once(&e.runs, &events, stored, counted));
     for (name, fires) in &e.scheduled.fires {
         for fire in fires {
             *figures.scheduling.entry(format!("{name} {}", fire.outcome)).or_default() += 1;
@@ -187,9 +200,10 @@ impl<'a> Executions<'a> {
             match (&e.run_id, e.event.as_str()) {
                 (None, _) => executions.unnamed.push(e.worker.clone()),
                 (Some(run), "start") => executions.starts.entry(run.clone()).or_default().push(e),
-                (Some(run), _) => {
+                (Some(run), "end") => {
                     executions.ends.insert(run.clone(), e.at_ns);
                 }
+                (Some(_), _) => {}
             }
         }
         executions

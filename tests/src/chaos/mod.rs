@@ -2,12 +2,13 @@
 //! [`cluster`] of three API processes whose every answer is recorded, the [`fleet`] of three daemon slots that the
 //! suite kills, freezes, stops and drains (each fault recorded with its time), the [`watcher`] that looks for
 //! worker processes of runs the ledger already calls finished and samples who holds the shared [`resources`],
-//! the [`scheduling`] and the checkpoints and [`resumes`] under the faults, and the [`invariants`], each a
+//! the [`scheduling`], the checkpoints and [`resumes`] and the [`items`] under the faults, and the [`invariants`], each a
 //! function named for what it checks, run on the evidence at the end.
 
 pub mod cluster;
 pub mod fleet;
 pub mod invariants;
+pub mod items;
 pub mod resources;
 pub mod resumes;
 pub mod scheduling;
@@ -163,8 +164,15 @@ pub fn request_body(worker: &str, rng: &mut impl Rng, note: &str) -> (Steer, Val
     let mut options = json!({"progress_steps": rng.random_range(1..=6), "note": note});
     // Checkpoints in half the probes' runs (all of the resumed probes'), so that an interrupted run often has
     // one for the operator or the policy to resume from, and often none.
-    if resumed || rng.random_bool(0.5) {
+    let checkpoints = resumed || rng.random_bool(0.5);
+    if checkpoints {
         options["checkpoints"] = json!(rng.random_range(1..=8));
+    }
+    // Items in every run of a resumed probe and in half the others (some failing), before each checkpoint when
+    // there are checkpoints: what the items invariants hold the ledger against.
+    if resumed || rng.random_bool(0.5) {
+        options["items"] = json!(rng.random_range(10..=200));
+        options["failed_every"] = json!(rng.random_range(2..=9));
     }
     let (duration, extra) = match steer {
         Steer::Short | Steer::Demo => (rng.random_range(100..=500), json!({})),

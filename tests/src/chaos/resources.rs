@@ -139,7 +139,7 @@ pub fn no_resource_over_capacity_by_the_probes(
         let Some(run) = e.run_id.as_deref() else { continue };
         if e.event == "start" {
             starts.entry(run).and_modify(|s| *s = if e.at_ns < s.at_ns { e } else { s }).or_insert(e);
-        } else {
+        } else if e.event == "end" {
             let end = ends.entry(run).or_insert(e.at_ns);
             *end = (*end).max(e.at_ns);
         }

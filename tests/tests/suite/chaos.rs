@@ -8,7 +8,9 @@
 //! and of `run_resources`, and every answer the APIs gave: never two executions of one worker at once, no request
 //! executed twice, every run terminal, every interruption with its reason and within the lease plus a slack of
 //! its owner's death, every 201 with its row, no 5xx, a resource never over its capacity and never held once the
-//! runs ended, a resumed run started from its predecessor's last checkpoint. The schedule is drawn from a seeded
+//! runs ended, a resumed run started from its predecessor's last checkpoint, no run storing more items than its
+//! worker printed nor losing one printed before its last stored checkpoint, a resume chain counting its failures
+//! once by id. The schedule is drawn from a seeded
 //! generator (`SCRINALIA_CHAOS_SEED`; printed), so a run can be replayed up to timing.
 //!
 //! `scripts/chaos` runs it: `cargo test -p scrinalia-tests --test suite chaos:: -- --ignored --nocapture`. The times of
@@ -134,9 +136,12 @@ async fn chaos_keeps_every_invariant() {
     }
     problems.extend(panics(&setup.dir).iter().map(|p| format!("{} mentions a panic", p.display())));
 
+    let runs = ledger(&db.db.api).await;
+    let items = chaos::items::stored(&db.db.api, &runs).await;
     let verdict = check(Evidence {
         setup: &setup,
-        runs: ledger(&db.db.api).await,
+        runs,
+        items,
         created,
         answers: apis.answers(),
         faults: fleet.faults.clone(),

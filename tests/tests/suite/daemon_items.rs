@@ -2,12 +2,12 @@
 //! every failure in a few batches, and the API pages through them; malformed item lines are counted, the first
 //! ten said in the run's log, and the run goes on; every item printed before a stored checkpoint is stored with
 //! it; a batch sent again changes nothing, a batch of a run that is not the daemon's is refused, and items go
-//! with their run.
+//! with their run; a resume chain's failures are shown and rerun together, each once.
 
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use scrinalia_shared::{RunState, items::Gatherer};
+use scrinalia_shared::{FollowKind, RunState, items::Gatherer};
 use scrinalia_tests::{
     TestDb,
     api_harness::{TestApi, VIEWER},
@@ -23,6 +23,7 @@ backend_tests!(
     malformed_item_lines_are_counted_and_the_run_succeeds,
     every_item_printed_before_a_stored_checkpoint_is_stored_with_it,
     a_batch_sent_again_is_counted_once_and_only_the_owner_writes,
+    a_resume_chain_counts_its_failures_once_and_a_rerun_of_its_failures_gets_them_all,
 );
 
 fn count(summary: &Value, outcome: &str, class: &str) -> i64 {
@@ -177,4 +178,50 @@ async fn a_batch_sent_again_is_counted_once_and_only_the_owner_writes(t: &TestDb
     let summary = t.db.api.item_summary(run.id).await.expect("summary").expect("items");
     assert_eq!(summary.failed, 101);
     assert_eq!(t.db.api.get_run(run.id).await.expect("present").expect("present").checkpoint, Some(json!({"step": 1})));
+}
+
+/// A run killed after its second checkpoint (items 1–20 stored, four of them failed) is resumed; the resume goes
+/// on after item 20 and fails four more. The resumed run shows its own four and its chain's eight, and a rerun of
+/// its failures is given all eight, once each.
+async fn a_resume_chain_counts_its_failures_once_and_a_rerun_of_its_failures_gets_them_all(t: &TestDb) {
+    let setup = Setup::new(t, |_| {});
+    let _daemon = setup.start_daemon("daemon", &[]);
+    let options = json!({"items": 40, "failed_every": 5, "checkpoints": 4, "duration_ms": 6000});
+    let first = setup.request(&t.db.api, "probe-1", options).await;
+    let started = setup.probe_started(first.id, Duration::from_secs(30)).await;
+    wait_run(&t.db.api, first.id, Duration::from_secs(30), "its second checkpoint", |r| {
+        r.checkpoint.as_ref().and_then(|c| c["items"].as_i64()) == Some(20)
+    })
+    .await;
+    let pid = nix::unistd::Pid::from_raw(started.pid);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("kill the probe");
+    let first = wait_finished(&t.db.api, first.id, Duration::from_secs(30)).await;
+    assert_eq!(first.state, RunState::Failed, "{first:?}");
+
+    let catalogue = &setup.settings.catalogue;
+    let resumed = t.db.api.continue_run(catalogue, first.id, FollowKind::Resume, "otto").await.expect("resumed");
+    let id = resumed.id;
+    let second = wait_finished(&t.db.api, id, Duration::from_secs(60)).await;
+    assert_eq!(second.state, RunState::Succeeded, "{second:?}");
+
+    let api = TestApi::new(t).await;
+    let detail = api.get(&format!("/api/runs/{id}"), VIEWER).await.expect(StatusCode::OK, None);
+    let items = &detail["items"];
+    assert_eq!((items["failed"].as_i64(), items["succeeded"].as_i64()), (Some(4), Some(16)), "{items}");
+    let chain = &items["chain"];
+    assert_eq!(
+        (chain["runs"].as_i64(), chain["failed"].as_i64(), chain["skipped"].as_i64()),
+        (Some(2), Some(8), Some(0))
+    );
+    assert_eq!(count(chain, "failed", "ocr_empty") + count(chain, "failed", "ctx_overflow"), 6, "{chain}");
+    let own = api.get(&format!("/api/runs/{}", first.id), VIEWER).await.expect(StatusCode::OK, None);
+    assert!(own["items"].get("chain").is_none(), "a run that resumes nothing has no chain: {}", own["items"]);
+
+    let rerun = t.db.api.continue_run(catalogue, id, FollowKind::RerunFailed, "otto").await.expect("a rerun").id;
+    let expected: Vec<String> = (1..=8).map(|i| format!("item-{:06}", i * 5)).collect();
+    assert_eq!(t.db.daemon.run_scope(rerun).await.expect("its scope"), expected, "the chain's failures, once each");
+    let third = wait_finished(&t.db.api, rerun, Duration::from_secs(60)).await;
+    assert_eq!(third.state, RunState::Succeeded, "{third:?}");
+    let summary = t.db.api.item_summary(rerun).await.expect("summary").expect("items");
+    assert_eq!((summary.failed, summary.succeeded), (8, 0), "it processed exactly the eight");
 }

@@ -11,6 +11,7 @@ mod item_lists;
 mod options;
 mod pipeline;
 mod probe;
+mod probe_items;
 mod protocol;
 mod registry;
 mod rules;

@@ -6,12 +6,12 @@
 //! `checkpoints` lines `{"checkpoint": {"step": i}}` spread over its duration, and with `oversized_checkpoint`
 //! one checkpoint just over the daemon's 64 KiB at the end. With `items`, it reports item lines (every
 //! `failed_every`-th failed, in three classes): all at the start, or with checkpoints, the block before each
-//! checkpoint; `malformed_items` prints refused item lines first. It reports only the items of its scope
+//! checkpoint (a resumed run goes on after the items its checkpoint counts), each block recorded in the ledger
+//! before it is printed (`probe_items.rs`); `malformed_items` prints refused item lines first. It reports only the items of its scope
 //! (`SCRINALIA_ITEMS_ONLY`) and reports those it must skip (`SCRINALIA_ITEMS_SKIP`) as skipped, untouched. `check` answers ready unless
 //! `$SCRINALIA_PROBE_NOT_READY` holds a sentence, which is then the reason.
 
 use std::{
-    collections::HashSet,
     fs::OpenOptions,
     io::Write,
     path::PathBuf,
@@ -24,8 +24,10 @@ use serde_json::{Value, json};
 use crate::{
     config::EngineConfig,
     invocation::{Invocation, Verb},
+    item_lists::ItemLists,
     options::{self, Literal, OptionSpec},
-    protocol::{MAX_CHECKPOINT_BYTES, Protocol, item_line},
+    probe_items::{ItemOutput, WriteTimes, resumed_after},
+    protocol::{MAX_CHECKPOINT_BYTES, Protocol},
     stop::{self, Stop},
 };
 
@@ -101,86 +103,6 @@ fn capabilities() -> Value {
     json!({ "items": true, "scope": true, "checkpoints": true })
 }
 
-/// The classes of a probe's failed items, in turn.
-pub const FAILURE_CLASSES: [&str; 3] = ["ocr_empty", "ctx_overflow", "timeout"];
-
-/// Item `i` (1-based) of a probe that fails every `failed_every`-th: its id, outcome, class and error.
-fn item(i: i64, failed_every: i64) -> (String, &'static str, Option<&'static str>, Option<String>) {
-    let id = format!("item-{i:06}");
-    if failed_every > 0 && i % failed_every == 0 {
-        let class = FAILURE_CLASSES[usize::try_from((i / failed_every - 1) % 3).unwrap_or(0)];
-        (id, "failed", Some(class), Some(format!("item {i} failed with {class}, as asked")))
-    } else {
-        (id, "succeeded", None, None)
-    }
-}
-
-/// The items a run is given: only those of its scope (`SCRINALIA_ITEMS_ONLY`, when set), and those it must skip
-/// (`SCRINALIA_ITEMS_SKIP`), each a file of one id per line.
-#[derive(Debug, Default)]
-struct ItemLists {
-    only: Option<HashSet<String>>,
-    skip: HashSet<String>,
-}
-
-impl ItemLists {
-    fn from_env() -> anyhow::Result<Self> {
-        let read = |variable: &str| -> anyhow::Result<Option<HashSet<String>>> {
-            let Some(path) = std::env::var_os(variable) else { return Ok(None) };
-            let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("read {variable} ({})", PathBuf::from(&path).display()))?;
-            Ok(Some(text.lines().filter(|l| !l.is_empty()).map(str::to_owned).collect()))
-        };
-        Ok(Self { only: read("SCRINALIA_ITEMS_ONLY")?, skip: read("SCRINALIA_ITEMS_SKIP")?.unwrap_or_default() })
-    }
-}
-
-/// How long each item line (or its text stand-in) took to write and flush, in microseconds: the items
-/// benchmark's measure of whether the daemon ever holds a worker up.
-#[derive(Debug, Default)]
-struct WriteTimes(Vec<u32>);
-
-impl WriteTimes {
-    fn summary(&mut self) -> Value {
-        self.0.sort_unstable();
-        let ms = |us: u32| f64::from(us) / 1000.0;
-        let p99 = self.0.get((self.0.len() * 99).div_ceil(100).saturating_sub(1)).copied().unwrap_or(0);
-        json!({ "lines": self.0.len(), "p99_ms": ms(p99), "max_ms": ms(self.0.last().copied().unwrap_or(0)) })
-    }
-}
-
-/// How a probe prints its items.
-struct ItemOutput<'a> {
-    lists: &'a ItemLists,
-    failed_every: i64,
-    /// Free-text lines of the same length instead (the items benchmark's baseline).
-    as_text: bool,
-    times: WriteTimes,
-}
-
-impl ItemOutput<'_> {
-    /// Prints items `from..=to`: none outside the scope; a quarantined one as skipped, untouched.
-    fn print(&mut self, out: &mut Protocol, (from, to): (i64, i64)) -> anyhow::Result<()> {
-        for i in from..=to {
-            let (id, outcome, class, error) = item(i, self.failed_every);
-            if self.lists.only.as_ref().is_some_and(|only| !only.contains(&id)) {
-                continue;
-            }
-            let line = if self.lists.skip.contains(&id) {
-                item_line(&id, "skipped", Some("quarantined"), Some("quarantined: skipped without being touched"))
-            } else {
-                item_line(&id, outcome, class, error.as_deref())
-            };
-            // The stand-in: the same bytes, but a `#` where the JSON begins, so the daemon keeps it as text.
-            let line = if self.as_text { format!("#{}", &line[1..]) } else { line };
-            let started = Instant::now();
-            out.text(&line)?;
-            self.times.0.push(u32::try_from(started.elapsed().as_micros()).unwrap_or(u32::MAX));
-        }
-        Ok(())
-    }
-}
-
 /// `describe`'s `declared` section of a probe: its options, and no engine of its own.
 pub fn declared() -> Value {
     json!({ "options": options::declared(OPTIONS), "engine": null, "preset": null, "presets": {} })
@@ -226,6 +148,15 @@ impl Ledger {
             .and_then(|()| file.flush())
             .with_context(|| format!("append to the probe log {}", path.display()))
     }
+
+    /// Records items `from..=to` before they are printed (nothing for an empty range or without a ledger), so
+    /// that what the ledger holds is at least what the worker printed.
+    fn items(&self, output: &ItemOutput, (from, to): (i64, i64)) -> anyhow::Result<()> {
+        if self.path.is_none() || from > to {
+            return Ok(());
+        }
+        self.record("items", output.record((from, to)))
+    }
 }
 
 fn now_ns() -> u128 {
@@ -265,7 +196,7 @@ pub fn execute(invocation: &Invocation, out: &mut Protocol) -> anyhow::Result<i3
             }
             (0, "exit".to_owned())
         }
-        Some(stop) => match run(invocation, &stop, out, &mut writes)? {
+        Some(stop) => match run(invocation, &stop, (out, &ledger), &mut writes)? {
             Ending::Exit(status) => (status, "exit".to_owned()),
             // "sigterm" (or "sigint" when stopped from a terminal).
             Ending::Signal(signal) => (stop::exit_status(signal), signal.as_str().to_lowercase()),
@@ -339,7 +270,12 @@ fn oversized_checkpoint() -> Value {
 }
 
 /// Runs the probe; `writes` gets how long its item lines took to write, when it printed some.
-fn run(invocation: &Invocation, stop: &Stop, out: &mut Protocol, writes: &mut Value) -> anyhow::Result<Ending> {
+fn run(
+    invocation: &Invocation,
+    stop: &Stop,
+    (out, ledger): (&mut Protocol, &Ledger),
+    writes: &mut Value,
+) -> anyhow::Result<Ending> {
     let name = &invocation.worker;
     let options = &invocation.options;
     let duration = Duration::from_millis(u64::try_from(options.integer("duration_ms")).unwrap_or(0));
@@ -375,18 +311,21 @@ fn run(invocation: &Invocation, stop: &Stop, out: &mut Protocol, writes: &mut Va
     for i in 1..=options.integer("malformed_items").max(0) {
         out.item(&format!("malformed-{i}"), "maybe", None, None)?;
     }
-    // Without checkpoints every item comes at once; with some, item block j before checkpoint j.
-    let lists = ItemLists::from_env()?;
+    // Without checkpoints every item comes at once; with some, item block j before checkpoint j, and a resumed
+    // run goes on after the items its checkpoint counts, skipping the checkpoints behind it.
+    let lists = ItemLists::of(invocation)?;
     if let Some(only) = &lists.only {
         eprintln!("{name}: scoped to {} items", only.len());
     }
     if !lists.skip.is_empty() {
         eprintln!("{name}: skips {} quarantined items", lists.skip.len());
     }
-    let mut output =
-        ItemOutput { lists: &lists, failed_every, as_text: options.boolean("item_text"), times: WriteTimes::default() };
-    let mut items_printed = 0;
+    let as_text = options.boolean("item_text");
+    let mut output = ItemOutput { lists, failed_every, as_text, times: WriteTimes::default() };
+    let mut items_printed =
+        if checkpoints > 0 { resumed_after(invocation.checkpoint.as_deref()).min(items) } else { 0 };
     if checkpoints == 0 {
+        ledger.items(&output, (1, items))?;
         output.print(out, (1, items))?;
         items_printed = items;
     }
@@ -400,6 +339,10 @@ fn run(invocation: &Invocation, stop: &Stop, out: &mut Protocol, writes: &mut Va
             Beat::Progress(i) => out.progress(i as usize, steps as usize, Some(&format!("step {i}")))?,
             Beat::Checkpoint(i) => {
                 let upto = items * i64::from(i) / i64::from(checkpoints);
+                if items > 0 && upto <= items_printed {
+                    continue;
+                }
+                ledger.items(&output, (items_printed + 1, upto))?;
                 output.print(out, (items_printed + 1, upto))?;
                 items_printed = upto;
                 let checkpoint = if items > 0 { json!({ "step": i, "items": upto }) } else { json!({ "step": i }) };
@@ -450,17 +393,6 @@ mod tests {
             json!({"name": "note", "type": "string",
             "description": "Free text, recorded verbatim in the probe log's arguments."})
         );
-    }
-
-    #[test]
-    fn every_nth_item_fails_with_the_classes_in_turn() {
-        let failed: Vec<_> = (1..=12).map(|i| item(i, 4)).filter(|(_, outcome, ..)| *outcome == "failed").collect();
-        let classes: Vec<_> = failed.iter().map(|(id, _, class, _)| (id.as_str(), class.unwrap_or_default())).collect();
-        assert_eq!(
-            classes,
-            [("item-000004", "ocr_empty"), ("item-000008", "ctx_overflow"), ("item-000012", "timeout")]
-        );
-        assert_eq!(item(5, 0).1, "succeeded", "0 fails none");
     }
 
     #[test]
