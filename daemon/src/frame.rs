@@ -55,6 +55,10 @@ pub struct ExitReport {
     pub spawn_error: Option<String>,
     /// From the worker's start to its end.
     pub elapsed_ms: u64,
+    /// What `getrusage(RUSAGE_CHILDREN)` said once the worker was waited for: the worker and the descendants it
+    /// waited for (absent when the worker never ran, or from a supervisor that does not measure).
+    #[serde(default)]
+    pub rusage: Option<scrinalia_shared::usage::Rusage>,
 }
 
 /// A message from the supervisor.

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use scrinalia_shared::{EndReason, runs::Finish};
+use scrinalia_shared::{EndReason, runs::Finish, usage::RunUsage};
 use serde_json::Value;
 
 use crate::frame::{ExitReport, StopCause};
@@ -53,6 +53,8 @@ pub struct Ending<'a> {
     pub result: Option<Value>,
     /// The supervisor ended without a report (`report` was made up by the daemon).
     pub supervisor_lost: bool,
+    /// What the run cost, when its worker started.
+    pub usage: Option<RunUsage>,
 }
 
 impl Ending<'_> {
@@ -77,7 +79,7 @@ impl Ending<'_> {
             (None, None) => self.natural_end(),
         };
         let error = (reason.state(report.code) != scrinalia_shared::RunState::Succeeded).then_some(error);
-        Finish { reason, exit_code: report.code, error, result: self.result }
+        Finish { reason, exit_code: report.code, error, result: self.result, usage: self.usage }
     }
 
     fn natural_end(&self) -> (EndReason, String) {
@@ -114,6 +116,7 @@ mod tests {
             tail,
             result: None,
             supervisor_lost: false,
+            usage: None,
         }
         .finish()
     }

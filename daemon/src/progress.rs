@@ -28,6 +28,9 @@ pub enum StdoutLine {
     Checkpoint(Value),
     /// `{"item": {…}}`: what happened to one document (checked by `scrinalia_shared::items::parse`).
     Item(Value),
+    /// `{"usage": {…}}`: what the run cost so far, by the worker's count (checked by
+    /// `scrinalia_shared::usage::parse`).
+    Usage(Value),
     /// Anything else: free text for the logs.
     Text,
 }
@@ -50,6 +53,7 @@ impl StdoutLine {
             "config" if value.is_object() => Self::Config(value),
             "checkpoint" => Self::Checkpoint(value),
             "item" => Self::Item(value),
+            "usage" => Self::Usage(value),
             _ => Self::Text,
         }
     }

@@ -7,7 +7,12 @@ use nix::{
     sys::signal::{Signal, killpg},
     unistd::Pid,
 };
-use scrinalia_shared::{DbError, EndReason, MAX_CHECKPOINT_BYTES, Run, RunState, items, runs::Finish, telemetry};
+use scrinalia_shared::{
+    DbError, EndReason, MAX_CHECKPOINT_BYTES, Run, RunState, items,
+    runs::Finish,
+    telemetry,
+    usage::{self, ReportedUsage},
+};
 use serde_json::Value;
 use tokio::{
     io::{AsyncWriteExt, BufReader},
@@ -97,7 +102,7 @@ async fn execute_in_span(
 }
 
 fn failed(reason: EndReason, error: String) -> Finish {
-    Finish { reason, exit_code: None, error: Some(error), result: None }
+    Finish { reason, exit_code: None, error: Some(error), result: None, usage: None }
 }
 
 /// A started supervisor: the process, its frames, where its controls go, and the task writing them to its stdin.
@@ -216,6 +221,9 @@ struct Session {
     /// Where the item writer says the lease was lost.
     items_lost: mpsc::Receiver<String>,
     refused_items: u64,
+    /// The worker's last accepted `usage` line.
+    reported_usage: Option<ReportedUsage>,
+    refused_usage: u32,
 }
 
 impl Session {
@@ -237,6 +245,8 @@ impl Session {
             items: ItemWriter::start(ctx.db.clone(), (run.id, &run.worker), ctx.daemon_id, keep, lost),
             items_lost,
             refused_items: 0,
+            reported_usage: None,
+            refused_usage: 0,
         }
     }
 
@@ -320,6 +330,7 @@ impl Session {
             StdoutLine::Result(value) => self.result = Some(value),
             StdoutLine::Checkpoint(value) => self.checkpoint(value).await,
             StdoutLine::Item(value) => self.item(&value).await,
+            StdoutLine::Usage(value) => self.usage(&value).await,
             StdoutLine::Config(value) => {
                 self.text("stdout", &line).await;
                 self.report_config(&value).await;
@@ -374,6 +385,20 @@ impl Session {
         self.items.item(item);
     }
 
+    /// Keeps the worker's latest usage (cumulative: the last accepted line wins); a refused line is said in the
+    /// run's log, the first few times, and the last accepted one stays.
+    async fn usage(&mut self, value: &Value) {
+        match usage::parse(value) {
+            Ok(reported) => self.reported_usage = Some(reported),
+            Err(sentence) => {
+                self.refused_usage += 1;
+                if self.refused_usage <= 3 {
+                    self.text("stderr", &format!("scrinalia: {sentence}; the last accepted usage stays")).await;
+                }
+            }
+        }
+    }
+
     /// A line of the worker's output: kept in the run log, and logged in the run's span (so with `run_id` and
     /// `worker`) while the run log is in its head: past it, the daemon's own log would take the output uncapped.
     async fn text(&mut self, stream: &'static str, line: &str) {
@@ -421,6 +446,7 @@ impl Session {
             tail: &self.tail,
             result: self.result.take(),
             supervisor_lost: self.supervisor_lost,
+            usage: self.pid.map(|_| usage::of_run(report.elapsed_ms, report.rusage, self.reported_usage.take())),
         }
         .finish();
         write_ledger(&self.ctx, run, &finish).await;

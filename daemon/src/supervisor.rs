@@ -13,9 +13,14 @@ use std::{
 
 use anyhow::Context as _;
 use nix::{
-    sys::signal::{Signal, killpg},
+    sys::{
+        resource::{UsageWho, getrusage},
+        signal::{Signal, killpg},
+        time::TimeVal,
+    },
     unistd::Pid,
 };
+use scrinalia_shared::usage::Rusage;
 use tokio::{
     io::{AsyncRead, AsyncWriteExt, BufReader},
     net::unix::pipe,
@@ -126,6 +131,7 @@ pub async fn supervise(args: SuperviseArgs) -> anyhow::Result<()> {
     signal_group(group, Signal::SIGKILL);
     relays.finish(Duration::from_secs(2)).await;
     let mut report = exit_report(status);
+    report.rusage = children_usage();
     report.stopped_by = watch.cause;
     report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     finish(out, writer, report).await
@@ -183,6 +189,18 @@ fn exit_report(status: std::io::Result<ExitStatus>) -> ExitReport {
             ExitReport { spawn_error: Some(format!("could not wait for the worker: {e}")), ..ExitReport::default() }
         }
     }
+}
+
+/// The CPU and peak memory of the worker and the descendants it waited for: this supervisor's only child is the
+/// worker, so its `RUSAGE_CHILDREN` is the run's (a descendant left to the group's SIGKILL is not counted).
+fn children_usage() -> Option<Rusage> {
+    let usage = getrusage(UsageWho::RUSAGE_CHILDREN).ok()?;
+    let micros = |t: TimeVal| Some(u64::try_from(t.tv_sec()).ok()? * 1_000_000 + u64::try_from(t.tv_usec()).ok()?);
+    Some(Rusage {
+        user_us: micros(usage.user_time())?,
+        system_us: micros(usage.system_time())?,
+        max_rss_kib: u64::try_from(usage.max_rss()).ok()?,
+    })
 }
 
 fn signal_group(group: Pid, signal: Signal) {

@@ -28,6 +28,8 @@ pub struct Ending<'a> {
     pub error: Option<&'a str>,
     /// The final result (work counts).
     pub result: Option<&'a Value>,
+    /// What the run cost.
+    pub usage: Option<&'a scrinalia_wire::RunUsage>,
 }
 
 /// Ends a run held by `daemon` as `ending` says; `None` when it is no longer its own (fenced).
@@ -38,7 +40,7 @@ pub async fn finish(on: impl Into<On<'_>>, run: Uuid, daemon: Uuid, ending: &End
         ", lease_expires_at = null, \
              duration_ms = ",
         ms_since(coalesce(started_at, claimed_at)),
-        ", exit_code = $5, error = $6, result = $7 \
+        ", exit_code = $5, error = $6, result = $7, usage = $8 \
          where id = $1 and claimed_by = $2 and state = 'running' returning ",
         run_columns!()
     );
@@ -50,6 +52,7 @@ pub async fn finish(on: impl Into<On<'_>>, run: Uuid, daemon: Uuid, ending: &End
         .bind(ending.exit_code)
         .bind(ending.error)
         .bind(ending.result.map(Json))
+        .bind(ending.usage.map(Json))
         .fetch_optional(pool)
         .await)
 }

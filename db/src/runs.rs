@@ -22,7 +22,7 @@ macro_rules! run_columns {
         "id, worker, state, requested_by, requested_at, arguments, config, reported_config, claimed_by, claimed_at, \
          lease_expires_at, started_at, finished_at, duration_ms, exit_code, end_reason, error, progress, result, \
          cancel_requested_at, cancel_requested_by, trace_context, log_key, attempt, retry_of, not_before, schedule_id, \
-         fire_at, pipeline_run_id, pipeline_step, checkpoint, checkpoint_at, follows, follows_as"
+         fire_at, pipeline_run_id, pipeline_step, checkpoint, checkpoint_at, follows, follows_as, usage"
     };
 }
 

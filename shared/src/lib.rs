@@ -34,6 +34,7 @@ pub mod schedules;
 pub mod store;
 pub mod telemetry;
 pub mod tokens;
+pub mod usage;
 pub mod webhooks;
 
 pub use catalogue::{Catalogue, Engine, OptionSpec, OptionType, ResourceSpec, WorkerSpec};

@@ -133,6 +133,8 @@ pub struct Finish {
     pub error: Option<String>,
     /// The final result (work counts).
     pub result: Option<Value>,
+    /// What the run cost, when its worker ran.
+    pub usage: Option<crate::usage::RunUsage>,
 }
 
 impl Finish {

@@ -12,7 +12,8 @@ use crate::config::{option, worker};
 
 /// A probe called `name` (run by the demo worker at `bin`) that times out after `timeout_seconds`, with every
 /// steering option: `duration_ms` (default 200, as the probe's code declares it), `exit_code`, `crash`,
-/// `ignore_sigterm`, `progress_steps`, `output_lines`, `note`, the checkpoints and the items they report.
+/// `ignore_sigterm`, `progress_steps`, `output_lines`, `note`, the checkpoints and the items they report, and
+/// what they cost (`burn_cpu_ms`, `allocate_mb`, `report_usage`).
 pub fn probe(bin: &Path, name: &str, timeout_seconds: u64) -> WorkerSpec {
     let bin = bin.display().to_string();
     let mut spec = worker(name, &[&bin, name]);
@@ -31,6 +32,9 @@ pub fn probe(bin: &Path, name: &str, timeout_seconds: u64) -> WorkerSpec {
         option("failed_every", OptionType::Integer, None),
         option("malformed_items", OptionType::Integer, None),
         option("item_text", OptionType::Boolean, None),
+        option("burn_cpu_ms", OptionType::Integer, None),
+        option("allocate_mb", OptionType::Integer, None),
+        option("report_usage", OptionType::Boolean, None),
     ];
     spec
 }

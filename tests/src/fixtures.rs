@@ -44,6 +44,7 @@ pub fn succeeded() -> Finish {
         exit_code: Some(0),
         error: None,
         result: Some(serde_json::json!({"processed": 3})),
+        usage: None,
     }
 }
 

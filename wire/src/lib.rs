@@ -23,6 +23,7 @@ pub mod reason;
 pub mod resource;
 pub mod run;
 pub mod schedule;
+pub mod usage;
 pub mod waiting;
 pub mod worker;
 
@@ -51,6 +52,7 @@ pub use schedule::{
     FireOutcome, MissedPolicy, OverlapPolicy, PreviewInput, RetryOn, RetryPolicy, Schedule, ScheduleAction,
     ScheduleAuditEntry, ScheduleFire, ScheduleInput, SchedulePreview, ScheduleView, TargetKind,
 };
+pub use usage::{ReportedUsage, RunUsage};
 pub use waiting::{WaitCode, Waiting};
 pub use worker::{
     Capabilities, Chore, ChoreKind, ChoreRequested, Declared, Description, EngineSource, OptionSpec, OptionType,

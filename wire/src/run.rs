@@ -267,6 +267,11 @@ pub struct Run {
     /// How it continues it.
     #[serde(default)]
     pub follows_as: Option<FollowKind>,
+    /// What it cost, recorded when its worker ended (absent for a run that never started one, or that another
+    /// daemon's recovery ended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "sqlx", sqlx(json(nullable)))]
+    pub usage: Option<crate::RunUsage>,
 }
 
 /// One page of the ledger.

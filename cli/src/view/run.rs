@@ -166,6 +166,9 @@ pub fn lineage(detail: &RunDetail, now: DateTime<Utc>) -> Vec<(&'static str, Str
     if let Some(items) = &detail.items {
         lines.push(("items", items_text(items, run.id)));
     }
+    if let Some(usage) = &run.usage {
+        lines.push(("usage", usage_text(usage)));
+    }
     if detail.chain.len() > 1 {
         let chain = detail
             .chain
@@ -185,15 +188,7 @@ pub fn lineage(detail: &RunDetail, now: DateTime<Utc>) -> Vec<(&'static str, Str
 /// A run's items in figures: `9950 succeeded, 50 failed (29 ocr_empty, 21 ctx_overflow)`, the refused lines,
 /// and where to see the failures.
 pub fn items_text(items: &scrinalia_wire::ItemSummary, id: uuid::Uuid) -> String {
-    let classes = |outcome: &str| {
-        let named: Vec<String> = items
-            .classes
-            .iter()
-            .filter(|c| c.outcome == outcome && !c.class.is_empty())
-            .map(|c| format!("{} {}", c.count, c.class))
-            .collect();
-        if named.is_empty() { String::new() } else { format!(" ({})", named.join(", ")) }
-    };
+    let classes = |outcome: &str| by_class(&items.classes, outcome);
     let mut parts = vec![format!("{} succeeded", items.succeeded)];
     if items.failed > 0 {
         parts.push(format!("{} failed{}", items.failed, classes("failed")));
@@ -205,12 +200,53 @@ pub fn items_text(items: &scrinalia_wire::ItemSummary, id: uuid::Uuid) -> String
         parts.push(format!("{} malformed item lines refused{}", items.refused, classes("refused")));
     }
     let mut text = parts.join(", ");
-    if items.failed > 0 {
+    if let Some(chain) = &items.chain {
+        text.push_str(&format!(
+            "\nacross its resume chain of {} runs, each document once: {} failed{}, {} skipped",
+            chain.runs,
+            chain.failed,
+            by_class(&chain.classes, "failed"),
+            chain.skipped
+        ));
+    }
+    let failures = items.failed.max(items.chain.as_ref().map_or(0, |c| c.failed));
+    if failures > 0 {
         text.push_str(&format!(
             "\nsee: scrinalia items {id} --outcome failed; rerun them: scrinalia rerun-failed {id}"
         ));
     }
     text
+}
+
+/// A run's usage: `wall 12.3 s, CPU 3.4 s, peak 310 MiB (largest process), 1200 tokens in, 300 out, 0.0042 EUR`.
+/// The process figures say how they were measured: `rusage` counts the worker and what it waited for.
+pub fn usage_text(usage: &scrinalia_wire::RunUsage) -> String {
+    let mut parts = vec![format!("wall {:.1} s", usage.wall_seconds)];
+    if let Some(cpu) = usage.cpu_seconds {
+        parts.push(format!("CPU {cpu:.1} s"));
+    }
+    if let Some(peak) = usage.peak_rss_largest_process_bytes {
+        parts.push(format!("peak {} MiB (largest process)", peak.div_ceil(1024 * 1024)));
+    }
+    if let Some(r) = &usage.reported {
+        parts.extend(r.tokens_in.map(|n| format!("{n} tokens in")));
+        parts.extend(r.tokens_out.map(|n| format!("{n} out")));
+        parts.extend(r.gpu_seconds.map(|s| format!("GPU {s:.1} s")));
+        if let Some(cost) = r.cost {
+            parts.push(format!("{cost} {}", r.currency.as_deref().unwrap_or("")).trim_end().to_owned());
+        }
+    }
+    format!("{} (measured by {})", parts.join(", "), usage.measured_by)
+}
+
+/// The classes of one outcome, largest first: ` (29 ocr_empty, 21 ctx_overflow)`, or nothing.
+fn by_class(classes: &[scrinalia_wire::ItemCount], outcome: &str) -> String {
+    let named: Vec<String> = classes
+        .iter()
+        .filter(|c| c.outcome == outcome && !c.class.is_empty())
+        .map(|c| format!("{} {}", c.count, c.class))
+        .collect();
+    if named.is_empty() { String::new() } else { format!(" ({})", named.join(", ")) }
 }
 
 /// A rerun's diff, a line per field: `field: before (source) → after (source)`, an override's source with who
@@ -305,6 +341,42 @@ mod tests {
             reported_text(&config, &other),
             "engine=ollama preset=thorough (resolved: fast) model=qwen2.5:14b (resolved: llama3.2:1b) \
              source=from the active LLM_CHECK cleaning rule (LLM_CHECK rule 2)"
+        );
+    }
+
+    #[test]
+    fn a_resumed_run_shows_its_chain_and_where_to_rerun_its_failures() {
+        let items: scrinalia_wire::ItemSummary = serde_json::from_value(json!({
+            "succeeded": 16, "failed": 0, "skipped": 0, "refused": 0, "cut": 0, "classes": [],
+            "chain": {"runs": 2, "failed": 8, "skipped": 1, "classes": [
+                {"outcome": "failed", "class": "ocr_empty", "count": 5},
+                {"outcome": "failed", "class": "timeout", "count": 3},
+                {"outcome": "skipped", "class": "quarantined", "count": 1}]},
+        }))
+        .expect("a summary");
+        let id = uuid::Uuid::nil();
+        assert_eq!(
+            items_text(&items, id),
+            format!(
+                "16 succeeded\nacross its resume chain of 2 runs, each document once: 8 failed (5 ocr_empty, \
+                 3 timeout), 1 skipped\nsee: scrinalia items {id} --outcome failed; rerun them: scrinalia \
+                 rerun-failed {id}"
+            )
+        );
+    }
+
+    #[test]
+    fn usage_names_how_its_process_figures_were_measured() {
+        let usage: scrinalia_wire::RunUsage = serde_json::from_value(json!({
+            "wall_seconds": 12.34, "measured_by": "rusage", "cpu_seconds": 3.41,
+            "peak_rss_largest_process_bytes": 324_009_984u64,
+            "reported": {"tokens_in": 1200, "tokens_out": 300, "cost": 0.0042, "currency": "EUR"},
+        }))
+        .expect("a usage");
+        assert_eq!(
+            usage_text(&usage),
+            "wall 12.3 s, CPU 3.4 s, peak 309 MiB (largest process), 1200 tokens in, 300 out, 0.0042 EUR \
+             (measured by rusage)"
         );
     }
 }

@@ -22,6 +22,7 @@ pub(crate) async fn finish(db: &Database, run: Uuid, daemon: Uuid, finish: &Fini
         exit_code: finish.exit_code,
         error: finish.error.as_deref(),
         result: finish.result.as_ref(),
+        usage: finish.usage.as_ref(),
     };
     let mut tx = db.begin_write().await?;
     let Some(ended) = db::ends::finish(&mut tx, run, daemon, &ending).await? else { return Ok(None) };

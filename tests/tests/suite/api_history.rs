@@ -41,18 +41,26 @@ async fn seed(api: &TestApi, t: &TestDb, worker: &str, token: &str, end: End, da
             exit_code: Some(0),
             error: None,
             result: Some(json!({"processed": processed, "failed": 1})),
+            usage: None,
         },
         End::Failed { error, done } => {
             if let Some(done) = done {
                 t.db.daemon.record_progress(id, daemon, &json!({"done": done, "total": 100})).await.expect("progress");
             }
-            Finish { reason: EndReason::ExitStatus, exit_code: Some(1), error: Some(error.into()), result: None }
+            Finish {
+                reason: EndReason::ExitStatus,
+                exit_code: Some(1),
+                error: Some(error.into()),
+                result: None,
+                usage: None,
+            }
         }
         End::Interrupted => Finish {
             reason: EndReason::DaemonShutdown,
             exit_code: None,
             error: Some("The daemon stopped.".into()),
             result: None,
+            usage: None,
         },
     };
     t.db.daemon.finish_run(id, daemon, &finish).await.expect("finish");

@@ -95,8 +95,13 @@ async fn only_an_interrupted_or_failed_run_is_resumed_or_restarted(t: &TestDb) {
 
     // A failed run without a checkpoint cannot be resumed, but it can be restarted, from nothing.
     let (failed, daemon) = claimed(t, "entities", LONG_LEASE).await;
-    let failure =
-        Finish { reason: EndReason::ExitStatus, exit_code: Some(3), error: Some("boom".into()), result: None };
+    let failure = Finish {
+        reason: EndReason::ExitStatus,
+        exit_code: Some(3),
+        error: Some("boom".into()),
+        result: None,
+        usage: None,
+    };
     t.db.daemon.finish_run(failed, daemon, &failure).await.expect("finish");
     let none = t.db.api.continue_run(&catalogue, failed, FollowKind::Resume, "ada").await;
     assert!(matches!(none, Err(FollowError::NoCheckpoint(id)) if id == failed), "{none:?}");

@@ -198,8 +198,13 @@ async fn renewal_extends_a_live_lease_and_is_refused_to_another_daemon(t: &TestD
     assert!(renewed > first + chrono::Duration::seconds(30), "{renewed} extends {first}");
     assert!(matches!(t.db.daemon.renew_lease(id, other, LONG_LEASE).await, Err(DbError::LeaseLost { .. })));
     assert!(matches!(t.db.daemon.finish_run(id, other, &succeeded()).await, Err(DbError::LeaseLost { .. })));
-    let failed =
-        Finish { reason: EndReason::ExitStatus, exit_code: Some(3), error: Some("exit status 3".into()), result: None };
+    let failed = Finish {
+        reason: EndReason::ExitStatus,
+        exit_code: Some(3),
+        error: Some("exit status 3".into()),
+        result: None,
+        usage: None,
+    };
     let row = t.db.daemon.finish_run(id, owner, &failed).await.expect("the owner finishes");
     assert_eq!((row.state, row.exit_code, row.error.as_deref()), (RunState::Failed, Some(3), Some("exit status 3")));
 }
@@ -223,8 +228,13 @@ async fn cancel_is_immediate_when_queued_and_requested_when_running(t: &TestDb) 
         other => panic!("a running run is flagged for its daemon: {other:?}"),
     }
     assert_eq!(t.db.daemon.cancel_requests(daemon).await.expect("flagged"), vec![running]);
-    let cancelled =
-        Finish { reason: EndReason::Cancelled, exit_code: None, error: Some("cancelled by bob".into()), result: None };
+    let cancelled = Finish {
+        reason: EndReason::Cancelled,
+        exit_code: None,
+        error: Some("cancelled by bob".into()),
+        result: None,
+        usage: None,
+    };
     t.db.daemon.finish_run(running, daemon, &cancelled).await.expect("the owner records it");
     assert!(matches!(
         t.db.api.request_cancel(running, "bob").await.expect("again"),
@@ -283,7 +293,7 @@ async fn every_end_reason_is_stored_typed_with_the_state_it_implies(t: &TestDb) 
             reason => {
                 t.db.daemon.claim_runs(daemon, LONG_LEASE, 1, None).await.expect("claim");
                 let exit_code = (reason == EndReason::ExitStatus).then_some(0);
-                let finish = Finish { reason, exit_code, error: None, result: None };
+                let finish = Finish { reason, exit_code, error: None, result: None, usage: None };
                 t.db.daemon.finish_run(id, daemon, &finish).await.expect("finish");
             }
         }

@@ -47,6 +47,7 @@ mod daemon_retries;
 mod daemon_runs;
 mod daemon_schedules;
 mod daemon_supervisor;
+mod daemon_usage;
 mod daemon_webhooks;
 mod daemon_worker_env;
 mod db_changes;

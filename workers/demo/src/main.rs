@@ -12,6 +12,7 @@ mod options;
 mod pipeline;
 mod probe;
 mod probe_items;
+mod probe_usage;
 mod protocol;
 mod registry;
 mod rules;
@@ -59,6 +60,12 @@ fn dispatch(args: &[String]) -> anyhow::Result<i32> {
     if matches!(args.first().map(String::as_str), Some("help" | "--help" | "-h")) {
         let workers: Vec<&str> = Task::ALL.iter().map(|t| t.name()).chain(probe::NAMES).collect();
         out.text(&format!("{USAGE}\nworkers: {}", workers.join(", ")))?;
+        return Ok(0);
+    }
+    if let [verb, ms] = args
+        && verb == probe_usage::BURN_CPU
+    {
+        probe_usage::burn_cpu(anyhow::Context::context(ms.parse::<u64>(), "burn-cpu takes milliseconds")?)?;
         return Ok(0);
     }
     let invocation = Invocation::parse(args, accepted_options, |var| std::env::var(var).ok())?;

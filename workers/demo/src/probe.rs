@@ -27,6 +27,7 @@ use crate::{
     item_lists::ItemLists,
     options::{self, Literal, OptionSpec},
     probe_items::{ItemOutput, WriteTimes, resumed_after},
+    probe_usage,
     protocol::{MAX_CHECKPOINT_BYTES, Protocol},
     stop::{self, Stop},
 };
@@ -92,6 +93,17 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec::boolean("item_text")
         .default(Literal::Boolean(false))
         .about("Print each item line as free text of the same length instead (the items benchmark's baseline)."),
+    OptionSpec::integer("burn_cpu_ms")
+        .default(Literal::Integer(0))
+        .range(int(0), int(600_000))
+        .about("CPU milliseconds to burn in a grandchild process at the start (the usage tests' tree)."),
+    OptionSpec::integer("allocate_mb")
+        .default(Literal::Integer(0))
+        .range(int(0), int(65_536))
+        .about("MiB to allocate, touch and hold until the end."),
+    OptionSpec::boolean("report_usage")
+        .default(Literal::Boolean(false))
+        .about("Print usage lines (tokens, a cost in EUR), one of them refused by the daemon."),
     OptionSpec::integer("malformed_items")
         .default(Literal::Integer(0))
         .range(int(0), int(10_000_000))
@@ -306,6 +318,14 @@ fn run(
     for line in 1..=lines {
         out.text(&format!("{name}: stdout line {line} of {lines}"))?;
         eprintln!("{name}: stderr line {line} of {lines}");
+    }
+    let _held = probe_usage::allocate(u64::try_from(options.integer("allocate_mb")).unwrap_or(0));
+    let burn = u64::try_from(options.integer("burn_cpu_ms")).unwrap_or(0);
+    if burn > 0 {
+        probe_usage::burn_in_grandchild(burn)?;
+    }
+    if options.boolean("report_usage") {
+        probe_usage::report(out)?;
     }
     let (items, failed_every) = (options.integer("items").max(0), options.integer("failed_every").max(0));
     for i in 1..=options.integer("malformed_items").max(0) {

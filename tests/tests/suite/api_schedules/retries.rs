@@ -84,7 +84,13 @@ pub(super) async fn a_trigger_while_a_retry_waits_is_409_naming_it_and_a_run_sho
     let daemon = Uuid::now_v7();
     let claimed = t.db.daemon.claim_runs(daemon, LONG_LEASE, 1, None).await.expect("claim");
     assert_eq!(claimed.len(), 1);
-    let failed = Finish { reason: EndReason::ExitStatus, exit_code: Some(1), error: Some("boom".into()), result: None };
+    let failed = Finish {
+        reason: EndReason::ExitStatus,
+        exit_code: Some(1),
+        error: Some("boom".into()),
+        result: None,
+        usage: None,
+    };
     t.db.daemon.finish_run(first_id, daemon, &failed).await.expect("finish");
 
     // The retry waits out its backoff as a queued run: a manual trigger is refused, naming it.
