@@ -85,6 +85,11 @@ pub enum EndReason {
     /// Its daemon stopped renewing the lease (it died, froze or lost the database) and another daemon's
     /// recovery ended the run once the lease had expired: `interrupted`.
     OwnerLost,
+    /// The worker was killed by its memory limit (the cgroup's OOM-kill counter says so): `failed`.
+    OutOfMemory,
+    /// The worker reported no progress, item or checkpoint for its `stall_seconds` and was stopped:
+    /// `interrupted`, so it can be resumed from its checkpoint.
+    Stalled,
 }
 
 impl Named for EndReason {
@@ -99,6 +104,8 @@ impl Named for EndReason {
         Self::DaemonShutdown,
         Self::LeaseLost,
         Self::OwnerLost,
+        Self::OutOfMemory,
+        Self::Stalled,
     ];
     const NOUN: &'static str = "an end reason";
     const PLURAL: &'static str = "the end reasons";
@@ -115,6 +122,8 @@ impl Named for EndReason {
             Self::DaemonShutdown => "daemon_shutdown",
             Self::LeaseLost => "lease_lost",
             Self::OwnerLost => "owner_lost",
+            Self::OutOfMemory => "out_of_memory",
+            Self::Stalled => "stalled",
         }
     }
 }
@@ -125,12 +134,15 @@ impl EndReason {
     pub fn state(self, exit_code: Option<i32>) -> RunState {
         match self {
             Self::ExitStatus if exit_code == Some(0) => RunState::Succeeded,
-            Self::ExitStatus | Self::Signal | Self::SpawnFailed | Self::SupervisorLost | Self::Timeout => {
-                RunState::Failed
-            }
+            Self::ExitStatus
+            | Self::Signal
+            | Self::SpawnFailed
+            | Self::SupervisorLost
+            | Self::Timeout
+            | Self::OutOfMemory => RunState::Failed,
             Self::UnknownWorker => RunState::Failed,
             Self::Cancelled => RunState::Cancelled,
-            Self::DaemonShutdown | Self::LeaseLost | Self::OwnerLost => RunState::Interrupted,
+            Self::DaemonShutdown | Self::LeaseLost | Self::OwnerLost | Self::Stalled => RunState::Interrupted,
         }
     }
 }
