@@ -69,6 +69,7 @@ static ASSETS: &[Asset] = &[
     asset!("quarantine.js", JS),
     asset!("runs.js", JS),
     asset!("run.js", JS),
+    asset!("run-items.js", JS),
     asset!("overrides.js", JS),
     asset!("schedules.js", JS),
     asset!("pipelines.js", JS),

@@ -11,6 +11,9 @@
 //! how many (its readiness colour unchanged) and links to the quarantine, which lists each document with its
 //! streak and last error; a release needs a reason, removes the document and is listed with who and why; Release
 //! all empties it, and the card no longer mentions a quarantine. The run that skipped them links there too.
+//!
+//! On SQLite, a run that resumes one which crashed says, under its own counts, what the whole resume chain failed
+//! ("Across the resume chain of 2 runs: 4 failed (…)").
 
 use reqwest::{Method, StatusCode};
 use scrinalia_testkit::config::worker;
@@ -303,6 +306,57 @@ async fn a_quarantined_document_is_shown_on_its_worker_and_released_with_a_reaso
     assert_eq!(skipped, "4 skipped: 4 quarantined (the worker's quarantine)");
     browser.click("#item-counts a.quarantine-link").await;
     browser.wait_for_text("#quarantined-count", "No document is quarantined.").await;
+
+    browser.assert_no_console_errors(&[401]).await;
+    browser.close().await;
+    system.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_runs_page_counts_the_failures_of_its_resume_chain() {
+    let spec = probe(&demo_worker(), "probe-1", 120);
+    let system = System::start(Kind::Sqlite, |c| c.worker(spec)).await;
+    described(&system, "probe-1").await;
+    // It crashes at its second checkpoint, items 1–20 stored (four failed); its resume goes on after item 20 and
+    // crashes at the same point, so its own counts are not the chain's.
+    let options = json!({"items": 40, "failed_every": 5, "checkpoints": 4, "progress_steps": 4, "duration_ms": 4000,
+        "crash": true});
+    let first = run(&system, "probe-1", options).await;
+    assert_eq!(first["state"], "failed", "{first}");
+    assert!(first["checkpoint"].is_object(), "a checkpoint to resume from: {first}");
+    let first = first["id"].as_str().expect("an id").to_owned();
+    let (status, resumed) = post(&system, &format!("/api/runs/{first}/resume"), None).await;
+    assert_eq!(status, StatusCode::CREATED, "{resumed}");
+    let resumed = ended(&system, resumed["id"].as_str().expect("an id")).await;
+    let chain = &resumed["items"]["chain"];
+    assert_eq!(chain["runs"], 2, "{resumed}");
+    let failed = chain["failed"].as_i64().expect("a count");
+    assert!(failed > resumed["items"]["failed"].as_i64().unwrap_or(0), "the first run's failures too: {chain}");
+
+    let browser = Browser::start("resume-chain", system.db.dir.path(), 1280, 1000).await;
+    browser.goto(&format!("{}/#/runs/{}", system.api_url, resumed["id"].as_str().expect("an id"))).await;
+    sign_in(&browser, VIEWER, "viewer").await;
+    // One line under the run's own counts, the chain's classes in the API's order (largest first).
+    let classes: Vec<String> = chain["classes"]
+        .as_array()
+        .expect("classes")
+        .iter()
+        .filter(|c| c["outcome"] == "failed")
+        .map(|c| format!("{} {}", c["count"], c["class"].as_str().unwrap_or_default()))
+        .collect();
+    let skipped = chain["skipped"].as_i64().unwrap_or(0);
+    let skipped = if skipped > 0 { format!(", {skipped} skipped") } else { String::new() };
+    let expected = format!("Across the resume chain of 2 runs: {failed} failed ({}){skipped}", classes.join(", "));
+    assert_eq!(browser.wait_for_text("#item-chain", "resume chain").await, expected);
+    browser.js("document.querySelector('#run-items').scrollIntoView();", vec![]).await;
+    browser.screenshot("resume-chain").await;
+    let own_failed = resumed["items"]["failed"].as_i64().expect("a count");
+    browser.wait_for(&format!("#item-counts li[data-outcome=\"failed\"][data-count=\"{own_failed}\"]")).await;
+    // The run it resumes has no chain to count.
+    browser.goto(&format!("{}/#/runs/{first}", system.api_url)).await;
+    browser.wait_for(&format!("h1 code[title=\"{first}\"]")).await;
+    browser.wait_for("#item-counts li[data-outcome=\"failed\"]").await;
+    assert_eq!(browser.attr("#item-chain", "hidden").await.as_deref(), Some("true"), "it resumes nothing");
 
     browser.assert_no_console_errors(&[401]).await;
     browser.close().await;
