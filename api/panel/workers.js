@@ -3,7 +3,8 @@
 // last described, its queue, its run in flight with live progress (or, while it is queued, why it waits: the
 // API's sentence), its last outcome, its schedules (schedules.js), and the Run, Cancel and chore (describe, count,
 // check) controls. An event refetches only the worker it concerns. A card whose worker has documents in quarantine
-// says how many and links to the quarantine view (quarantine.js).
+// says how many and links to the quarantine view (quarantine.js); one whose running run reports items says how
+// many so far and how fast (worker-items.js).
 
 import { ApiError, api } from "./api.js";
 import { append, debouncer, h, idFor, replace } from "./dom.js";
@@ -15,6 +16,7 @@ import {
   ageSpan, count, duration, progressBar, progressFacts, progressText, readinessBadge, readinessFacts, resultSummary,
   shortId, sourceBadge, stateBadge, tickAges, timeEl, valueText,
 } from "./format.js";
+import { itemsPoller, runningItems } from "./worker-items.js";
 
 // The chores an operator may ask for now: the endpoint's verb and the button's words.
 const CHORES = [
@@ -32,6 +34,7 @@ export function mount(root, _params, ctx) {
   const debounce = debouncer(250);
   const schedules = createSchedules(ctx);
   const history = createHistory();
+  const pollItems = itemsPoller(() => loadList());
   let closed = false;
 
   const list = h("div", { class: "worker-grid", id: "workers", "aria-busy": "true" });
@@ -41,8 +44,12 @@ export function mount(root, _params, ctx) {
     h("p", { class: "muted" }, "In catalogue order. Badges say where each value comes from: ", sources, ".")),
   notice, list);
 
-  async function loadAll() {
+  function loadAll() {
     schedules.load();
+    return loadList();
+  }
+
+  async function loadList() {
     try {
       const data = await api("/api/workers");
       if (closed) return;
@@ -65,7 +72,10 @@ export function mount(root, _params, ctx) {
         update(w.name);
       }
       for (const name of [...workers.keys()]) if (!seen.has(name)) workers.delete(name);
-      replace(list, cards.length ? cards : h("p", { class: "muted" }, "The catalogue has no workers."));
+      // The same cards in the same order stay where they are, so that a form being filled in keeps its focus.
+      const shown = list.children;
+      const same = cards.length && cards.length === shown.length && cards.every((c, i) => shown[i] === c);
+      if (!same) replace(list, cards.length ? cards : h("p", { class: "muted" }, "The catalogue has no workers."));
       replace(notice);
     } catch (e) {
       if (!(e instanceof ApiError)) throw e;
@@ -395,7 +405,9 @@ export function mount(root, _params, ctx) {
     const when = r.state === "running"
       ? ["since ", timeEl(r.started_at ?? r.claimed_at), r.daemon_id ? [" on daemon ", shortId(r.daemon_id)] : null]
       : ["requested ", timeEl(r.requested_at), " by ", r.requested_by];
-    box.append(h("p", null, stateBadge(r.state), " ", when, " ", h("a", { href: `#/runs/${r.id}` }, "Details")));
+    const items = runningItems(w);
+    box.append(h("p", null, stateBadge(r.state), items ? [" ", items, " ·"] : null, " ", when, " ",
+      h("a", { href: `#/runs/${r.id}` }, "Details")));
     if (r.state === "queued") box.append(waitingLine(w.waiting));
     if (r.state === "running") {
       const f = progressFacts(r, ctx.serverNow());
@@ -466,6 +478,7 @@ export function mount(root, _params, ctx) {
         const text = entry.card.status.querySelector(".progress-text");
         if (r?.state === "running" && text) text.textContent = progressText(progressFacts(r, ctx.serverNow()));
       }
+      pollItems([...workers.values()], now);
     },
     unmount() {
       closed = true;

@@ -66,6 +66,7 @@ static ASSETS: &[Asset] = &[
     asset!("form.js", JS),
     asset!("health.js", JS),
     asset!("workers.js", JS),
+    asset!("worker-items.js", JS),
     asset!("quarantine.js", JS),
     asset!("runs.js", JS),
     asset!("run.js", JS),

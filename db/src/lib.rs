@@ -40,6 +40,7 @@ pub mod queue_counts;
 pub mod resource_overrides;
 pub mod resources;
 pub mod retention;
+pub mod running_items;
 pub mod runs;
 pub mod schedules;
 pub mod settings;

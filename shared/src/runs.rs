@@ -2,9 +2,10 @@
 //! run in flight per worker), what the daemon holding a run writes (start, lease, progress, end; each fenced by
 //! ownership), cancellation, recovery of runs whose owner stopped renewing, and reading the ledger.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
+use scrinalia_wire::worker::view::RunningItems;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -440,5 +441,20 @@ impl Store {
     /// The last finished run of each of `workers`.
     pub(crate) async fn last_finished(&self, workers: &[String]) -> Result<Vec<Run>, DbError> {
         self.db.retrying(|| db::runs::last_finished(&self.db, workers)).await
+    }
+
+    /// What each running run with items has reported so far, by run id: its item lines and their rate per minute
+    /// since it started, on the database clock (one statement for every worker).
+    pub(crate) async fn running_items(&self) -> Result<HashMap<Uuid, RunningItems>, DbError> {
+        let rows = self.db.retrying(|| db::running_items::list(&self.db)).await?;
+        Ok(rows
+            .into_iter()
+            .map(|(run, items, seconds)| {
+                // A second at least: a run a moment old does not report an absurd rate.
+                let minutes = seconds.unwrap_or(0.0).max(1.0) / 60.0;
+                let per_minute = (items as f64 / minutes * 10.0).round() / 10.0;
+                (run, RunningItems { items, per_minute })
+            })
+            .collect())
     }
 }

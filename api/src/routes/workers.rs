@@ -12,7 +12,9 @@ use axum::{
 };
 use chrono::{DateTime, Utc};
 use scrinalia_shared::{EffectiveWorker, WorkerSpec, overrides::OverrideState};
-use scrinalia_wire::{Engine, Override, QueueCount, Readiness, Run, WorkerDescription, WorkerView, WorkersView};
+use scrinalia_wire::{
+    Engine, Override, QueueCount, Readiness, Run, RunState, WorkerDescription, WorkerView, WorkersView,
+};
 
 use crate::{
     auth::Viewer,
@@ -54,8 +56,8 @@ pub fn find_worker<'a>(state: &'a AppState, name: &str) -> ApiResult<&'a WorkerS
 }
 
 /// The views of `specs` and the engines they can use (the catalogue's, with the presets their code declares),
-/// from seven queries run at once, whatever their number, and three more (the daemons, the resources' holders,
-/// the clock) when a run is queued, to say why it waits.
+/// from eight queries run at once, whatever their number, then three more (the daemons, the resources' holders,
+/// the clock) when a run is queued, to say why it waits, and one when a run is running, for its items.
 pub async fn worker_views(
     state: &AppState,
     specs: &[&WorkerSpec],
@@ -72,7 +74,11 @@ pub async fn worker_views(
         db.readiness(),
         db.quarantined_counts(state.catalogue()),
     )?;
-    let mut waiting = db.why_each_waits(state.catalogue(), &in_flight, &names, state.gone_after()).await?;
+    // The items of the running runs, in one statement for all of them, and only when a run is running.
+    let running = in_flight.iter().any(|r| r.state == RunState::Running);
+    let items = async { if running { db.running_items().await } else { Ok(HashMap::new()) } };
+    let waits = db.why_each_waits(state.catalogue(), &in_flight, &names, state.gone_after());
+    let (mut waiting, mut running_items) = tokio::try_join!(waits, items)?;
     let mut overrides: HashMap<String, Override> = overrides.into_iter().map(|o| (o.worker.clone(), o)).collect();
     let mut counts: HashMap<String, QueueCount> = counts.into_iter().map(|c| (c.worker.clone(), c)).collect();
     let mut in_flight: HashMap<String, Run> = in_flight.into_iter().map(|r| (r.worker.clone(), r)).collect();
@@ -114,6 +120,8 @@ pub async fn worker_views(
                 readiness: readiness.remove(&spec.name),
                 queue: counts.remove(&spec.name),
                 waiting: in_flight.get(&spec.name).and_then(|r| waiting.remove(&r.id)),
+                // Only the figures of the run the card shows (not of a run that has ended since).
+                running_items: in_flight.get(&spec.name).and_then(|r| running_items.remove(&r.id)),
                 in_flight: in_flight.remove(&spec.name),
                 last_finished: finished.remove(&spec.name),
                 quarantined: quarantined.remove(&spec.name).unwrap_or(0),

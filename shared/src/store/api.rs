@@ -25,7 +25,10 @@ use crate::{
     tokens::{NewToken, TokenError},
     webhooks::Delivery,
 };
-use scrinalia_wire::resource::{ResourceAuditEntry, ResourceChange, ResourceView};
+use scrinalia_wire::{
+    resource::{ResourceAuditEntry, ResourceChange, ResourceView},
+    worker::view::RunningItems,
+};
 
 /// The database as an API process sees it: the operations below, and the shared [`Store`] it derefs to.
 #[derive(Debug, Clone)]
@@ -206,6 +209,8 @@ impl ApiStore {
         pub async fn run_progress_page(&self, id: Uuid, before: Option<i32>, limit: u32) -> Result<ProgressPage, DbError>;
         /// Every run queued or running.
         pub async fn runs_in_flight(&self) -> Result<Vec<Run>, DbError>;
+        /// What each running run with items has reported so far (item lines, and per minute), by run id.
+        pub async fn running_items(&self) -> Result<HashMap<Uuid, RunningItems>, DbError>;
 
         // Reruns.
         /// For a rerun: each field of its configuration that differs from the original's, with both sources.

@@ -1,6 +1,7 @@
 //! The API's worker view and runs, in-process on PostgreSQL and SQLite: the catalogue with effective
-//! configuration and snapshots, triggering (201, 409 with the blocking run, 400 with the resolver's sentence),
-//! the ledger's pages and filters, a run's detail, cancellation, and the run log (plain and followed).
+//! configuration and snapshots (and the items its running run reported so far), triggering (201, 409 with the
+//! blocking run, 400 with the resolver's sentence), the ledger's pages and filters, a run's detail,
+//! cancellation, and the run log (plain and followed).
 
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use axum::{
     http::{Method, Request, StatusCode, header},
 };
 use futures::StreamExt;
-use scrinalia_shared::queue::NewQueueCount;
+use scrinalia_shared::{items::Gatherer, queue::NewQueueCount};
 use scrinalia_tests::{
     TestDb,
     api_harness::{OPERATOR, TestApi, VIEWER},
@@ -22,6 +23,7 @@ use uuid::Uuid;
 backend_tests!(
     the_worker_view_lists_the_catalogue_in_order_with_each_source,
     the_worker_view_shows_queue_snapshots_the_run_in_flight_and_the_last_finished_run,
+    the_worker_view_counts_the_items_of_its_running_run,
     a_trigger_queues_a_run_with_its_resolved_configuration_and_trace_context,
     a_second_trigger_is_409_naming_the_run_in_flight,
     bad_arguments_are_400_with_the_resolvers_sentence_and_insert_nothing,
@@ -136,6 +138,41 @@ async fn the_worker_view_shows_queue_snapshots_the_run_in_flight_and_the_last_fi
     assert!(judge["queue"]["pending"].is_null() && judge["in_flight"].is_null());
     let transfer = api.get("/api/workers/transfer", VIEWER).await.expect(StatusCode::OK, None);
     assert_eq!(transfer["queue"]["error"], "count-pending timed out");
+}
+
+async fn the_worker_view_counts_the_items_of_its_running_run(t: &TestDb) {
+    let api = TestApi::new(t).await;
+    let id = id_of(&api.trigger("tagger", None).await);
+    let daemon = claim(t).await;
+    let tagger = api.get("/api/workers/tagger", VIEWER).await.expect(StatusCode::OK, None);
+    assert!(tagger.get("running_items").is_none(), "no item reported yet: {tagger}");
+
+    // 30 items (every third failed) and a malformed line, which is refused and not counted.
+    let mut gatherer = Gatherer::new(10);
+    for i in 0..30 {
+        let outcome = if i % 3 == 0 { "failed" } else { "succeeded" };
+        gatherer.offer(scrinalia_shared::items::parse(&json!({"id": format!("d{i}"), "outcome": outcome})));
+    }
+    gatherer.offer(scrinalia_shared::items::parse(&json!({"outcome": "failed"})));
+    let batch = gatherer.take().expect("a batch");
+    t.db.daemon.write_items(id, daemon, &batch).await.expect("written");
+
+    // On the list (one statement for every worker) and on the worker's own view alike.
+    let list = api.get("/api/workers", VIEWER).await.expect(StatusCode::OK, None);
+    let workers = list["workers"].as_array().expect("workers");
+    let tagger = workers.iter().find(|w| w["name"] == "tagger").expect("tagger");
+    assert_eq!(tagger["running_items"]["items"], 30, "refused lines left out: {tagger}");
+    let per_minute = tagger["running_items"]["per_minute"].as_f64().expect("a rate");
+    // Claimed a moment ago: at most 30 items in a second (the least the rate is taken over) is 1,800 a minute.
+    assert!(per_minute > 0.0 && per_minute <= 1800.0, "{per_minute}");
+    assert!(workers.iter().filter(|w| w["name"] != "tagger").all(|w| w.get("running_items").is_none()));
+    let own = api.get("/api/workers/tagger", VIEWER).await.expect(StatusCode::OK, None);
+    assert_eq!(own["running_items"]["items"], 30);
+
+    // Once the run has ended, its card has no running run to count.
+    t.db.daemon.finish_run(id, daemon, &succeeded()).await.expect("finish");
+    let tagger = api.get("/api/workers/tagger", VIEWER).await.expect(StatusCode::OK, None);
+    assert!(tagger.get("running_items").is_none(), "{tagger}");
 }
 
 async fn a_trigger_queues_a_run_with_its_resolved_configuration_and_trace_context(t: &TestDb) {

@@ -71,4 +71,20 @@ pub struct WorkerView {
     /// skip them until they are released).
     #[serde(default)]
     pub quarantined: i64,
+    /// What its running run has reported so far: the item lines stored (succeeded, failed and skipped; refused
+    /// lines left out) and their rate since the run started. Absent when no run is running, or it has reported
+    /// no item yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_items: Option<RunningItems>,
+}
+
+/// The items a running run has reported so far, and how fast.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RunningItems {
+    /// Item lines stored so far (succeeded, failed and skipped).
+    pub items: i64,
+    /// Those per minute since the run started (claimed, before it started), on the database clock, to one
+    /// decimal.
+    pub per_minute: f64,
 }

@@ -12,8 +12,10 @@
 //! streak and last error; a release needs a reason, removes the document and is listed with who and why; Release
 //! all empties it, and the card no longer mentions a quarantine. The run that skipped them links there too.
 //!
-//! On SQLite, a run that resumes one which crashed says, under its own counts, what the whole resume chain failed
-//! ("Across the resume chain of 2 runs: 4 failed (…)").
+//! On SQLite, a long run that reports items before each checkpoint is counted on its worker's card while it runs
+//! ("90 items · 300/min"): the workers list says so (`running_items`), and the card reads it again while the run
+//! goes on, though a checkpoint there makes no event. A run that resumes one which crashed says, under its own
+//! counts, what the whole resume chain failed ("Across the resume chain of 2 runs: 4 failed (…)").
 
 use reqwest::{Method, StatusCode};
 use scrinalia_testkit::config::worker;
@@ -306,6 +308,72 @@ async fn a_quarantined_document_is_shown_on_its_worker_and_released_with_a_reaso
     assert_eq!(skipped, "4 skipped: 4 quarantined (the worker's quarantine)");
     browser.click("#item-counts a.quarantine-link").await;
     browser.wait_for_text("#quarantined-count", "No document is quarantined.").await;
+
+    browser.assert_no_console_errors(&[401]).await;
+    browser.close().await;
+    system.cleanup().await;
+}
+
+/// The items a card shows, with its rate: `(items, per minute)` from its data attributes, once it shows some.
+async fn card_items(browser: &Browser, card: &str) -> Option<(i64, f64)> {
+    let css = format!("{card} .in-flight .running-items");
+    let items = browser.attr(&css, "data-items").await?.parse().ok()?;
+    let per_minute = browser.attr(&css, "data-per-minute").await?.parse().ok()?;
+    Some((items, per_minute))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_runs_items_are_counted_on_its_worker_card_as_they_come() {
+    let spec = probe(&demo_worker(), "probe-1", 300);
+    let system = System::start(Kind::Sqlite, |c| c.worker(spec)).await;
+    described(&system, "probe-1").await;
+    let browser = Browser::start("running-items", system.db.dir.path(), 1280, 1000).await;
+    browser.goto(&format!("{}/#/workers", system.api_url)).await;
+    sign_in(&browser, OPERATOR, "operator").await;
+    let card = "article[data-worker=\"probe-1\"]";
+    browser.wait_for(&format!("{card} .queue")).await;
+    assert!(browser.find(&format!("{card} .running-items")).await.is_none(), "nothing runs");
+
+    // 30 items before each of 20 checkpoints, one every 6 s: stored while the run goes on (it is cancelled long
+    // before its end).
+    let options =
+        json!({"items": 600, "failed_every": 3, "checkpoints": 20, "duration_ms": 120_000, "progress_steps": 0});
+    let id = start(&system, "probe-1", options).await;
+    let counted = eventually(PATIENCE, "the workers list to count the running run's items", || async {
+        let list = get(&system, "/api/workers").await;
+        let w = list["workers"].as_array()?.iter().find(|w| w["name"] == "probe-1")?.clone();
+        (w["in_flight"]["id"] == id.as_str() && w["running_items"]["items"].as_i64()? > 0).then_some(w)
+    })
+    .await;
+    assert_eq!(counted["in_flight"]["state"], "running", "{counted}");
+    let per_minute = counted["running_items"]["per_minute"].as_f64().expect("a rate");
+    assert!(per_minute > 0.0, "{counted}");
+
+    // The card says how many and how fast, beside the running state.
+    let line = browser.wait_for_text(&format!("{card} .in-flight p"), "/min").await;
+    assert!(line.starts_with("running") && line.contains(" items · "), "{line:?}");
+    let (first, rate) = card_items(&browser, card).await.expect("items on the card");
+    assert!(first > 0 && rate > 0.0, "{first} items, {rate}/min");
+    browser.screenshot("worker-card-running-items").await;
+
+    // No event says the next block was stored: the card reads the list again while the run has items.
+    let (later, _) = browser
+        .wait("the card to count the next block of items", || async {
+            card_items(&browser, card).await.filter(|(n, _)| *n > first)
+        })
+        .await;
+    let stored = get(&system, "/api/workers/probe-1").await["running_items"]["items"].as_i64().unwrap_or(0);
+    assert!(later <= stored, "the card shows what was stored: {later} of {stored}");
+
+    // Once the run has ended, the card counts nothing.
+    let (status, body) = post(&system, &format!("/api/runs/{id}/cancel"), None).await;
+    assert!(status.is_success(), "{body}");
+    ended(&system, &id).await;
+    browser
+        .wait("the card to forget the items", || async {
+            browser.find(&format!("{card} .running-items")).await.is_none().then_some(())
+        })
+        .await;
 
     browser.assert_no_console_errors(&[401]).await;
     browser.close().await;
