@@ -5,6 +5,9 @@ use scrinalia_wire::Reason;
 use serde_json::Value;
 use uuid::Uuid;
 
+mod run;
+pub use run::{RerunArgs, RunArguments, TriggerArgs};
+
 /// The long help's epilogue: environment and exit codes, kept in step with docs/operations.md.
 const AFTER_LONG_HELP: &str = "\
 Environment:
@@ -117,18 +120,12 @@ pub enum Command {
         /// The run's id.
         id: Uuid,
     },
-    /// Rerun a finished run: its explicit arguments resolved with today's overrides and defaults (a new run;
-    /// `run show` of it lists what changed since).
-    Rerun {
-        /// The run's id.
-        id: Uuid,
-    },
+    /// Rerun a finished run: its explicit arguments, with any given here over them, resolved with today's
+    /// overrides and defaults (a new run; `run show` of it lists what changed since).
+    Rerun(RerunArgs),
     /// Rerun only the items a finished run reported failed (a new run scoped to them; its worker must take a
-    /// scope).
-    RerunFailed {
-        /// The run's id.
-        id: Uuid,
-    },
+    /// scope), optionally with other arguments.
+    RerunFailed(RerunArgs),
     /// List a run's items: what happened to each document, one page at a time.
     Items {
         /// The run's id.
@@ -426,26 +423,6 @@ pub enum RunsCommand {
         #[arg(long, value_name = "WORKER")]
         worker: Option<String>,
     },
-}
-
-/// `scrinalia trigger`.
-#[derive(Debug, Args)]
-pub struct TriggerArgs {
-    /// The worker to run.
-    pub worker: String,
-    /// Engine for this run (instead of the override or the catalogue default).
-    #[arg(long, value_name = "ENGINE")]
-    pub engine: Option<String>,
-    /// Preset for this run.
-    #[arg(long, value_name = "PRESET")]
-    pub preset: Option<String>,
-    /// An option for this run, as name=value; the value is read as JSON when it parses (15, true, "15"), else
-    /// as text. Repeat for several options.
-    #[arg(long = "option", short = 'o', value_name = "NAME=VALUE", value_parser = parse_option)]
-    pub options: Vec<(String, Value)>,
-    /// Print the run's output until it ends, and exit with its outcome (8 unless it succeeded).
-    #[arg(short, long)]
-    pub follow: bool,
 }
 
 /// Checks a `--reason` as the API would, so that one it would refuse is a usage error before any request.

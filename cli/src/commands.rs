@@ -11,7 +11,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    args::{Cli, Command, RunCommand, RunsArgs, RunsCommand, TokenCommand, TriggerArgs},
+    args::{Cli, Command, RerunArgs, RunArguments, RunCommand, RunsArgs, RunsCommand, TokenCommand, TriggerArgs},
     client::Client,
     exit::{Exit, Verdict},
     follow,
@@ -43,10 +43,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Trigger(args) => trigger(&client, out, args).await,
         Command::Cancel { id } => cancel(&client, out, id).await,
         Command::Why { id } => why(&client, out, id).await,
-        Command::Resume { id } => continue_run(&client, out, id, "resume").await,
-        Command::Restart { id } => continue_run(&client, out, id, "restart").await,
-        Command::Rerun { id } => continue_run(&client, out, id, "rerun").await,
-        Command::RerunFailed { id } => continue_run(&client, out, id, "rerun-failed").await,
+        Command::Resume { id } => continue_run(&client, out, id, "resume", None).await,
+        Command::Restart { id } => continue_run(&client, out, id, "restart", None).await,
+        Command::Rerun(RerunArgs { id, arguments }) => {
+            continue_run(&client, out, id, "rerun", Some(explicit(arguments)?)).await
+        }
+        Command::RerunFailed(RerunArgs { id, arguments }) => {
+            continue_run(&client, out, id, "rerun-failed", Some(explicit(arguments)?)).await
+        }
         Command::Items { id, outcome, search, after, limit } => {
             crate::items::items(&client, out, id, outcome, search, after, limit).await
         }
@@ -160,9 +164,14 @@ pub fn options_once(given: Vec<(String, Value)>) -> Result<BTreeMap<String, Valu
     Ok(options)
 }
 
+/// The explicit arguments of `--engine`, `--preset` and `--option`s.
+fn explicit(given: RunArguments) -> Result<ExplicitArgs, Verdict> {
+    let options = options_once(given.options)?;
+    Ok(ExplicitArgs { engine: given.engine, preset: given.preset, options, retry: None })
+}
+
 async fn trigger(client: &Client, out: Out, args: TriggerArgs) -> anyhow::Result<()> {
-    let options = options_once(args.options)?;
-    let arguments = ExplicitArgs { engine: args.engine, preset: args.preset, options, retry: None };
+    let arguments = explicit(args.arguments)?;
     let body = client
         .post(&["workers", &args.worker, "runs"], Some(&arguments))
         .await
@@ -213,10 +222,19 @@ async fn why(client: &Client, out: Out, id: Uuid) -> anyhow::Result<()> {
     }
 }
 
-/// `resume`, `restart`, `rerun` or `rerun-failed` run `id`: a new run that continues it.
-async fn continue_run(client: &Client, out: Out, id: Uuid, how: &str) -> anyhow::Result<()> {
-    let body =
-        client.post::<()>(&["runs", &id.to_string(), how], None).await.with_context(|| format!("{how} run {id}"))?;
+/// `resume`, `restart`, `rerun` or `rerun-failed` run `id`: a new run that continues it; a rerun's `changes` go
+/// over the earlier run's arguments.
+async fn continue_run(
+    client: &Client,
+    out: Out,
+    id: Uuid,
+    how: &str,
+    changes: Option<ExplicitArgs>,
+) -> anyhow::Result<()> {
+    // No flags, no body: exactly the rerun the API made before it took one.
+    let changes = changes.filter(|c| !c.is_empty());
+    let path = ["runs", &id.to_string(), how];
+    let body = client.post(&path, changes.as_ref()).await.with_context(|| format!("{how} run {id}"))?;
     if out.json {
         return out.body(&body);
     }
@@ -227,8 +245,9 @@ async fn continue_run(client: &Client, out: Out, id: Uuid, how: &str) -> anyhow:
         "rerun-failed" => "with only the items it reported failed",
         _ => "from nothing",
     };
+    let with = if changes.is_some() { ", and the arguments given here over its own" } else { "" };
     out.text(&format!(
-        "Run {} of worker {} is queued: it continues run {id} {from} (see: scrinalia run show {}).",
+        "Run {} of worker {} is queued: it continues run {id} {from}{with} (see: scrinalia run show {}).",
         run.id, run.worker, run.id
     ))
 }

@@ -2,12 +2,13 @@
 //! configuration), *restart* (from nothing, with its configuration) and *rerun* (its explicit arguments resolved
 //! with today's overrides and defaults; a rerun of the failures is one scoped to the items the run reported
 //! failed). A run is resumed or restarted at most once (the database refuses a
-//! second), so two people, or a person and the retry policy, cannot both continue it.
+//! second), so two people, or a person and the retry policy, cannot both continue it. A rerun may be given other
+//! arguments, which replace the earlier run's field by field (see [`merged`]).
 
 use uuid::Uuid;
 
 use super::{Refused, RequestError};
-use crate::{Catalogue, DbError, FollowKind, Run, RunState, Store, db};
+use crate::{Catalogue, DbError, ExplicitArgs, FollowKind, Run, RunState, Store, db};
 
 /// Why a run could not be continued; each displays as a sentence for people.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +45,14 @@ pub enum FollowError {
     /// The worker cannot be given a scope.
     #[error("{0}")]
     NoScope(String),
+    /// Arguments were given to a resume or a restart, which run with the earlier run's configuration as it was.
+    #[error("A {how} runs with run {run_id}'s configuration as it was, so it takes no arguments; rerun it instead.")]
+    TakesNoArguments {
+        /// The run.
+        run_id: Uuid,
+        /// How it was to be continued.
+        how: FollowKind,
+    },
     /// The new run could not be requested (its worker is gone from the catalogue, has a run in flight, or its
     /// arguments no longer resolve).
     #[error(transparent)]
@@ -83,6 +92,23 @@ impl Store {
         how: FollowKind,
         requested_by: &str,
     ) -> Result<Run, FollowError> {
+        self.continue_run_with(catalogue, id, how, requested_by, &ExplicitArgs::default()).await
+    }
+
+    /// As [`Store::continue_run`], a rerun with `changes` over the earlier run's explicit arguments (see
+    /// [`merged`]): the new run records the merged arguments, resolved and checked as a fresh request's are. No
+    /// changes is a plain rerun; a resume or a restart takes none ([`FollowError::TakesNoArguments`]).
+    pub(crate) async fn continue_run_with(
+        &self,
+        catalogue: &Catalogue,
+        id: Uuid,
+        how: FollowKind,
+        requested_by: &str,
+        changes: &ExplicitArgs,
+    ) -> Result<Run, FollowError> {
+        if matches!(how, FollowKind::Resume | FollowKind::Restart) && !changes.is_empty() {
+            return Err(FollowError::TakesNoArguments { run_id: id, how });
+        }
         let original = self.get_run(id).await?.ok_or(FollowError::NotFound(id))?;
         let takes = match how {
             FollowKind::Resume | FollowKind::Restart => {
@@ -105,17 +131,16 @@ impl Store {
         if how == FollowKind::RerunFailed {
             self.check_scope(&original).await?;
         }
+        let arguments = merged(&original.arguments, changes);
         let config = match how {
-            FollowKind::Rerun | FollowKind::RerunFailed => {
-                self.resolve_run(catalogue, spec, &original.arguments).await?
-            }
+            FollowKind::Rerun | FollowKind::RerunFailed => self.resolve_run(catalogue, spec, &arguments).await?,
             FollowKind::Resume | FollowKind::Restart => original.config.clone(),
         };
         let new = db::runs::NewRun {
             id: Uuid::now_v7(),
             worker: &spec.name,
             requested_by,
-            arguments: &original.arguments,
+            arguments: &arguments,
             config: &config,
             trace_context: None,
             override_version: None,
@@ -130,5 +155,45 @@ impl Store {
             Err(Refused::Continued(by, how)) => Err(FollowError::AlreadyContinued { run_id: id, by, how }),
             Err(Refused::InFlight(e)) => Err(e.into()),
         }
+    }
+}
+
+/// The arguments of a rerun of a run asked for with `earlier`, given `changes`: each field given replaces the
+/// earlier one (an option replaces that option; the earlier run's other options are kept). Nothing else is
+/// inferred: an engine given without a preset keeps the earlier preset, and when that preset is not the new
+/// engine's the resolution refuses it with a sentence naming its presets, rather than a preset picked silently.
+pub(crate) fn merged(earlier: &ExplicitArgs, changes: &ExplicitArgs) -> ExplicitArgs {
+    let mut options = earlier.options.clone();
+    options.extend(changes.options.iter().map(|(name, value)| (name.clone(), value.clone())));
+    ExplicitArgs {
+        engine: changes.engine.clone().or_else(|| earlier.engine.clone()),
+        preset: changes.preset.clone().or_else(|| earlier.preset.clone()),
+        options,
+        retry: changes.retry.clone().or_else(|| earlier.retry.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn args(value: serde_json::Value) -> ExplicitArgs {
+        serde_json::from_value(value).expect("arguments")
+    }
+
+    #[test]
+    fn given_fields_replace_the_earlier_ones_and_options_merge_by_name() {
+        let earlier = args(json!({"engine": "local", "preset": "fast", "options": {"items": 100, "note": "a"}}));
+        assert_eq!(merged(&earlier, &ExplicitArgs::default()), earlier, "no changes: the earlier arguments");
+        let changes = args(json!({"preset": "thorough", "options": {"note": "b", "output_lines": 3}}));
+        let expected = json!({
+            "engine": "local", "preset": "thorough", "options": {"items": 100, "note": "b", "output_lines": 3}
+        });
+        assert_eq!(merged(&earlier, &changes), args(expected));
+        let retry = args(json!({"retry": {"max_attempts": 2}}));
+        assert_eq!(merged(&earlier, &retry).retry, retry.retry);
+        assert_eq!(merged(&ExplicitArgs::default(), &changes), changes, "a run asked for with nothing");
     }
 }

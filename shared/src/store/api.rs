@@ -10,9 +10,9 @@ use uuid::Uuid;
 
 use super::{Store, forward};
 use crate::{
-    AuditEntry, Catalogue, Change, ConfigChange, Daemon, DbError, EffectiveWorker, FollowKind, Override, Pings,
-    PipelineRun, PipelineRunView, PipelineView, ProgressEntry, ProgressPage, QueueCount, Readiness, Run, RunPage,
-    Schedule, ScheduleAuditEntry, ScheduleFire, ScheduleInput, ScheduleView, Waiting, WorkerDescription,
+    AuditEntry, Catalogue, Change, ConfigChange, Daemon, DbError, EffectiveWorker, ExplicitArgs, FollowKind, Override,
+    Pings, PipelineRun, PipelineRunView, PipelineView, ProgressEntry, ProgressPage, QueueCount, Readiness, Run,
+    RunPage, Schedule, ScheduleAuditEntry, ScheduleFire, ScheduleInput, ScheduleView, Waiting, WorkerDescription,
     auth::{CreatedToken, ServiceToken},
     config::{DatabaseSettings, RetentionSettings, Webhook},
     daemons::DrainError,
@@ -224,6 +224,15 @@ impl ApiStore {
             id: Uuid,
             how: FollowKind,
             requested_by: &str,
+        ) -> Result<Run, FollowError>;
+        /// Requests a rerun of run `id` (`how`) for `requested_by`, with `changes` over its explicit arguments.
+        pub async fn continue_run_with(
+            &self,
+            catalogue: &Catalogue,
+            id: Uuid,
+            how: FollowKind,
+            requested_by: &str,
+            changes: &ExplicitArgs,
         ) -> Result<Run, FollowError>;
 
         // Why a run waits.

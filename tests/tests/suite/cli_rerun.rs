@@ -2,7 +2,8 @@
 //! a finished run rerun after an admin changed the worker's override runs with today's configuration, links to
 //! the run it reruns, and its detail (the API's `changed_since`, `scrinalia run show`) names the changed field,
 //! both values and their sources, the override's with its author and reason. A run that has not ended cannot be
-//! rerun, and a viewer cannot rerun at all.
+//! rerun, and a viewer cannot rerun at all. A rerun of a run's failures takes other arguments over the earlier
+//! run's, checked as a fresh request's, and keeps its scope.
 
 use std::time::Duration;
 
@@ -11,9 +12,9 @@ use scrinalia_tests::{
     Kind,
     daemon_harness::{probe, with_defaults},
     demo_worker, eventually,
-    system::{ADMIN, System, VIEWER},
+    system::{ADMIN, OPERATOR, System, VIEWER},
 };
-use serde_json::json;
+use serde_json::{Value, json};
 
 async fn a_rerun_after_an_override_change_shows_the_field_and_its_author(kind: Kind) {
     let defaults = [("output_lines", json!(2)), ("exit_code", json!(0))];
@@ -84,4 +85,115 @@ async fn postgres_a_rerun_after_an_override_change_shows_the_field_and_its_autho
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_a_rerun_after_an_override_change_shows_the_field_and_its_author() {
     a_rerun_after_an_override_change_shows_the_field_and_its_author(Kind::Sqlite).await;
+}
+
+/// Waits until run `id` ended; its detail.
+async fn ended(system: &System, id: &str) -> Value {
+    eventually(Duration::from_secs(60), "the run to end", || async {
+        let run = system.http(Method::GET, &format!("/api/runs/{id}"), VIEWER, None).await.ok()?.json();
+        ["succeeded", "failed", "cancelled", "interrupted"].contains(&run["state"].as_str()?).then_some(run)
+    })
+    .await
+}
+
+/// The ids of the items run `id` reported.
+async fn item_ids(system: &System, id: &str) -> Vec<String> {
+    let page = system.http(Method::GET, &format!("/api/runs/{id}/items"), VIEWER, None).await.expect("answer");
+    let page = page.expect(StatusCode::OK, None);
+    page["items"].as_array().expect("items").iter().map(|i| i["id"].as_str().expect("an id").to_owned()).collect()
+}
+
+/// A rerun of a run's failures with other arguments (a preset, an option): the new run records the earlier run's
+/// arguments with the given ones over them, is scoped to exactly the failed ids, and runs with what was given.
+/// Arguments that do not resolve are a 400 with a sentence (the CLI's exit 7), bad JSON the API's usual 400, and
+/// an empty body changes nothing.
+async fn a_rerun_of_the_failures_takes_other_arguments(kind: Kind) {
+    let mut spec = probe(&demo_worker(), "probe-1", 120);
+    (spec.engine, spec.preset) = (Some("local".into()), Some("fast".into()));
+    let engine = scrinalia_shared::Engine {
+        kind: "none".into(),
+        url: None,
+        presets: [("fast".to_owned(), "small:1b".to_owned()), ("thorough".to_owned(), "big:14b".to_owned())].into(),
+        description: None,
+    };
+    let system = System::start(kind, |c| {
+        c.worker(spec).with(|f| {
+            f.engines.insert("local".into(), engine);
+        })
+    })
+    .await;
+    eventually(Duration::from_secs(30), "the daemon to describe probe-1", || async {
+        let worker = system.http(Method::GET, "/api/workers/probe-1", VIEWER, None).await.ok()?.json();
+        worker["described"]["described_at"].as_str().map(drop)
+    })
+    .await;
+    let body = json!({"options": {"items": 100, "failed_every": 25}});
+    let first = system.http(Method::POST, "/api/workers/probe-1/runs", OPERATOR, Some(body.clone())).await;
+    let id = first.expect("answer").expect(StatusCode::CREATED, None)["id"].as_str().expect("id").to_owned();
+    let first = ended(&system, &id).await;
+    assert_eq!((first["state"].as_str(), first["items"]["failed"].as_i64()), (Some("succeeded"), Some(4)));
+    assert_eq!(first["arguments"], body);
+    let failed = ["item-000025", "item-000050", "item-000075", "item-000100"];
+
+    // Refusals first (they queue nothing): each names what is wrong.
+    let path = format!("/api/runs/{id}/rerun-failed");
+    for (given, wrong) in [
+        (json!({"options": {"bogus": 1}}), "has no option \"bogus\""),
+        (json!({"options": {"failed_every": -1}}), "must be at least 0"),
+        (json!({"preset": "slow"}), "has no preset \"slow\""),
+    ] {
+        let refused = system.http(Method::POST, &path, OPERATOR, Some(given.clone())).await.expect("answer");
+        let refused = refused.expect(StatusCode::BAD_REQUEST, Some("invalid_arguments"));
+        let message = refused["message"].as_str().expect("a message");
+        assert!(message.contains(wrong) && message.ends_with('.'), "{given}: {refused}");
+    }
+    let unknown_field = system.http(Method::POST, &path, OPERATOR, Some(json!({"presets": "x"}))).await;
+    unknown_field.expect("answer").expect(StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_body"));
+    let malformed = reqwest::Client::new()
+        .post(format!("{}{path}", system.api_url))
+        .bearer_auth(OPERATOR)
+        .header("content-type", "application/json")
+        .body("{\"preset\":")
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(malformed.status(), StatusCode::BAD_REQUEST);
+    let cli = system.cli(&["rerun-failed", &id, "-o", "bogus=1"]).await;
+    cli.expect(7);
+    assert!(cli.stderr.contains("has no option \"bogus\""), "{cli:#?}");
+
+    // Another preset, and no failures this time: only the given fields change, the scope stays the failed ids.
+    let args = ["rerun-failed", &id, "--preset", "thorough", "-o", "failed_every=0", "--json"];
+    let rerun = system.cli(&args).await.expect(0).json();
+    assert_eq!((rerun["follows"].as_str(), rerun["follows_as"].as_str()), (Some(id.as_str()), Some("rerun_failed")));
+    let merged = json!({"preset": "thorough", "options": {"items": 100, "failed_every": 0}});
+    assert_eq!(rerun["arguments"], merged);
+    assert_eq!(rerun["config"]["preset"], json!({"value": "thorough", "source": "explicit"}));
+    assert_eq!(rerun["config"]["model"], "big:14b");
+    let new = rerun["id"].as_str().expect("the rerun's id").to_owned();
+    let done = ended(&system, &new).await;
+    assert_eq!(done["arguments"], merged, "the ledger keeps the merged arguments");
+    let items = &done["items"];
+    assert_eq!((items["succeeded"].as_i64(), items["failed"].as_i64()), (Some(4), Some(0)), "{done}");
+    assert_eq!(item_ids(&system, &new).await, failed, "exactly the failures");
+
+    // `{}` is a rerun as before: the earlier arguments, today's configuration.
+    let reply = system.http(Method::POST, &format!("/api/runs/{id}/rerun"), OPERATOR, Some(json!({}))).await;
+    let plain = reply.expect("answer").expect(StatusCode::CREATED, None);
+    assert_eq!((plain["arguments"].clone(), plain["follows_as"].as_str()), (body, Some("rerun")));
+    assert_eq!(plain["config"], first["config"]);
+    let plain = ended(&system, plain["id"].as_str().expect("id")).await;
+    assert_eq!(plain["changed_since"], json!([]), "nothing changed: {plain}");
+    assert_eq!(plain["items"]["failed"], 4);
+    system.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_rerun_of_the_failures_takes_other_arguments() {
+    a_rerun_of_the_failures_takes_other_arguments(Kind::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_rerun_of_the_failures_takes_other_arguments() {
+    a_rerun_of_the_failures_takes_other_arguments(Kind::Sqlite).await;
 }

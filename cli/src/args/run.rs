@@ -1,0 +1,64 @@
+//! The arguments of a run, as `trigger` takes them and the reruns take them over an earlier run's.
+
+use clap::Args;
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::parse_option;
+
+/// `scrinalia trigger`.
+#[derive(Debug, Args)]
+pub struct TriggerArgs {
+    /// The worker to run.
+    pub worker: String,
+    /// The run's arguments.
+    #[command(flatten)]
+    pub arguments: RunArguments,
+    /// Print the run's output until it ends, and exit with its outcome (8 unless it succeeded).
+    #[arg(short, long)]
+    pub follow: bool,
+}
+
+/// `scrinalia rerun` and `rerun-failed`: each argument given replaces the earlier run's (an option that option).
+#[derive(Debug, Args)]
+pub struct RerunArgs {
+    /// The run's id.
+    pub id: Uuid,
+    /// Arguments over the earlier run's.
+    #[command(flatten)]
+    pub arguments: RunArguments,
+}
+
+/// A run's explicit arguments, as `trigger` and the reruns take them.
+#[derive(Debug, Args)]
+pub struct RunArguments {
+    /// Engine for this run (instead of the override or the catalogue default).
+    #[arg(long, value_name = "ENGINE")]
+    pub engine: Option<String>,
+    /// Preset for this run.
+    #[arg(long, value_name = "PRESET")]
+    pub preset: Option<String>,
+    /// An option for this run, as name=value; the value is read as JSON when it parses (15, true, "15"), else
+    /// as text. Repeat for several options.
+    #[arg(long = "option", short = 'o', value_name = "NAME=VALUE", value_parser = parse_option)]
+    pub options: Vec<(String, Value)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use serde_json::json;
+
+    use super::*;
+    use crate::args::{Cli, Command};
+
+    #[test]
+    fn a_rerun_takes_the_arguments_a_trigger_takes() {
+        let parsed = Cli::try_parse_from(["scrinalia", "rerun-failed", &Uuid::nil().to_string(), "--preset", "p"]);
+        let Ok(Cli { command: Command::RerunFailed(args), .. }) = parsed else { panic!("parses: {parsed:?}") };
+        assert_eq!((args.arguments.preset.as_deref(), args.arguments.options.len()), (Some("p"), 0));
+        let parsed = Cli::try_parse_from(["scrinalia", "rerun", &Uuid::nil().to_string(), "-o", "n=3", "-o", "s=x"]);
+        let Ok(Cli { command: Command::Rerun(args), .. }) = parsed else { panic!("parses: {parsed:?}") };
+        assert_eq!(args.arguments.options, [("n".to_owned(), json!(3)), ("s".to_owned(), json!("x"))]);
+    }
+}
