@@ -167,7 +167,7 @@ pub fn options_once(given: Vec<(String, Value)>) -> Result<BTreeMap<String, Valu
 /// The explicit arguments of `--engine`, `--preset` and `--option`s.
 fn explicit(given: RunArguments) -> Result<ExplicitArgs, Verdict> {
     let options = options_once(given.options)?;
-    Ok(ExplicitArgs { engine: given.engine, preset: given.preset, options, retry: None })
+    Ok(ExplicitArgs { engine: given.engine, preset: given.preset, options, ..ExplicitArgs::default() })
 }
 
 async fn trigger(client: &Client, out: Out, args: TriggerArgs) -> anyhow::Result<()> {

@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use scrinalia_wire::{
     AuditEntry, AuditView, Override, OverrideChange, OverrideValues, OverrideView, Reason, ReasonBody, WorkersView,
+    choice::MemoryMax,
 };
 use serde_json::{Value, json};
 
@@ -58,7 +59,19 @@ pub struct SetArgs {
     /// An option value as name=value (read as JSON when it parses, else as text). Repeat for several.
     #[arg(long = "option", short = 'o', value_name = "NAME=VALUE", value_parser = parse_option)]
     pub options: Vec<(String, Value)>,
-    /// Give a field back to the default: `engine`, `preset`, `retry` or an option's name. Repeat for several.
+    /// The memory limit of its runs, swap included: a whole number and a binary unit (`4GiB`, `512MiB`; B, KiB,
+    /// MiB, GiB, TiB) or a whole number of bytes.
+    #[arg(long, value_name = "SIZE")]
+    pub memory_max: Option<String>,
+    /// The CPU limit of its runs, in cores (0.5 is half a core).
+    #[arg(long, value_name = "CORES", allow_negative_numbers = true)]
+    pub cpu_max: Option<f64>,
+    /// The stall watchdog: a run that reports no progress, item or checkpoint for this many seconds is stopped
+    /// (and ends interrupted, `stalled`).
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub stall_seconds: Option<i64>,
+    /// Give a field back to the default: `engine`, `preset`, `retry`, `memory_max`, `cpu_max`, `stall_seconds`
+    /// or an option's name. Repeat for several.
     #[arg(long, value_name = "FIELD")]
     pub unset: Vec<String>,
     /// Why (required; kept in the audit trail).
@@ -99,6 +112,9 @@ pub fn change_body(args: SetArgs) -> Result<OverrideChange, Verdict> {
         preset: args.preset.map(Some),
         options: options_once(args.options)?,
         retry: None,
+        memory_max: args.memory_max.map(|m| Some(MemoryMax(Value::String(m)))),
+        cpu_max: args.cpu_max.map(Some),
+        stall_seconds: args.stall_seconds.map(Some),
         reason: None,
     };
     for field in args.unset {
@@ -106,6 +122,9 @@ pub fn change_body(args: SetArgs) -> Result<OverrideChange, Verdict> {
             "engine" => change.engine.replace(None).is_some(),
             "preset" => change.preset.replace(None).is_some(),
             "retry" => change.retry.replace(None).is_some(),
+            "memory_max" => change.memory_max.replace(None).is_some(),
+            "cpu_max" => change.cpu_max.replace(None).is_some(),
+            "stall_seconds" => change.stall_seconds.replace(None).is_some(),
             name => change.options.insert(name.to_owned(), Value::Null).is_some(),
         };
         if taken {
@@ -114,7 +133,9 @@ pub fn change_body(args: SetArgs) -> Result<OverrideChange, Verdict> {
     }
     if change == OverrideChange::default() {
         return Err(usage(
-            "nothing to change: give --engine, --preset, --option NAME=VALUE or --unset FIELD.".to_owned(),
+            "nothing to change: give --engine, --preset, --option NAME=VALUE, --memory-max, --cpu-max, \
+             --stall-seconds or --unset FIELD."
+                .to_owned(),
         ));
     }
     change.reason = Some(args.reason.to_string());
@@ -164,6 +185,15 @@ fn fields(values: &OverrideValues) -> BTreeMap<String, Value> {
     }
     if let Some(r) = &values.retry {
         out.insert("retry".to_owned(), serde_json::to_value(r).unwrap_or_default());
+    }
+    if let Some(m) = &values.memory_max {
+        out.insert("memory_max".to_owned(), m.0.clone());
+    }
+    if let Some(c) = values.cpu_max {
+        out.insert("cpu_max".to_owned(), Value::from(c));
+    }
+    if let Some(s) = values.stall_seconds {
+        out.insert("stall_seconds".to_owned(), Value::from(s));
     }
     out.extend(values.options.iter().map(|(k, v)| (k.clone(), v.clone())));
     out
@@ -245,9 +275,31 @@ mod tests {
             engine: None,
             preset: Some("big".into()),
             options: options.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect(),
+            memory_max: None,
+            cpu_max: None,
+            stall_seconds: None,
             unset: unset.iter().map(|s| (*s).to_owned()).collect(),
             reason: parse_reason("why").expect("a reason"),
         }
+    }
+
+    #[test]
+    fn limits_are_set_and_unset_like_the_other_fields() {
+        let mut given = args(&[], &["cpu_max"]);
+        given.preset = None;
+        given.memory_max = Some("4GiB".into());
+        given.stall_seconds = Some(600);
+        let change = change_body(given).expect("a change");
+        assert_eq!(
+            serde_json::to_value(change).expect("json"),
+            json!({"memory_max": "4GiB", "cpu_max": null, "stall_seconds": 600, "reason": "why"})
+        );
+        let mut twice = args(&[], &["stall_seconds"]);
+        twice.stall_seconds = Some(5);
+        assert_eq!(change_body(twice).expect_err("refused").exit, Exit::Usage);
+        let values =
+            OverrideValues { memory_max: Some("512MiB".into()), stall_seconds: Some(30), ..Default::default() };
+        assert_eq!(values_text(&values), "memory_max=512MiB stall_seconds=30");
     }
 
     #[test]

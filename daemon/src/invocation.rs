@@ -195,7 +195,7 @@ mod tests {
             engine_source: None,
             options,
             timeout_seconds: 60,
-            retry: None,
+            ..ResolvedConfig::empty()
         };
         assert_eq!(
             config_flags(&config),

@@ -11,7 +11,7 @@ use scrinalia_wire::{AuditEntry, Override, OverrideAction, OverrideValues};
 
 macro_rules! override_columns {
     ($d:ident;) => {
-        "worker, engine, preset, options, retry, updated_by, updated_at"
+        "worker, engine, preset, options, retry, memory_max, cpu_max, stall_seconds, updated_by, updated_at"
     };
 }
 
@@ -48,12 +48,15 @@ pub async fn list(on: impl Into<On<'_>>) -> Result<Vec<Override>> {
 /// Stores `values` as `worker`'s override, set by `actor`.
 pub async fn upsert(on: impl Into<On<'_>>, worker: &str, values: &OverrideValues, actor: &str) -> Result<Override> {
     const UPSERT: Sql = sql!(
-        "insert into worker_overrides (worker, engine, preset, options, retry, updated_by, updated_at) \
-         values ($1, $2, $3, $4, $6, $5, ",
+        "insert into worker_overrides (worker, engine, preset, options, retry, memory_max, cpu_max, stall_seconds, \
+             updated_by, updated_at) \
+         values ($1, $2, $3, $4, $6, $7, $8, $9, $5, ",
         now,
         ") \
          on conflict (worker) do update set engine = excluded.engine, preset = excluded.preset, \
-             options = excluded.options, retry = excluded.retry, updated_by = excluded.updated_by, updated_at = excluded.updated_at \
+             options = excluded.options, retry = excluded.retry, memory_max = excluded.memory_max, \
+             cpu_max = excluded.cpu_max, stall_seconds = excluded.stall_seconds, \
+             updated_by = excluded.updated_by, updated_at = excluded.updated_at \
          returning ",
         override_columns!()
     );
@@ -64,6 +67,9 @@ pub async fn upsert(on: impl Into<On<'_>>, worker: &str, values: &OverrideValues
         .bind(Json(&values.options))
         .bind(actor)
         .bind(values.retry.as_ref().map(Json))
+        .bind(values.memory_max.as_ref().map(Json))
+        .bind(values.cpu_max)
+        .bind(values.stall_seconds)
         .fetch_one(pool)
         .await)
 }

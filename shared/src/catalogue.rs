@@ -4,7 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-pub use scrinalia_wire::{Engine, OptionSpec, OptionType, RetryPolicy};
+use scrinalia_wire::choice::limits;
+pub use scrinalia_wire::{Engine, OptionSpec, OptionType, RetryPolicy, choice::MemoryMax};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -66,6 +67,19 @@ pub struct WorkerSpec {
     /// it to skip (`SCRINALIA_ITEMS_SKIP`) until an operator releases it. None: no quarantine.
     #[serde(default)]
     pub quarantine_after: Option<u32>,
+    /// The memory limit of each run, swap included: `"4GiB"`, `"512MiB"` (binary units B, KiB, MiB, GiB, TiB)
+    /// or a whole number of bytes; at least 1 MiB. None: no limit. An audited override may change it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub memory_max: Option<MemoryMax>,
+    /// The CPU limit of each run, in cores (0.5 is half a core; more than 0, at most 1024). None: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_max: Option<f64>,
+    /// The stall watchdog: a run that reports no progress, item or checkpoint line for this many seconds (from
+    /// its worker's start) is stopped and ends `interrupted` with the end reason `stalled`. At least 1. None: no
+    /// watchdog.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall_seconds: Option<i64>,
 }
 
 /// A resource that runs of several workers share, such as one model server: at most `capacity` runs hold it
@@ -300,6 +314,9 @@ impl Catalogue {
             if let Some(problem) = worker.retry.as_ref().and_then(RetryPolicy::problem) {
                 push(format!("{at}.retry"), problem);
             }
+            for (key, problem) in limit_problems(worker) {
+                push(format!("{at}.{key}"), problem);
+            }
         }
         let mut pipeline_names = BTreeSet::new();
         for (i, pipeline) in self.pipelines.iter().enumerate() {
@@ -330,6 +347,14 @@ impl Catalogue {
         }
         problems
     }
+}
+
+/// What is wrong with a worker's limits, as (key, sentence naming the key).
+fn limit_problems(worker: &WorkerSpec) -> Vec<(&'static str, String)> {
+    let memory = worker.memory_max.as_ref().and_then(|m| m.bytes().err()).map(|p| (limits::MEMORY_MAX, p));
+    let cpu = worker.cpu_max.and_then(limits::cpu_problem).map(|p| (limits::CPU_MAX, p));
+    let stall = worker.stall_seconds.and_then(limits::stall_problem).map(|p| (limits::STALL_SECONDS, p));
+    [memory, cpu, stall].into_iter().flatten().collect()
 }
 
 /// What is wrong with an option's bounds, as (key, sentence): bounds only on numbers, the minimum not above the

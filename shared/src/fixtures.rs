@@ -87,6 +87,9 @@ pub(crate) fn catalogue() -> crate::Catalogue {
         resources: Vec::new(),
         labels: Vec::new(),
         quarantine_after: None,
+        memory_max: None,
+        cpu_max: None,
+        stall_seconds: None,
     };
     crate::Catalogue::new(vec![worker], Default::default()).expect("a valid catalogue")
 }

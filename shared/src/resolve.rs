@@ -6,8 +6,11 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use scrinalia_wire::choice::limits::{self, CPU_MAX, MEMORY_MAX, STALL_SECONDS};
+
 use crate::{
-    ExplicitArgs, OverrideValues, Resolved, ResolvedConfig, Source, catalogue::out_of_bounds,
+    ExplicitArgs, OverrideValues, Resolved, ResolvedConfig, Source,
+    catalogue::{WorkerSpec, out_of_bounds},
     effective::EffectiveWorker,
 };
 
@@ -94,6 +97,23 @@ pub enum ResolveError {
         /// What is wrong, as a sentence.
         problem: String,
     },
+    /// A limit (`memory_max`, `cpu_max`, `stall_seconds`) is not valid.
+    #[error("{problem}")]
+    InvalidLimit {
+        /// The limit's key.
+        key: &'static str,
+        /// What is wrong, as a sentence naming the key.
+        problem: String,
+    },
+    /// A run's arguments name a limit, which only the catalogue and an override set.
+    #[error(
+        "{key} is a limit of the worker, not an argument of one run: set it in the catalogue or with an override \
+         (audited)."
+    )]
+    LimitInArguments {
+        /// The limit's key.
+        key: &'static str,
+    },
     /// A value holds a NUL character (`\u0000`, which JSON allows): a worker receives its options as
     /// command-line arguments, which cannot hold one, and PostgreSQL cannot store one in text or JSON.
     #[error(
@@ -115,6 +135,7 @@ pub fn resolve(
     let overrides = overrides.unwrap_or(&empty);
     let spec = &worker.spec;
     refuse_engine_choice(worker, explicit)?;
+    refuse_limits(explicit)?;
     let external = worker.engine_source.is_some();
     let described = worker.described.as_ref().filter(|d| external && d.source.is_some());
     let pick = |explicit: &Option<String>, overridden: &Option<String>, default: &Option<String>| {
@@ -164,6 +185,7 @@ pub fn resolve(
         (None, None, Some(v)) => Some(Resolved { value: v.clone(), source: Source::Default }),
         (None, None, None) => None,
     };
+    let (memory_max_bytes, cpu_max, stall_seconds) = limits_of(spec, overrides)?;
     Ok(ResolvedConfig {
         engine,
         preset,
@@ -174,7 +196,47 @@ pub fn resolve(
         options,
         timeout_seconds: spec.timeout_seconds,
         retry,
+        memory_max_bytes,
+        cpu_max,
+        stall_seconds,
     })
+}
+
+/// The resolved limits: memory in bytes, CPU in cores, the stall watchdog in seconds.
+type Limits = (Option<Resolved<u64>>, Option<Resolved<f64>>, Option<Resolved<u64>>);
+
+/// Each limit from the override, else from the catalogue, checked (the catalogue's were checked at load).
+fn limits_of(spec: &WorkerSpec, overrides: &OverrideValues) -> Result<Limits, ResolveError> {
+    fn layered<T: Clone, U>(
+        key: &'static str,
+        (overridden, default): (&Option<T>, &Option<T>),
+        check: impl Fn(&T) -> Result<U, String>,
+    ) -> Result<Option<Resolved<U>>, ResolveError> {
+        let chosen = match (overridden, default) {
+            (Some(v), _) => (v, Source::Override),
+            (None, Some(v)) => (v, Source::Default),
+            (None, None) => return Ok(None),
+        };
+        let value = check(chosen.0).map_err(|problem| ResolveError::InvalidLimit { key, problem })?;
+        Ok(Some(Resolved { value, source: chosen.1 }))
+    }
+    let memory = layered(MEMORY_MAX, (&overrides.memory_max, &spec.memory_max), limits::MemoryMax::bytes)?;
+    let cpu = layered(CPU_MAX, (&overrides.cpu_max, &spec.cpu_max), |&c| limits::cpu_max(c))?;
+    let stall = layered(STALL_SECONDS, (&overrides.stall_seconds, &spec.stall_seconds), |&s| limits::stall_seconds(s))?;
+    Ok((memory, cpu, stall))
+}
+
+/// A run's arguments may not set a limit: only the catalogue and an audited override do.
+fn refuse_limits(explicit: &ExplicitArgs) -> Result<(), ResolveError> {
+    let given = [
+        (MEMORY_MAX, explicit.memory_max.is_some()),
+        (CPU_MAX, explicit.cpu_max.is_some()),
+        (STALL_SECONDS, explicit.stall_seconds.is_some()),
+    ];
+    match given.into_iter().find(|(_, given)| *given) {
+        Some((key, _)) => Err(ResolveError::LimitInArguments { key }),
+        None => Ok(()),
+    }
 }
 
 /// The model and endpoint of a resolved engine and preset, from the engines the worker can use.
@@ -221,8 +283,11 @@ fn refuse_engine_choice(worker: &EffectiveWorker, values: &OverrideValues) -> Re
 /// Checks an override before it is stored: the same rules as explicit arguments.
 pub fn check_override(worker: &EffectiveWorker, values: &OverrideValues) -> Result<(), ResolveError> {
     refuse_engine_choice(worker, values)?;
-    // An override is checked as if it were a run's explicit arguments.
-    resolve(worker, values, None).map(|_| ())
+    // An override is checked as if it were a run's explicit arguments; its limits, which arguments cannot set,
+    // as the override they are.
+    let arguments = OverrideValues { memory_max: None, cpu_max: None, stall_seconds: None, ..values.clone() };
+    resolve(worker, &arguments, None)?;
+    limits_of(&worker.spec, values).map(drop)
 }
 
 fn check_option(worker: &EffectiveWorker, name: &str, value: &Value) -> Result<(), ResolveError> {
@@ -333,6 +398,9 @@ mod tests {
             resources: Vec::new(),
             labels: Vec::new(),
             quarantine_after: None,
+            memory_max: (name == "tag-suggest").then(|| "4GiB".into()),
+            cpu_max: None,
+            stall_seconds: (name == "tag-suggest").then_some(600),
         };
         Catalogue::new(
             vec![worker("tag-suggest", None), worker("quality-validator", Some("It comes from the LLM_CHECK rule."))],
@@ -349,7 +417,7 @@ mod tests {
             engine: None,
             preset: Some("thorough".into()),
             options: [("batch_size".into(), json!(8)), ("language".into(), json!("pt"))].into(),
-            retry: None,
+            ..Default::default()
         };
         let explicit = ExplicitArgs { options: [("language".into(), json!("fr"))].into(), ..Default::default() };
         let resolved = resolve(worker, &explicit, Some(&overrides)).expect("resolves");
@@ -414,5 +482,43 @@ mod tests {
         let view = resolve(worker, &ExplicitArgs::default(), None).expect("the view still resolves");
         assert_eq!(view.engine.map(|e| e.source), Some(Source::External));
         assert!(!view.engine_configurable);
+    }
+
+    #[test]
+    fn limits_come_from_the_override_else_the_catalogue_and_never_from_a_run() {
+        let cat = catalogue();
+        let worker = &EffectiveWorker::from_catalogue(&cat, cat.worker("tag-suggest").expect("worker"));
+        let view = resolve(worker, &ExplicitArgs::default(), None).expect("resolves");
+        assert_eq!(view.memory_max_bytes, Some(Resolved { value: 4 << 30, source: Source::Default }));
+        assert_eq!(view.stall_seconds, Some(Resolved { value: 600, source: Source::Default }));
+        assert_eq!(view.cpu_max, None, "no limit, none resolved");
+        let overrides = OverrideValues {
+            memory_max: Some("512MiB".into()),
+            cpu_max: Some(0.5),
+            stall_seconds: Some(30),
+            ..Default::default()
+        };
+        check_override(worker, &overrides).expect("a valid override");
+        let resolved = resolve(worker, &ExplicitArgs::default(), Some(&overrides)).expect("resolves");
+        assert_eq!(resolved.memory_max_bytes, Some(Resolved { value: 512 << 20, source: Source::Override }));
+        assert_eq!(resolved.cpu_max, Some(Resolved { value: 0.5, source: Source::Override }));
+        assert_eq!(resolved.stall_seconds, Some(Resolved { value: 30, source: Source::Override }));
+
+        let bad = |values: OverrideValues| check_override(worker, &values).expect_err("refused").to_string();
+        assert!(
+            bad(OverrideValues { memory_max: Some("lots".into()), ..Default::default() }).starts_with("memory_max")
+        );
+        assert_eq!(
+            bad(OverrideValues { cpu_max: Some(0.0), ..Default::default() }),
+            "cpu_max must be more than 0 cores (0.5 is half a core), not 0."
+        );
+        assert_eq!(
+            bad(OverrideValues { stall_seconds: Some(0), ..Default::default() }),
+            "stall_seconds must be at least 1 second, not 0."
+        );
+        let arguments = ExplicitArgs { stall_seconds: Some(5), ..Default::default() };
+        let refused = resolve(worker, &arguments, None).expect_err("a run cannot set a limit");
+        assert_eq!(refused, ResolveError::LimitInArguments { key: "stall_seconds" });
+        assert!(refused.to_string().starts_with("stall_seconds is a limit of the worker"), "{refused}");
     }
 }

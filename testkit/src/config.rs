@@ -118,6 +118,9 @@ pub fn worker(name: &str, command: &[&str]) -> WorkerSpec {
         resources: Vec::new(),
         labels: Vec::new(),
         quarantine_after: None,
+        memory_max: None,
+        cpu_max: None,
+        stall_seconds: None,
     }
 }
 

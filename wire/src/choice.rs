@@ -6,6 +6,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub mod limits;
+
+pub use limits::MemoryMax;
+
 /// Engine, preset and option values; every field is optional. The same shape is a run request's explicit
 /// arguments ([`ExplicitArgs`]) and a worker's persisted override ([`OverrideValues`], where an absent field
 /// keeps following the default).
@@ -29,6 +33,21 @@ pub struct Choices {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "sqlx", sqlx(json(nullable)))]
     pub retry: Option<crate::RetryPolicy>,
+    /// The memory limit of the worker's runs, swap included: `"4GiB"`, `"512MiB"` (binary units B, KiB, MiB,
+    /// GiB, TiB) or a whole number of bytes, kept as written. Only an override sets it: a run's arguments that
+    /// name a limit are refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "sqlx", sqlx(json(nullable)))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub memory_max: Option<MemoryMax>,
+    /// The CPU limit of the worker's runs, in cores (0.5 is half a core; more than 0, at most 1024). Only an
+    /// override sets it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_max: Option<f64>,
+    /// The stall watchdog: a run that reports no progress, item or checkpoint for this many seconds is stopped
+    /// and ends `interrupted` (`stalled`). At least 1. Only an override sets it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall_seconds: Option<i64>,
 }
 
 /// The arguments given with a run request.
@@ -39,7 +58,16 @@ pub type OverrideValues = Choices;
 impl Choices {
     /// Whether nothing is chosen.
     pub fn is_empty(&self) -> bool {
-        self.engine.is_none() && self.preset.is_none() && self.options.is_empty() && self.retry.is_none()
+        self.engine.is_none()
+            && self.preset.is_none()
+            && self.options.is_empty()
+            && self.retry.is_none()
+            && !self.has_limits()
+    }
+
+    /// Whether a limit (`memory_max`, `cpu_max`, `stall_seconds`) is chosen.
+    pub fn has_limits(&self) -> bool {
+        self.memory_max.is_some() || self.cpu_max.is_some() || self.stall_seconds.is_some()
     }
 }
 
@@ -97,6 +125,18 @@ pub struct ResolvedConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub retry: Option<Resolved<crate::RetryPolicy>>,
+    /// The memory limit of the run, in bytes, swap included (the catalogue's `memory_max` or an override's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub memory_max_bytes: Option<Resolved<u64>>,
+    /// The CPU limit of the run, in cores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub cpu_max: Option<Resolved<f64>>,
+    /// The stall watchdog of the run, in seconds: no progress, item or checkpoint line for this long stops it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub stall_seconds: Option<Resolved<u64>>,
 }
 
 impl ResolvedConfig {
@@ -113,6 +153,9 @@ impl ResolvedConfig {
             options: BTreeMap::new(),
             timeout_seconds: 0,
             retry: None,
+            memory_max_bytes: None,
+            cpu_max: None,
+            stall_seconds: None,
         }
     }
 }

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use crate::{Named, OverrideValues, ResolvedConfig, RetryPolicy, named};
+use crate::{Named, OverrideValues, ResolvedConfig, RetryPolicy, choice::MemoryMax, named};
 
 /// A worker's persisted override.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -100,8 +100,9 @@ pub struct OverrideView {
     pub effective_error: Option<String>,
 }
 
-/// A change of an override, as an operator sends it: for `engine`, `preset` and each option, absent keeps the
-/// current value, `null` clears it (the default applies again), a value sets it. The reason is required.
+/// A change of an override, as an operator sends it: for `engine`, `preset`, `retry`, each limit and each
+/// option, absent keeps the current value, `null` clears it (the default applies again), a value sets it. The
+/// reason is required.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
@@ -122,6 +123,18 @@ pub struct OverrideChange {
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub retry: Option<Option<RetryPolicy>>,
+    /// The memory limit (`"4GiB"`, `"512MiB"` or a whole number of bytes); `null` clears it.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub memory_max: Option<Option<MemoryMax>>,
+    /// The CPU limit, in cores; `null` clears it.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<f64>))]
+    pub cpu_max: Option<Option<f64>>,
+    /// The stall watchdog, in seconds; `null` clears it.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
+    pub stall_seconds: Option<Option<i64>>,
     /// Why (required, recorded in the audit trail).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -144,6 +157,15 @@ impl OverrideChange {
         }
         if let Some(retry) = &self.retry {
             next.retry.clone_from(retry);
+        }
+        if let Some(memory_max) = &self.memory_max {
+            next.memory_max.clone_from(memory_max);
+        }
+        if let Some(cpu_max) = self.cpu_max {
+            next.cpu_max = cpu_max;
+        }
+        if let Some(stall_seconds) = self.stall_seconds {
+            next.stall_seconds = stall_seconds;
         }
         for (name, value) in &self.options {
             if value.is_null() {
@@ -176,5 +198,26 @@ mod tests {
             json!({"engine": null, "preset": "big", "options": {"n": null}, "reason": "r"})
         );
         assert!(serde_json::from_value::<OverrideChange>(json!({"presets": "big"})).is_err());
+    }
+
+    #[test]
+    fn limits_are_kept_cleared_and_set_like_the_other_fields() {
+        let current = OverrideValues {
+            memory_max: Some("4GiB".into()),
+            cpu_max: Some(2.0),
+            stall_seconds: Some(600),
+            ..OverrideValues::default()
+        };
+        let change: OverrideChange =
+            serde_json::from_value(json!({"memory_max": null, "stall_seconds": 30, "reason": "r"})).expect("a change");
+        assert_eq!(
+            (change.memory_max.clone(), change.cpu_max, change.stall_seconds),
+            (Some(None), None, Some(Some(30)))
+        );
+        let next = change.apply(Some(&current));
+        assert_eq!((next.memory_max, next.cpu_max, next.stall_seconds), (None, Some(2.0), Some(30)));
+        // Written as given: a size stays text, bytes stay a number.
+        let set: OverrideChange = serde_json::from_value(json!({"memory_max": 1_048_576, "reason": "r"})).expect("set");
+        assert_eq!(serde_json::to_value(set.apply(None)).expect("json"), json!({"memory_max": 1_048_576}));
     }
 }

@@ -1,7 +1,9 @@
 //! Workers as people read them: the table of `scrinalia workers` with the notes under it, and the detail of one
 //! worker, both from what its code declared (readiness, describe, options) beside what the catalogue says.
 
-use scrinalia_wire::{OptionSpec, QueueCount, Readiness, ResolvedConfig, WorkerView, WorkersView};
+use scrinalia_wire::{
+    OptionSpec, QueueCount, Readiness, ResolvedConfig, WorkerView, WorkersView, choice::limits::size_text,
+};
 use serde_json::Value;
 
 use super::{ago, duration, key_lines, source_word, state_style, value_text, when};
@@ -21,6 +23,22 @@ pub fn engine(config: &ResolvedConfig) -> String {
     };
     let overridden = [engine, preset].into_iter().flatten().any(|(_, s)| s == scrinalia_wire::Source::Override);
     if overridden { format!("{text} (override)") } else { text }
+}
+
+/// The limits of a configuration, one line each, with their sources: `memory_max 4 GiB (override)`.
+pub fn limit_lines(config: &ResolvedConfig) -> Vec<(&'static str, String)> {
+    let mut lines = Vec::new();
+    if let Some(m) = &config.memory_max_bytes {
+        lines.push(("memory_max", format!("{} ({})", size_text(m.value), source_word(m.source))));
+    }
+    if let Some(c) = &config.cpu_max {
+        lines.push(("cpu_max", format!("{} cores ({})", c.value, source_word(c.source))));
+    }
+    if let Some(s) = &config.stall_seconds {
+        let what = format!("stopped after {} s without progress, items or checkpoints", s.value);
+        lines.push(("stall", format!("{what} ({})", source_word(s.source))));
+    }
+    lines
 }
 
 /// A worker's readiness in a word or two, with its colour.
@@ -171,6 +189,7 @@ pub fn worker_detail(w: &WorkerView, colour: bool) -> String {
             if let Some(e) = &c.endpoint {
                 lines.push(("endpoint", e.clone()));
             }
+            lines.extend(limit_lines(c));
         }
         (None, Some(error)) => lines.push(("config", Style::Bad.paint(error, colour))),
         (None, None) => {}
@@ -291,5 +310,19 @@ mod tests {
         ] {
             assert!(detail.contains(part), "{part:?} is missing from:\n{detail}");
         }
+    }
+
+    #[test]
+    fn limits_are_listed_with_their_sources() {
+        let mut config = ResolvedConfig::empty();
+        assert!(limit_lines(&config).is_empty(), "no limit, no line");
+        let resolved = |value, source| scrinalia_wire::Resolved { value, source };
+        config.memory_max_bytes = Some(resolved(4 << 30, scrinalia_wire::Source::Override));
+        config.cpu_max = Some(scrinalia_wire::Resolved { value: 0.5, source: scrinalia_wire::Source::Default });
+        config.stall_seconds = Some(resolved(600, scrinalia_wire::Source::Default));
+        let lines: Vec<String> = limit_lines(&config).into_iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        assert_eq!(lines[0], format!("memory_max: 4 GiB ({})", source_word(scrinalia_wire::Source::Override)));
+        assert!(lines[1].starts_with("cpu_max: 0.5 cores ("), "{lines:?}");
+        assert!(lines[2].starts_with("stall: stopped after 600 s without progress"), "{lines:?}");
     }
 }

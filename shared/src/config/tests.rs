@@ -73,6 +73,63 @@ fn catalogue_mistakes_are_each_named_by_key() {
 }
 
 #[test]
+fn worker_limits_are_read_and_each_bad_one_is_named_by_key() {
+    let fine = "
+        [[workers]]
+        name = \"tagger\"
+        command = [\"tag\"]
+        memory_max = \"4GiB\"
+        cpu_max = 0.5
+        stall_seconds = 600
+        [[workers]]
+        name = \"embed\"
+        command = [\"embed\"]
+        memory_max = 536870912
+        cpu_max = 2
+        ";
+    let settings = load(fine, &[]).expect("valid");
+    let tagger = settings.catalogue.worker("tagger").expect("tagger");
+    assert_eq!(tagger.memory_max.as_ref().map(|m| m.bytes()), Some(Ok(4 << 30)));
+    assert_eq!((tagger.cpu_max, tagger.stall_seconds), (Some(0.5), Some(600)));
+    let embed = settings.catalogue.worker("embed").expect("embed");
+    assert_eq!(embed.memory_max.as_ref().map(|m| m.bytes()), Some(Ok(512 << 20)));
+    assert_eq!((embed.cpu_max, embed.stall_seconds), (Some(2.0), None), "a whole number of cores is a number");
+
+    let bad = "
+        [[workers]]
+        name = \"a\"
+        command = [\"a\"]
+        memory_max = \"lots\"
+        cpu_max = 0
+        stall_seconds = 0
+        [[workers]]
+        name = \"b\"
+        command = [\"b\"]
+        memory_max = \"0\"
+        cpu_max = 1024.5
+        [[workers]]
+        name = \"c\"
+        command = [\"c\"]
+        memory_max = -1
+        cpu_max = -2
+        stall_seconds = -5
+        ";
+    let err = load(bad, &[]).expect_err("bad limits").to_string();
+    for expected in [
+        "`workers[0].memory_max`: memory_max must be a whole number and a binary unit (B, KiB, MiB, GiB, TiB)",
+        "`workers[0].cpu_max`: cpu_max must be more than 0 cores",
+        "`workers[0].stall_seconds`: stall_seconds must be at least 1 second, not 0.",
+        "`workers[1].memory_max`: memory_max must be at least 1MiB, not \"0\".",
+        "`workers[1].cpu_max`: cpu_max must be at most 1024 cores, not 1024.5.",
+        "`workers[2].memory_max`: memory_max cannot be negative, not -1.",
+        "`workers[2].cpu_max`: cpu_max must be more than 0 cores (0.5 is half a core), not -2.",
+        "`workers[2].stall_seconds`: stall_seconds must be at least 1 second, not -5.",
+    ] {
+        assert!(err.contains(expected), "missing {expected:?} in {err}");
+    }
+}
+
+#[test]
 fn resource_mistakes_are_each_named_by_key() {
     let toml = "
         [[resources]]

@@ -35,6 +35,9 @@ fn catalogue() -> (Catalogue, WorkerSpec) {
         resources: Vec::new(),
         labels: Vec::new(),
         quarantine_after: None,
+        memory_max: None,
+        cpu_max: None,
+        stall_seconds: None,
     };
     let catalogue = Catalogue::new(vec![worker.clone()], [("ollama".into(), engine)].into()).expect("valid");
     (catalogue, worker)

@@ -31,6 +31,9 @@ fn fields(c: &ResolvedConfig) -> Vec<(String, Side)> {
         ("endpoint".to_owned(), c.endpoint.as_deref().map(|e| (text(e), code))),
         ("timeout_seconds".to_owned(), Some((Value::from(c.timeout_seconds), Source::Default))),
         ("retry".to_owned(), c.retry.as_ref().map(|r| (serde_json::to_value(&r.value).unwrap_or_default(), r.source))),
+        ("memory_max_bytes".to_owned(), c.memory_max_bytes.as_ref().map(|r| (Value::from(r.value), r.source))),
+        ("cpu_max".to_owned(), c.cpu_max.as_ref().map(|r| (Value::from(r.value), r.source))),
+        ("stall_seconds".to_owned(), c.stall_seconds.as_ref().map(|r| (Value::from(r.value), r.source))),
     ];
     out.extend(c.options.iter().map(|(name, r)| (format!("options.{name}"), Some((r.value.clone(), r.source)))));
     out
@@ -43,6 +46,9 @@ fn overridden(values: Option<&OverrideValues>, field: &str) -> Option<Value> {
         "engine" => values.engine.clone().map(Value::String),
         "preset" => values.preset.clone().map(Value::String),
         "retry" => values.retry.as_ref().and_then(|r| serde_json::to_value(r).ok()),
+        "memory_max_bytes" => values.memory_max.as_ref().map(|m| m.0.clone()),
+        "cpu_max" => values.cpu_max.map(Value::from),
+        "stall_seconds" => values.stall_seconds.map(Value::from),
         _ => field.strip_prefix("options.").and_then(|name| values.options.get(name).cloned()),
     }
 }

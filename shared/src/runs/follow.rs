@@ -170,6 +170,10 @@ pub(crate) fn merged(earlier: &ExplicitArgs, changes: &ExplicitArgs) -> Explicit
         preset: changes.preset.clone().or_else(|| earlier.preset.clone()),
         options,
         retry: changes.retry.clone().or_else(|| earlier.retry.clone()),
+        // Arguments cannot set a limit: given here, the resolution refuses them with a sentence.
+        memory_max: changes.memory_max.clone().or_else(|| earlier.memory_max.clone()),
+        cpu_max: changes.cpu_max.or(earlier.cpu_max),
+        stall_seconds: changes.stall_seconds.or(earlier.stall_seconds),
     }
 }
 

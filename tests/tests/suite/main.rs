@@ -10,6 +10,7 @@ mod api_costs;
 mod api_edges;
 mod api_health;
 mod api_history;
+mod api_limit_overrides;
 mod api_limits;
 mod api_live_streams;
 mod api_oidc;
