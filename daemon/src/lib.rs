@@ -25,6 +25,7 @@ pub mod runner;
 pub mod scheduler;
 pub mod shutdown;
 pub mod spare;
+pub mod stall;
 pub mod supervisor;
 pub mod systemd;
 pub mod verb;

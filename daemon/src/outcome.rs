@@ -1,12 +1,17 @@
 //! How a run ends in the ledger: the supervisor's exit report, what the daemon asked for and what it knows
-//! about the lease, turned into one [`Finish`]: a typed [`EndReason`] and a sentence a person can read.
+//! about the lease, turned into one [`Finish`]: a typed [`EndReason`] and a sentence a person can read; and
+//! [`write_ledger`], which writes it, fenced by ownership.
 
-use std::collections::VecDeque;
+use std::{collections::VecDeque, time::Duration};
 
+use scrinalia_shared::{DbError, Run, RunState, telemetry};
 use scrinalia_shared::{EndReason, runs::Finish, usage::RunUsage};
 use serde_json::Value;
 
-use crate::frame::{ExitReport, StopCause};
+use crate::{
+    Context,
+    frame::{ExitReport, StopCause},
+};
 
 /// How many stderr lines a failure keeps.
 const TAIL_LINES: usize = 20;
@@ -53,6 +58,8 @@ pub struct Ending<'a> {
     pub result: Option<Value>,
     /// The supervisor ended without a report (`report` was made up by the daemon).
     pub supervisor_lost: bool,
+    /// The stall watchdog's sentence, when it stopped the worker.
+    pub stalled: Option<&'a str>,
     /// What the run cost, when its worker started.
     pub usage: Option<RunUsage>,
 }
@@ -67,9 +74,13 @@ impl Ending<'_> {
                 EndReason::LeaseLost,
                 "lease lost: the lease was not renewed in time, so the supervisor killed the worker".to_owned(),
             ),
-            (None, Some(StopCause::Cancel)) => {
-                (EndReason::Cancelled, format!("cancelled by {}", self.cancelled_by.unwrap_or("an unknown actor")))
-            }
+            (None, Some(StopCause::Cancel)) => match self.stalled {
+                // The watchdog stopped it as a cancel does; nobody cancelled it.
+                Some(sentence) => (EndReason::Stalled, sentence.to_owned()),
+                None => {
+                    (EndReason::Cancelled, format!("cancelled by {}", self.cancelled_by.unwrap_or("an unknown actor")))
+                }
+            },
             (None, Some(StopCause::Terminate | StopCause::DaemonGone)) => {
                 (EndReason::DaemonShutdown, "daemon shutdown".to_owned())
             }
@@ -100,6 +111,51 @@ impl Ending<'_> {
     }
 }
 
+/// Writes the terminal state, fenced by ownership: a run another daemon recovered is left as it is. Retries
+/// while the database is unreachable (the lease is still being renewed meanwhile), up to twice the lease.
+/// Counts the outcome and marks the run's span failed unless it succeeded.
+pub async fn write_ledger(ctx: &Context, run: &Run, finish: &Finish) {
+    let give_up = tokio::time::Instant::now() + (ctx.settings.daemon.lease() * 2).max(Duration::from_secs(10));
+    let span = tracing::Span::current();
+    loop {
+        match ctx.db.finish_run(run.id, ctx.daemon_id, finish).await {
+            Ok(done) => {
+                let (state, duration_ms, exit_code) = (done.state.as_str(), done.duration_ms, done.exit_code);
+                match done.error.as_deref() {
+                    None => tracing::info!(state, duration_ms, exit_code, "run finished"),
+                    Some(error) => tracing::info!(state, duration_ms, exit_code, error, "run finished"),
+                }
+                let seconds = duration_ms.map(|ms| ms as f64 / 1000.0);
+                ctx.metrics.run_finished(&run.worker, state, seconds);
+                if done.state != RunState::Succeeded {
+                    telemetry::mark_failed(&span, done.error.as_deref().unwrap_or(state));
+                }
+                return;
+            }
+            Err(DbError::LeaseLost { .. }) => {
+                let state = finish.state().as_str();
+                tracing::warn!(
+                    would_be = state,
+                    "the run is no longer this daemon's (another daemon recovered it); its ledger entry is left as it is"
+                );
+                ctx.metrics.run_finished(&run.worker, "lost", None);
+                telemetry::mark_failed(&span, "another daemon recovered the run");
+                return;
+            }
+            Err(e) if tokio::time::Instant::now() < give_up => {
+                tracing::warn!(error = %e, "could not write the run's end; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "gave up writing the run's end; recovery will mark it interrupted");
+                ctx.metrics.run_finished(&run.worker, "unrecorded", None);
+                telemetry::mark_failed(&span, "the run's end could not be written");
+                return;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use scrinalia_shared::RunState;
@@ -107,6 +163,10 @@ mod tests {
     use super::*;
 
     fn ending(report: &ExitReport, tail: &StderrTail) -> Finish {
+        ending_of(report, tail).finish()
+    }
+
+    fn ending_of<'a>(report: &'a ExitReport, tail: &'a StderrTail) -> Ending<'a> {
         let cancelled_by = Some("ada");
         Ending {
             report,
@@ -116,9 +176,9 @@ mod tests {
             tail,
             result: None,
             supervisor_lost: false,
+            stalled: None,
             usage: None,
         }
-        .finish()
     }
 
     #[test]
@@ -139,6 +199,14 @@ mod tests {
         assert_eq!((cancelled.state(), cancelled.error.as_deref()), (RunState::Cancelled, Some("cancelled by ada")));
         let timed_out = ending(&ExitReport { stopped_by: Some(StopCause::Timeout), ..ExitReport::default() }, &empty);
         assert_eq!((timed_out.reason, timed_out.error.as_deref()), (EndReason::Timeout, Some("timed out after 9 s")));
+        let stopped = ExitReport { stopped_by: Some(StopCause::Cancel), ..ExitReport::default() };
+        let stalled =
+            Ending { stalled: Some("no progress for 2 s since step 3"), ..ending_of(&stopped, &empty) }.finish();
+        assert_eq!(
+            (stalled.state(), stalled.reason, stalled.error.as_deref()),
+            (RunState::Interrupted, EndReason::Stalled, Some("no progress for 2 s since step 3")),
+            "stopped by the watchdog, not cancelled by ada"
+        );
         let ok = ending(&ExitReport { code: Some(0), ..ExitReport::default() }, &empty);
         assert_eq!((ok.state(), ok.reason, ok.error), (RunState::Succeeded, EndReason::ExitStatus, None));
     }

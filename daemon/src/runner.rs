@@ -8,7 +8,7 @@ use nix::{
     unistd::Pid,
 };
 use scrinalia_shared::{
-    DbError, EndReason, MAX_CHECKPOINT_BYTES, Run, RunState, items,
+    DbError, EndReason, MAX_CHECKPOINT_BYTES, Run, items,
     runs::Finish,
     telemetry,
     usage::{self, ReportedUsage},
@@ -19,7 +19,7 @@ use tokio::{
     process::{Child, ChildStdout, Command},
     sync::mpsc,
     task::JoinHandle,
-    time::sleep_until,
+    time::{Instant, sleep_until},
 };
 use tracing::Instrument;
 use uuid::Uuid;
@@ -31,9 +31,10 @@ use crate::{
     item_files,
     items::ItemWriter,
     lease::Lease,
-    outcome::{Ending, StderrTail},
+    outcome::{Ending, StderrTail, write_ledger},
     progress::{Progress, StdoutLine},
     runlog::RunLog,
+    stall::Watchdog,
 };
 
 /// What the daemon's main loop can ask of a run.
@@ -224,6 +225,9 @@ struct Session {
     /// The worker's last accepted `usage` line.
     reported_usage: Option<ReportedUsage>,
     refused_usage: u32,
+    /// The stall watchdog, and its sentence once it stopped the worker.
+    stall: Watchdog,
+    stalled: Option<String>,
 }
 
 impl Session {
@@ -247,6 +251,8 @@ impl Session {
             refused_items: 0,
             reported_usage: None,
             refused_usage: 0,
+            stall: Watchdog::new(run.config.stall_seconds.as_ref().map(|s| s.value)),
+            stalled: None,
         }
     }
 
@@ -269,6 +275,7 @@ impl Session {
                 },
                 Some(command) = commands.recv() => {
                     tracing::info!(?command, "stopping the worker");
+                    self.stall.disarm();
                     self.control(if command == RunCommand::Cancel { Control::Cancel } else { Control::Terminate }).await;
                 }
                 lost = &mut lease.lost, if lease_open => {
@@ -280,6 +287,7 @@ impl Session {
                 }
                 Some(reason) = self.items_lost.recv() => self.lose(&reason).await,
                 () = sleep_until(self.progress.next_write) => self.write_progress().await,
+                () = sleep_until(self.stall.due()) => self.stalled().await,
                 () = sleep_until(self.log.next_flush) => self.log.flush().await,
             }
         }
@@ -291,6 +299,7 @@ impl Session {
 
     async fn started(&mut self, pid: i32) {
         self.pid = Some(pid);
+        self.stall.started(Instant::now());
         tracing::info!(pid, "worker started");
         // The next run's spare, now that this one's worker no longer waits for anything of the daemon's; on a
         // blocking thread, since starting a process blocks until it is executed.
@@ -321,11 +330,24 @@ impl Session {
     async fn lose(&mut self, reason: &str) {
         tracing::error!(%reason, "lease lost; the worker is killed");
         self.lease_lost.get_or_insert_with(|| reason.to_owned());
+        self.stall.disarm();
         self.control(Control::Kill).await;
     }
 
+    /// The stall watchdog fired: the worker is stopped as a cancel stops it (SIGTERM, the grace, SIGKILL), and
+    /// the run ends `interrupted`, `stalled`, with the watchdog's sentence.
+    async fn stalled(&mut self) {
+        let sentence = self.stall.fire();
+        tracing::warn!(%sentence, "the stall watchdog stops the worker");
+        self.text("stderr", &format!("scrinalia: {sentence}; the worker is stopped")).await;
+        self.stalled = Some(sentence);
+        self.control(Control::Cancel).await;
+    }
+
     async fn stdout(&mut self, line: String) {
-        match StdoutLine::parse(&line) {
+        let parsed = StdoutLine::parse(&line);
+        self.stall.saw(Instant::now(), &parsed);
+        match parsed {
             StdoutLine::Progress(value) => self.progress.offer(value),
             StdoutLine::Result(value) => self.result = Some(value),
             StdoutLine::Checkpoint(value) => self.checkpoint(value).await,
@@ -433,7 +455,7 @@ impl Session {
         self.log.finish().await;
         self.write_progress().await;
         let cancelled_by = match report.stopped_by {
-            Some(StopCause::Cancel) => {
+            Some(StopCause::Cancel) if self.stalled.is_none() => {
                 self.ctx.db.get_run(self.run).await.ok().flatten().and_then(|r| r.cancel_requested_by)
             }
             _ => None,
@@ -446,54 +468,10 @@ impl Session {
             tail: &self.tail,
             result: self.result.take(),
             supervisor_lost: self.supervisor_lost,
+            stalled: self.stalled.as_deref(),
             usage: self.pid.map(|_| usage::of_run(report.elapsed_ms, report.rusage, self.reported_usage.take())),
         }
         .finish();
         write_ledger(&self.ctx, run, &finish).await;
-    }
-}
-
-/// Writes the terminal state, fenced by ownership: a run another daemon recovered is left as it is. Retries
-/// while the database is unreachable (the lease is still being renewed meanwhile), up to twice the lease.
-/// Counts the outcome and marks the run's span failed unless it succeeded.
-async fn write_ledger(ctx: &Context, run: &Run, finish: &Finish) {
-    let give_up = tokio::time::Instant::now() + (ctx.settings.daemon.lease() * 2).max(Duration::from_secs(10));
-    let span = tracing::Span::current();
-    loop {
-        match ctx.db.finish_run(run.id, ctx.daemon_id, finish).await {
-            Ok(done) => {
-                let (state, duration_ms, exit_code) = (done.state.as_str(), done.duration_ms, done.exit_code);
-                match done.error.as_deref() {
-                    None => tracing::info!(state, duration_ms, exit_code, "run finished"),
-                    Some(error) => tracing::info!(state, duration_ms, exit_code, error, "run finished"),
-                }
-                let seconds = duration_ms.map(|ms| ms as f64 / 1000.0);
-                ctx.metrics.run_finished(&run.worker, state, seconds);
-                if done.state != RunState::Succeeded {
-                    telemetry::mark_failed(&span, done.error.as_deref().unwrap_or(state));
-                }
-                return;
-            }
-            Err(DbError::LeaseLost { .. }) => {
-                let state = finish.state().as_str();
-                tracing::warn!(
-                    would_be = state,
-                    "the run is no longer this daemon's (another daemon recovered it); its ledger entry is left as it is"
-                );
-                ctx.metrics.run_finished(&run.worker, "lost", None);
-                telemetry::mark_failed(&span, "another daemon recovered the run");
-                return;
-            }
-            Err(e) if tokio::time::Instant::now() < give_up => {
-                tracing::warn!(error = %e, "could not write the run's end; retrying");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "gave up writing the run's end; recovery will mark it interrupted");
-                ctx.metrics.run_finished(&run.worker, "unrecorded", None);
-                telemetry::mark_failed(&span, "the run's end could not be written");
-                return;
-            }
-        }
     }
 }

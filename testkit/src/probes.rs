@@ -35,6 +35,7 @@ pub fn probe(bin: &Path, name: &str, timeout_seconds: u64) -> WorkerSpec {
         option("burn_cpu_ms", OptionType::Integer, None),
         option("allocate_mb", OptionType::Integer, None),
         option("report_usage", OptionType::Boolean, None),
+        option("silent_after_ms", OptionType::Integer, None),
     ];
     spec
 }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::{Named, named};
+use crate::{EndReason, Named, RunState, named};
 
 /// What a schedule fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -317,15 +317,70 @@ pub struct SchedulePreview {
     pub upcoming: Vec<DateTime<Utc>>,
 }
 
-/// A run outcome that may be retried.
+/// A run outcome that may be retried: a state (`failed`, `interrupted`), which covers every end reason of that
+/// state, or one end reason of either (`stalled`, `out_of_memory`, `timeout`, …), which covers only itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum RetryOn {
-    /// The worker failed.
+    /// The worker failed, for any reason.
     Failed,
-    /// The run was interrupted (its daemon stopped or died).
+    /// The run was interrupted, for any reason.
     Interrupted,
+    /// Failed: the worker exited with a status other than 0.
+    ExitStatus,
+    /// Failed: the worker was killed by a signal nobody here sent.
+    Signal,
+    /// Failed: the worker could not be started.
+    SpawnFailed,
+    /// Failed: the run's supervisor ended without a report.
+    SupervisorLost,
+    /// Failed: the run took longer than its timeout.
+    Timeout,
+    /// Failed: the daemon that claimed it has no such worker.
+    UnknownWorker,
+    /// Failed: the worker was killed by its memory limit.
+    OutOfMemory,
+    /// Interrupted: its daemon stopped.
+    DaemonShutdown,
+    /// Interrupted: its daemon could not renew the lease.
+    LeaseLost,
+    /// Interrupted: its daemon stopped renewing the lease and another one recovered the run.
+    OwnerLost,
+    /// Interrupted: the stall watchdog stopped it.
+    Stalled,
+}
+
+impl RetryOn {
+    /// The end reason it names, when it names one rather than a state.
+    pub fn reason(self) -> Option<EndReason> {
+        Some(match self {
+            Self::Failed | Self::Interrupted => return None,
+            Self::ExitStatus => EndReason::ExitStatus,
+            Self::Signal => EndReason::Signal,
+            Self::SpawnFailed => EndReason::SpawnFailed,
+            Self::SupervisorLost => EndReason::SupervisorLost,
+            Self::Timeout => EndReason::Timeout,
+            Self::UnknownWorker => EndReason::UnknownWorker,
+            Self::OutOfMemory => EndReason::OutOfMemory,
+            Self::DaemonShutdown => EndReason::DaemonShutdown,
+            Self::LeaseLost => EndReason::LeaseLost,
+            Self::OwnerLost => EndReason::OwnerLost,
+            Self::Stalled => EndReason::Stalled,
+        })
+    }
+
+    /// Whether it covers a run that ended in `state` for `reason`: a state covers each of its reasons (and a
+    /// run whose reason is not known), a reason only itself.
+    pub fn covers(self, state: RunState, reason: Option<EndReason>) -> bool {
+        match self {
+            Self::Failed => state == RunState::Failed,
+            Self::Interrupted => state == RunState::Interrupted,
+            named => named
+                .reason()
+                .is_some_and(|r| Some(r) == reason && matches!(state, RunState::Failed | RunState::Interrupted)),
+        }
+    }
 }
 
 /// When and how often a run that failed or was interrupted is tried again. A cancelled run is never retried.
@@ -347,7 +402,8 @@ pub struct RetryPolicy {
     /// Each delay is moved by up to this fraction of itself, at random (0 to 1).
     #[serde(default)]
     pub jitter: f64,
-    /// The outcomes that are retried.
+    /// The outcomes that are retried: states (`failed`, `interrupted`), each covering all its end reasons, and
+    /// end reasons of either (`stalled`, `out_of_memory`, …), each covering only itself.
     #[serde(default = "default_on")]
     pub on: Vec<RetryOn>,
     /// An interrupted run with a checkpoint is retried as a resume: the retry starts from that checkpoint
@@ -397,9 +453,16 @@ impl RetryPolicy {
         None
     }
 
-    /// Whether a run of attempt `attempt` that ended in `outcome` is retried.
+    /// Whether a run of attempt `attempt` that ended in `outcome` is retried: `on` names it as it is (a
+    /// state, or one end reason). [`RetryPolicy::retries_end`] decides for a run that ended.
     pub fn retries(&self, attempt: i32, outcome: RetryOn) -> bool {
         i64::from(attempt) < i64::from(self.max_attempts) && self.on.contains(&outcome)
+    }
+
+    /// Whether a run of attempt `attempt` that ended in `state` for `reason` is retried: some outcome of `on`
+    /// covers it (its state, or its end reason).
+    pub fn retries_end(&self, attempt: i32, state: RunState, reason: Option<EndReason>) -> bool {
+        i64::from(attempt) < i64::from(self.max_attempts) && self.on.iter().any(|on| on.covers(state, reason))
     }
 
     /// The delay before attempt `attempt + 1`, before jitter, in seconds.
@@ -438,6 +501,41 @@ mod tests {
         let jittered = RetryPolicy { jitter: 0.5, ..policy };
         assert_eq!(jittered.delay(2, 0.0), 1.0);
         assert_eq!(jittered.delay(2, 1.0), 3.0);
+    }
+
+    #[test]
+    fn a_state_covers_its_reasons_and_a_reason_only_itself() {
+        let on = |on: &[RetryOn]| RetryPolicy {
+            on: on.to_vec(),
+            ..serde_json::from_str(r#"{"max_attempts": 3}"#).expect("parses")
+        };
+        let stalled = (RunState::Interrupted, Some(EndReason::Stalled));
+        let shutdown = (RunState::Interrupted, Some(EndReason::DaemonShutdown));
+        let oom = (RunState::Failed, Some(EndReason::OutOfMemory));
+        let retried = |policy: &RetryPolicy, (state, reason)| policy.retries_end(1, state, reason);
+        let interrupted = on(&[RetryOn::Interrupted]);
+        assert!(retried(&interrupted, stalled) && retried(&interrupted, shutdown) && !retried(&interrupted, oom));
+        let only_stalled = on(&[RetryOn::Stalled]);
+        assert!(retried(&only_stalled, stalled) && !retried(&only_stalled, shutdown) && !retried(&only_stalled, oom));
+        let failed_or_stalled = on(&[RetryOn::Failed, RetryOn::Stalled]);
+        assert!(retried(&failed_or_stalled, oom) && retried(&failed_or_stalled, stalled));
+        assert!(!retried(&failed_or_stalled, (RunState::Cancelled, Some(EndReason::Cancelled))));
+        assert!(!on(&[RetryOn::Stalled]).retries_end(3, stalled.0, stalled.1), "attempts still count");
+        // Configurations name them as the end reasons are named; the states as before.
+        let policy: RetryPolicy =
+            serde_json::from_str(r#"{"max_attempts": 2, "on": ["failed", "stalled", "out_of_memory"]}"#)
+                .expect("parses");
+        assert_eq!(policy.on, [RetryOn::Failed, RetryOn::Stalled, RetryOn::OutOfMemory]);
+        let refused = serde_json::from_str::<RetryPolicy>(r#"{"max_attempts": 2, "on": ["cancelled"]}"#);
+        assert!(refused.is_err(), "a cancelled run is never retried");
+    }
+
+    #[test]
+    fn every_end_reason_of_a_retried_state_can_be_named() {
+        for reason in EndReason::ALL.iter().copied().filter(|r| *r != EndReason::Cancelled) {
+            let on: RetryOn = serde_json::from_value(serde_json::json!(reason.name())).expect("a retry outcome");
+            assert_eq!(on.reason(), Some(reason));
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::Finish;
 use crate::{
-    RetryOn, Run, RunState,
+    Run, RunState,
     db::{self, Database, Tx, ends::Ending},
     pipelines, webhooks,
 };
@@ -122,18 +122,19 @@ impl Retry {
 /// interrupted with one and the policy resumes. A run whose cancellation was asked for is never retried,
 /// whatever it ended in.
 pub(crate) fn retry_of(ended: &Run, unit: f64) -> Option<Retry> {
-    let outcome = match ended.state {
-        RunState::Failed => RetryOn::Failed,
-        RunState::Interrupted => RetryOn::Interrupted,
-        _ => return None,
-    };
+    if !matches!(ended.state, RunState::Failed | RunState::Interrupted) {
+        return None;
+    }
     let policy = &ended.config.retry.as_ref()?.value;
-    if ended.cancel_requested_at.is_some() || !policy.retries(ended.attempt, outcome) {
+    // `on` names states (each covering all its end reasons) and end reasons (`stalled`, `out_of_memory`, …).
+    if ended.cancel_requested_at.is_some() || !policy.retries_end(ended.attempt, ended.state, ended.end_reason) {
         return None;
     }
     // An interrupted run continues from its last checkpoint when the policy says so; a failed one starts over.
-    let resume =
-        outcome == RetryOn::Interrupted && policy.resume && ended.checkpoint.is_some() && ended.checkpoint_at.is_some();
+    let resume = ended.state == RunState::Interrupted
+        && policy.resume
+        && ended.checkpoint.is_some()
+        && ended.checkpoint_at.is_some();
     Some(Retry { attempt: ended.attempt + 1, delay_seconds: policy.delay(ended.attempt, unit), resume })
 }
 

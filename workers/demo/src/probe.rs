@@ -3,7 +3,9 @@
 //! volume), and a ledger of every execution in `$SCRINALIA_PROBE_LOG` so tests can prove what ran, when, where,
 //! with which arguments and from which checkpoint: a start line records the parsed `SCRINALIA_CHECKPOINT` (null
 //! without one; text that is no JSON is kept as `checkpoint_text`) and `SCRINALIA_RESTART_OF`. `run` prints
-//! `checkpoints` lines `{"checkpoint": {"step": i}}` spread over its duration, and with `oversized_checkpoint`
+//! `checkpoints` lines `{"checkpoint": {"step": i}}` spread over its duration (after `silent_after_ms`, no
+//! progress, item or checkpoint line: the ledger records a `silent` line then, for the stall watchdog's tests),
+//! and with `oversized_checkpoint`
 //! one checkpoint just over the daemon's 64 KiB at the end. With `items`, it reports item lines (every
 //! `failed_every`-th failed, in three classes): all at the start, or with checkpoints, the block before each
 //! checkpoint (a resumed run goes on after the items its checkpoint counts), each block recorded in the ledger
@@ -108,6 +110,10 @@ pub const OPTIONS: &[OptionSpec] = &[
         .default(Literal::Integer(0))
         .range(int(0), int(10_000_000))
         .about("Malformed item lines (an unknown outcome) at the start, which the daemon refuses and counts."),
+    OptionSpec::integer("silent_after_ms")
+        .default(Literal::Integer(0))
+        .range(int(0), int(86_400_000))
+        .about("No progress, item or checkpoint line after this many milliseconds (0: never silent)."),
 ];
 
 /// What a probe can do: report items, take a scope and a skip list, checkpoint and resume.
@@ -350,10 +356,27 @@ fn run(
         items_printed = items;
     }
     let started = Instant::now();
+    // With `silent_after_ms`, the probe goes silent then (the ledger says when), as a worker stuck on a document.
+    let quiet_at =
+        u64::try_from(options.integer("silent_after_ms")).ok().filter(|&ms| ms > 0).map(Duration::from_millis);
+    let mut silent = false;
     for (at, beat) in timeline(duration, steps, checkpoints, crash, options.boolean("oversized_checkpoint")) {
+        if let Some(quiet) = quiet_at.filter(|&quiet| !silent && at > quiet) {
+            if let Some(signal) = stop.sleep(quiet.saturating_sub(started.elapsed())) {
+                eprintln!("{name}: stopping on {signal}, as asked");
+                return Ok(Ending::Signal(signal));
+            }
+            silent = true;
+            ledger.record("silent", json!({ "after_ms": quiet.as_millis() }))?;
+            eprintln!("{name}: goes silent after {} ms, as asked", quiet.as_millis());
+        }
         if let Some(signal) = stop.sleep(at.saturating_sub(started.elapsed())) {
             eprintln!("{name}: stopping on {signal}, as asked");
             return Ok(Ending::Signal(signal));
+        }
+        // Silent: no progress, item or checkpoint line; the crash, the oversized checkpoint and the end still come.
+        if silent && !matches!(beat, Beat::Crash | Beat::Oversized | Beat::End) {
+            continue;
         }
         match beat {
             Beat::Progress(i) => out.progress(i as usize, steps as usize, Some(&format!("step {i}")))?,

@@ -4,7 +4,7 @@ use chrono::Utc;
 use serde_json::json;
 
 use super::{Retry, retry_of};
-use crate::{Resolved, RetryOn, RetryPolicy, Run, RunState, Source, fixtures::run};
+use crate::{EndReason, Resolved, RetryOn, RetryPolicy, Run, RunState, Source, fixtures::run};
 
 fn policy() -> RetryPolicy {
     RetryPolicy {
@@ -36,6 +36,23 @@ fn only_failed_and_interrupted_runs_are_retried_and_never_once_cancelled() {
     assert_eq!(retry_of(&cancelled, 0.5), None, "a run someone asked to cancel is not retried");
     let only_failed = RetryPolicy { on: vec![RetryOn::Failed], ..policy() };
     assert_eq!(retry_of(&ended(RunState::Interrupted, 1, only_failed), 0.5), None);
+}
+
+#[test]
+fn a_policy_may_name_end_reasons_and_a_state_covers_all_of_its_own() {
+    let with_reason = |state, reason, on: &[RetryOn]| {
+        let mut run = ended(state, 1, RetryPolicy { on: on.to_vec(), ..policy() });
+        run.end_reason = Some(reason);
+        retry_of(&run, 0.5).is_some()
+    };
+    let stalled = (RunState::Interrupted, EndReason::Stalled);
+    let shutdown = (RunState::Interrupted, EndReason::DaemonShutdown);
+    assert!(with_reason(stalled.0, stalled.1, &[RetryOn::Interrupted]), "interrupted covers stalled");
+    assert!(with_reason(stalled.0, stalled.1, &[RetryOn::Stalled]));
+    assert!(!with_reason(shutdown.0, shutdown.1, &[RetryOn::Stalled]), "stalled names only itself");
+    assert!(!with_reason(RunState::Failed, EndReason::OutOfMemory, &[RetryOn::Stalled]));
+    assert!(with_reason(RunState::Failed, EndReason::OutOfMemory, &[RetryOn::OutOfMemory]));
+    assert!(!with_reason(RunState::Failed, EndReason::ExitStatus, &[RetryOn::OutOfMemory]));
 }
 
 #[test]

@@ -174,7 +174,11 @@ fn probes_describe_their_engine_and_declarations_and_have_nothing_pending() {
             "items",
             "failed_every",
             "item_text",
-            "malformed_items"
+            "burn_cpu_ms",
+            "allocate_mb",
+            "report_usage",
+            "malformed_items",
+            "silent_after_ms"
         ]
     );
     assert_eq!(plain["capabilities"], json!({"items": true, "scope": true, "checkpoints": true}));
