@@ -11,6 +11,7 @@ import {
   timeEl, valueText,
 } from "./format.js";
 import { createRunItems } from "./run-items.js";
+import { usageTable } from "./run-usage.js";
 
 const LOG_LIMIT = 2_000_000; // characters kept on screen; older output is cut from the top
 const LOG_TAIL = 500; // lines read first; the whole log only when asked for
@@ -116,6 +117,7 @@ export function mount(root, [id], ctx) {
       r.result ? h("table", { class: "counts" }, h("caption", null, "Result"),
         h("tbody", null, Object.entries(r.result).map(resultRow))) : null,
       r.error ? [h("h3", null, "Error"), h("pre", { class: "error-block" }, r.error)] : null,
+      usageTable(r),
       !r.result && !r.error && TERMINAL.has(r.state) ? h("p", { class: "muted" }, "No result was reported.") : null,
       // The detail holds the last reports only (`progress_total` counts them all); the last 200 are listed.
       history.length ? h("details", { class: "history" },

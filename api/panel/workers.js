@@ -17,6 +17,7 @@ import {
   shortId, sourceBadge, stateBadge, tickAges, timeEl, valueText,
 } from "./format.js";
 import { itemsPoller, runningItems } from "./worker-items.js";
+import { limitNotes } from "./worker-limits.js";
 
 // The chores an operator may ask for now: the endpoint's verb and the button's words.
 const CHORES = [
@@ -336,6 +337,7 @@ export function mount(root, _params, ctx) {
     const queue = queueLine(w.queue);
     if (w.quarantined > 0) queue.append(" · ", quarantineLink(w.name, w.quarantined));
     parts.push(queue);
+    parts.push(limitNotes(w));
     parts.push(inFlight(w));
     parts.push(lastRun(w.last_finished));
     replace(el, parts);

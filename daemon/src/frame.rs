@@ -122,6 +122,9 @@ pub struct Start {
     pub args: Vec<String>,
     /// Its whole environment, in order (a later variable wins).
     pub env: Vec<(String, String)>,
+    /// The `cgroup.procs` files the worker joins between fork and exec (none without limits).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cgroup: Vec<String>,
 }
 
 impl Start {
@@ -233,6 +236,7 @@ mod tests {
             program: "/usr/bin/worker".into(),
             args: vec!["run".into(), "--note=a\nb".into()],
             env: vec![("SCRINALIA_CHECKPOINT".into(), "{\"done\": [\"doc-1\"]}\n".into())],
+            cgroup: vec!["/sys/fs/cgroup/runs/0193/cgroup.procs".into()],
         };
         let line = start.encode();
         assert!(!line.contains('\n'), "a start line must stay one line: {line}");

@@ -5,6 +5,7 @@
 //! takes its shutdown as an argument, so that a test or another program can run a daemon in-process) and
 //! [`supervisor::supervise`].
 
+pub mod cgroup;
 pub mod chores;
 pub mod clock;
 pub mod frame;
@@ -20,6 +21,7 @@ pub mod progress;
 pub mod pruner;
 pub mod registry;
 pub mod rescuer;
+pub mod run_limits;
 pub mod runlog;
 pub mod runner;
 pub mod scheduler;
@@ -72,6 +74,8 @@ pub struct Context {
     pub worker_env: worker_env::WorkerEnv,
     /// The supervisor started ahead of the next run.
     pub spares: spare::Spares,
+    /// Where the cgroups of runs with limits go, and which limits this host can enforce.
+    pub cgroups: cgroup::Cgroups,
 }
 
 /// Makes this process non-dumpable (`PR_SET_DUMPABLE` 0): another process of the same user, such as a worker,
@@ -112,6 +116,13 @@ pub async fn run(settings: Settings, telemetry: &Telemetry, shutdown: Shutdown) 
     tracing::info!(labels = ?placement.labels(), "the labels this daemon advertises");
     let worker_env = worker_env::WorkerEnv::new(std::env::vars_os(), &settings.daemon);
     worker_env.log();
+    // Before any child process exists: on cgroup v2 the daemon moves itself into a leaf of its own cgroup, and
+    // a process started earlier would stay behind in the inner node.
+    let cgroups = match settings.daemon.cgroups {
+        true => cgroup::Cgroups::prepare(cgroup::Hierarchy::of_this_process()),
+        false => cgroup::Cgroups::off("cgroups are turned off for this daemon (daemon.cgroups = false)"),
+    };
+    cgroups.log();
     let spares = spare::Spares::new(supervisor.clone(), worker_env.inherited.clone());
     spares.refill();
     let ctx = Arc::new(Context {
@@ -126,6 +137,7 @@ pub async fn run(settings: Settings, telemetry: &Telemetry, shutdown: Shutdown) 
         placement,
         worker_env,
         spares,
+        cgroups,
     });
     let span = tracing::info_span!(scrinalia_shared::telemetry::PROCESS_SPAN, daemon_id = %ctx.daemon_id);
     // The main loop runs as a task on a runtime worker, not on the thread blocked in `block_on`: a notification
@@ -201,6 +213,7 @@ async fn serve(ctx: Arc<Context>, shutdown: Shutdown, systemd: Notifier) -> anyh
     if let Err(e) = ctx.db.mark_daemon_stopped(ctx.daemon_id).await {
         tracing::warn!(error = %e, "could not mark the daemon stopped; it will be marked gone when its heartbeat ages");
     }
+    ctx.cgroups.release();
     ctx.claims.close().await;
     ctx.db.close().await;
     tracing::info!("daemon stopped");

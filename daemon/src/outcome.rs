@@ -5,7 +5,11 @@
 use std::{collections::VecDeque, time::Duration};
 
 use scrinalia_shared::{DbError, Run, RunState, telemetry};
-use scrinalia_shared::{EndReason, runs::Finish, usage::RunUsage};
+use scrinalia_shared::{
+    EndReason,
+    runs::Finish,
+    usage::{self, RunUsage},
+};
 use serde_json::Value;
 
 use crate::{
@@ -62,6 +66,8 @@ pub struct Ending<'a> {
     pub stalled: Option<&'a str>,
     /// What the run cost, when its worker started.
     pub usage: Option<RunUsage>,
+    /// The memory limit and the peak, when the kernel's OOM killer acted in the run's cgroup.
+    pub out_of_memory: Option<(u64, Option<u64>)>,
 }
 
 impl Ending<'_> {
@@ -87,7 +93,14 @@ impl Ending<'_> {
             (None, Some(StopCause::Timeout)) => {
                 (EndReason::Timeout, format!("timed out after {} s", self.timeout_seconds))
             }
-            (None, None) => self.natural_end(),
+            // Told by the cgroup's OOM-kill counter, not guessed from a SIGKILL; a worker that survived a child's
+            // OOM kill and exited 0 succeeded.
+            (None, None) => match self.out_of_memory {
+                Some((limit, peak)) if report.code != Some(0) => {
+                    (EndReason::OutOfMemory, self.tail.appended_to(usage::out_of_memory(limit, peak)))
+                }
+                _ => self.natural_end(),
+            },
         };
         let error = (reason.state(report.code) != scrinalia_shared::RunState::Succeeded).then_some(error);
         Finish { reason, exit_code: report.code, error, result: self.result, usage: self.usage }
@@ -178,6 +191,7 @@ mod tests {
             supervisor_lost: false,
             stalled: None,
             usage: None,
+            out_of_memory: None,
         }
     }
 

@@ -20,6 +20,7 @@ pub async fn register(ctx: &Context) -> Result<Daemon, DbError> {
         capacity: i32::try_from(ctx.settings.daemon.capacity).unwrap_or(i32::MAX),
         workers: ctx.settings.daemon.workers.clone(),
         labels: ctx.placement.labels().iter().cloned().collect(),
+        limits: ctx.cgroups.limits(),
     };
     ctx.db.register_daemon(&daemon).await
 }

@@ -1,7 +1,7 @@
 //! One claimed run on the daemon's side: start its supervisor, follow its frames (progress to the database,
 //! text to the logs), pass on cancellation and shutdown, and write the ledger entry once, fenced by ownership.
 
-use std::{process::Stdio, sync::Arc, time::Duration};
+use std::{path::PathBuf, process::Stdio, sync::Arc, time::Duration};
 
 use nix::{
     sys::signal::{Signal, killpg},
@@ -33,6 +33,7 @@ use crate::{
     lease::Lease,
     outcome::{Ending, StderrTail, write_ledger},
     progress::{Progress, StdoutLine},
+    run_limits::{self, Measured},
     runlog::RunLog,
     stall::Watchdog,
 };
@@ -81,20 +82,26 @@ async fn execute_in_span(
         }
         Err(error) => return write_ledger(&ctx, &run, &failed(EndReason::SpawnFailed, error)).await,
     };
-    let spawned = spawn_supervisor(&ctx, &run, &invocation, deadline_ns).await;
+    let limits = run_limits::prepare(&ctx, &run);
+    let spawned = spawn_supervisor(&ctx, &run, &invocation, deadline_ns, &limits.procs()).await;
     let Spawned { child, mut frames, controls, writer } = match spawned {
         Ok(spawned) => spawned,
         Err(e) => {
             let error = format!("could not start the run's supervisor: {e}");
+            limits.remove().await;
             return write_ledger(&ctx, &run, &failed(EndReason::SpawnFailed, error)).await;
         }
     };
     tracing::info!(program = %invocation.program.display(), %traceparent, "starting the worker");
     let mut lease = Lease::spawn(ctx.clone(), &run, controls.clone(), deadline_ns);
     let mut session = Session::new(&ctx, &run, controls);
+    for sentence in &limits.said {
+        session.text("stderr", &format!("scrinalia: {sentence}")).await;
+    }
     let report = session.follow(&mut frames, &mut commands, &mut lease).await;
     reap(child).await;
-    session.conclude(&run, report).await;
+    session.conclude(&run, report, limits.measured()).await;
+    limits.remove().await;
     lease.stop().await;
     // Every sender of controls is gone now, so the writer ends (at once, if the supervisor already exited).
     if tokio::time::timeout(Duration::from_secs(5), writer).await.is_err() {
@@ -122,10 +129,13 @@ async fn spawn_supervisor(
     run: &Run,
     invocation: &Invocation,
     deadline_ns: u64,
+    cgroup: &[PathBuf],
 ) -> std::io::Result<Spawned> {
     let grace_ms = ctx.settings.daemon.cancel_grace_seconds * 1000;
     let timeout_ms = run.config.timeout_seconds.saturating_mul(1000);
-    let started = match start_of(run, invocation, deadline_ns, grace_ms, timeout_ms) {
+    let start = start_of(run, invocation, deadline_ns, grace_ms, timeout_ms);
+    let start = start.and_then(|s| Some(Start { cgroup: text_paths(cgroup)?, ..s }));
+    let started = match start {
         Some(start) => ctx.spares.start(&start).await,
         None => None,
     };
@@ -136,6 +146,7 @@ async fn spawn_supervisor(
             cmd.arg("supervise")
                 .args(["--run-id", &run.id.to_string(), "--deadline-ns", &deadline_ns.to_string()])
                 .args(["--grace-ms", &grace_ms.to_string(), "--timeout-ms", &timeout_ms.to_string()])
+                .args(cgroup.iter().flat_map(|p| [std::ffi::OsStr::new("--cgroup"), p.as_os_str()]))
                 .arg("--")
                 .arg(&invocation.program)
                 .args(&invocation.args);
@@ -175,7 +186,13 @@ fn start_of(run: &Run, invocation: &Invocation, deadline_ns: u64, grace_ms: u64,
         program: invocation.program.to_str()?.to_owned(),
         args: invocation.args.clone(),
         env,
+        cgroup: Vec::new(),
     })
+}
+
+/// The paths as text, for a spare's `start` line; `None` when one is not UTF-8.
+fn text_paths(paths: &[PathBuf]) -> Option<Vec<String>> {
+    paths.iter().map(|p| p.to_str().map(str::to_owned)).collect()
 }
 
 /// Waits briefly for the supervisor to exit, so that it does not linger as a zombie.
@@ -450,7 +467,7 @@ impl Session {
     }
 
     /// Flushes the log and the last progress, then writes the ledger entry.
-    async fn conclude(mut self, run: &Run, report: ExitReport) {
+    async fn conclude(mut self, run: &Run, report: ExitReport, measured: Option<Measured>) {
         self.items.finish(self.ctx.settings.daemon.lease()).await;
         self.log.finish().await;
         self.write_progress().await;
@@ -469,7 +486,11 @@ impl Session {
             result: self.result.take(),
             supervisor_lost: self.supervisor_lost,
             stalled: self.stalled.as_deref(),
-            usage: self.pid.map(|_| usage::of_run(report.elapsed_ms, report.rusage, self.reported_usage.take())),
+            out_of_memory: measured.and_then(|m| m.out_of_memory()),
+            usage: self.pid.map(|_| {
+                let tree = measured.map(|m| m.tree());
+                usage::of_run(report.elapsed_ms, report.rusage, tree, self.reported_usage.take())
+            }),
         }
         .finish();
         write_ledger(&self.ctx, run, &finish).await;

@@ -6,7 +6,9 @@
 
 use std::{
     ffi::OsString,
+    fs::{File, OpenOptions},
     os::{fd::AsFd, unix::process::ExitStatusExt},
+    path::PathBuf,
     process::{ExitStatus, Stdio},
     time::Duration,
 };
@@ -56,6 +58,9 @@ pub struct SuperviseArgs {
     /// The run's timeout.
     #[arg(long, required_unless_present = "spare")]
     pub timeout_ms: Option<u64>,
+    /// A `cgroup.procs` file the worker joins between fork and exec (one per controller on cgroup v1).
+    #[arg(long = "cgroup", conflicts_with = "spare")]
+    pub cgroup: Vec<PathBuf>,
     /// The worker's program and arguments.
     #[arg(last = true, required_unless_present = "spare")]
     pub command: Vec<OsString>,
@@ -70,6 +75,8 @@ struct Job {
     command: Vec<OsString>,
     /// The worker's whole environment; `None`: the supervisor's own.
     env: Option<Vec<(OsString, OsString)>>,
+    /// The `cgroup.procs` files the worker joins.
+    cgroup: Vec<PathBuf>,
 }
 
 impl Job {
@@ -80,6 +87,7 @@ impl Job {
             timeout_ms: args.timeout_ms?,
             command: args.command,
             env: None,
+            cgroup: args.cgroup,
         })
     }
 
@@ -92,6 +100,7 @@ impl Job {
             timeout_ms: start.timeout_ms,
             command,
             env: Some(env),
+            cgroup: start.cgroup.into_iter().map(PathBuf::from).collect(),
         }
     }
 }
@@ -114,7 +123,7 @@ pub async fn supervise(args: SuperviseArgs) -> anyhow::Result<()> {
     };
     let mut inputs = spawn_control_reader(controls);
     let started = Instant::now();
-    let mut child = match spawn_worker(&job.command, job.env.as_deref()) {
+    let mut child = match spawn_worker(&job.command, job.env.as_deref(), &job.cgroup) {
         Ok(child) => child,
         Err(e) => {
             let program = job.command.first().cloned().unwrap_or_default();
@@ -161,7 +170,11 @@ async fn send(out: &mpsc::Sender<String>, frame: Frame) {
     let _ = out.send(frame.encode()).await;
 }
 
-fn spawn_worker(command: &[OsString], env: Option<&[(OsString, OsString)]>) -> std::io::Result<Child> {
+fn spawn_worker(
+    command: &[OsString],
+    env: Option<&[(OsString, OsString)]>,
+    cgroup: &[PathBuf],
+) -> std::io::Result<Child> {
     let (program, args) = command.split_first().ok_or_else(|| std::io::Error::other("empty command"))?;
     let mut cmd = Command::new(program);
     if let Some(env) = env {
@@ -172,8 +185,38 @@ fn spawn_worker(command: &[OsString], env: Option<&[(OsString, OsString)]>) -> s
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
-        .kill_on_drop(false)
-        .spawn()
+        .kill_on_drop(false);
+    // Opened here, written after the fork: the child may only make async-signal-safe calls there.
+    let procs = cgroup
+        .iter()
+        .map(|path| {
+            OpenOptions::new().write(true).open(path).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("cannot open the run's cgroup {}: {e}", path.display()))
+            })
+        })
+        .collect::<std::io::Result<Vec<File>>>()?;
+    if !procs.is_empty() {
+        join_cgroup_before_exec(&mut cmd, procs);
+    }
+    cmd.spawn()
+}
+
+/// Makes the worker join its run's cgroup between fork and exec, so that it and everything it starts are inside
+/// it from the first instruction (a move after the spawn would let it fork or allocate outside first).
+#[allow(unsafe_code)]
+fn join_cgroup_before_exec(cmd: &mut Command, procs: Vec<File>) {
+    let join = move || -> std::io::Result<()> {
+        for file in &procs {
+            // `0` moves the writing process: the child, before it executes the worker.
+            nix::unistd::write(file, b"0").map_err(std::io::Error::from)?;
+        }
+        Ok(())
+    };
+    // SAFETY: the closure runs in the forked child before exec and only calls write(2) on descriptors opened
+    // before the fork; it allocates nothing and takes no lock, so it is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(join);
+    }
 }
 
 fn exit_report(status: std::io::Result<ExitStatus>) -> ExitReport {

@@ -77,3 +77,68 @@ impl Store {
         self.db.retrying(|| db::daemons::get(&self.db, id, gone_after)).await
     }
 }
+
+/// What the live daemons that take `worker` say of its limits: a sentence for each host that does not enforce a
+/// limit the worker has (its runs go on there without it), or that clamps its `cpu_max` to fewer cores. Each
+/// host is named once, however many daemons it runs.
+pub fn limit_notes(worker: &str, memory_max: bool, cpu_max: Option<f64>, daemons: &[Daemon]) -> Vec<String> {
+    let mut notes = std::collections::BTreeSet::new();
+    let takes = |d: &&Daemon| {
+        d.state != crate::DaemonState::Gone && (d.workers.is_empty() || d.workers.iter().any(|w| w == worker))
+    };
+    for daemon in daemons.iter().filter(takes) {
+        let host = &daemon.host;
+        let unenforced = &daemon.limits.unenforced;
+        if memory_max && let Some(why) = unenforced.get("memory_max") {
+            notes.insert(format!("memory_max not enforced on host {host}: {why}"));
+        }
+        match (cpu_max, unenforced.get("cpu_max")) {
+            (Some(_), Some(why)) => {
+                notes.insert(format!("cpu_max not enforced on host {host}: {why}"));
+            }
+            (Some(cores), None) if daemon.limits.cores > 0.0 && cores > daemon.limits.cores => {
+                notes.insert(format!("cpu_max {cores} clamped to the {} cores of host {host}", daemon.limits.cores));
+            }
+            _ => {}
+        }
+    }
+    notes.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn daemon(host: &str, workers: &[&str], limits: serde_json::Value, state: &str) -> Daemon {
+        serde_json::from_value(json!({
+            "id": Uuid::now_v7(), "host": host, "pid": 1, "version": "t", "capacity": 1, "workers": workers,
+            "started_at": "2030-01-01T00:00:00Z", "heartbeat_at": "2030-01-01T00:00:00Z",
+            "heartbeat_age_seconds": 0.0, "runs_in_flight": 0, "state": state, "limits": limits,
+        }))
+        .expect("a daemon")
+    }
+
+    #[test]
+    fn each_host_that_does_not_keep_a_limit_is_named_once() {
+        let no_cpu = json!({"cores": 2.0, "unenforced": {"cpu_max": "no cpu controller (cgroup v1)"}});
+        let keeps = json!({"cores": 2.0, "unenforced": {}});
+        let daemons = [
+            daemon("gpu-1", &[], no_cpu.clone(), "active"),
+            daemon("gpu-1", &[], no_cpu.clone(), "draining"),
+            daemon("cpu-1", &[], keeps.clone(), "active"),
+            daemon("old", &[], json!({"unenforced": {"memory_max": "no memory controller"}}), "gone"),
+            daemon("other", &["embed"], no_cpu, "active"),
+        ];
+        assert_eq!(
+            limit_notes("tags", true, Some(4.0), &daemons),
+            [
+                "cpu_max 4 clamped to the 2 cores of host cpu-1",
+                "cpu_max not enforced on host gpu-1: no cpu controller (cgroup v1)"
+            ]
+        );
+        assert!(limit_notes("tags", true, None, &daemons).is_empty(), "no limit, nothing to say");
+        assert!(limit_notes("tags", false, Some(1.0), &daemons[2..]).is_empty(), "kept as asked");
+    }
+}

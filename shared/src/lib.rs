@@ -51,9 +51,9 @@ use scrinalia_db as db;
 /// The pool handle the stores wrap; nothing outside this crate holds one.
 use scrinalia_db::Database;
 pub use scrinalia_wire::{
-    AuditEntry, Change, Choices, Daemon, DaemonState, EndReason, ExplicitArgs, Named, Override, OverrideAction,
-    OverrideValues, ProgressEntry, ProgressPage, QueueCount, Resolved, ResolvedConfig, Role, Run, RunPage, RunState,
-    Source, auth,
+    AuditEntry, Change, Choices, Daemon, DaemonLimits, DaemonState, EndReason, ExplicitArgs, Named, Override,
+    OverrideAction, OverrideValues, ProgressEntry, ProgressPage, QueueCount, Resolved, ResolvedConfig, Role, Run,
+    RunPage, RunState, Source, auth,
 };
 pub use scrinalia_wire::{Chore, ChoreKind, Declared, Description, EngineSource, Readiness, WorkerDescription};
 pub use scrinalia_wire::{ConfigChange, FollowKind, MAX_CHECKPOINT_BYTES, Origin, WaitCode, Waiting};

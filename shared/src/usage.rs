@@ -46,19 +46,71 @@ pub fn parse(value: &Value) -> Result<ReportedUsage, String> {
     Ok(usage)
 }
 
-/// The usage recorded on a run's row: its wall time, what `getrusage` measured (when the supervisor reported
-/// it), and what the worker reported last.
-pub fn of_run(wall_ms: u64, measured: Option<Rusage>, reported: Option<ReportedUsage>) -> RunUsage {
+/// What a run's cgroup counted of its whole process tree.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TreeCounters {
+    /// `cgroup v1` or `cgroup v2`.
+    pub measured_by: &'static str,
+    /// The tree's CPU, in microseconds.
+    pub cpu_us: Option<u64>,
+    /// The tree's peak memory, in bytes (v1: page cache included).
+    pub peak_bytes: Option<u64>,
+}
+
+/// The usage recorded on a run's row: its wall time, the CPU and peak memory measured (the cgroup's figures of
+/// the whole tree when the run had one, else `getrusage`'s), and what the worker reported last.
+pub fn of_run(
+    wall_ms: u64,
+    measured: Option<Rusage>,
+    tree: Option<TreeCounters>,
+    reported: Option<ReportedUsage>,
+) -> RunUsage {
     let seconds = |us: u64| us as f64 / 1_000_000.0;
-    RunUsage {
+    let rusage = RunUsage {
         wall_seconds: wall_ms as f64 / 1000.0,
         measured_by: "rusage".to_owned(),
         cpu_user_seconds: measured.map(|m| seconds(m.user_us)),
         cpu_system_seconds: measured.map(|m| seconds(m.system_us)),
         cpu_seconds: measured.map(|m| seconds(m.user_us + m.system_us)),
         peak_rss_largest_process_bytes: measured.map(|m| m.max_rss_kib * 1024),
+        peak_memory_bytes: None,
         reported,
+    };
+    match tree {
+        None => rusage,
+        // The tree's CPU replaces the waited-for processes' (the split into user and system is rusage's).
+        Some(tree) => RunUsage {
+            measured_by: tree.measured_by.to_owned(),
+            cpu_seconds: tree.cpu_us.map(seconds).or(rusage.cpu_seconds),
+            cpu_user_seconds: None,
+            cpu_system_seconds: None,
+            peak_memory_bytes: tree.peak_bytes,
+            ..rusage
+        },
     }
+}
+
+/// `4 GiB`, `128 MiB`, `512 KiB`: a limit as an operator wrote it.
+pub fn size_text(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (unit, size) in UNITS {
+        if bytes >= size && bytes % size == 0 {
+            return format!("{} {unit}", bytes / size);
+        }
+    }
+    match UNITS.iter().find(|(_, size)| bytes >= *size) {
+        Some((unit, size)) => format!("{:.1} {unit}", bytes as f64 / *size as f64),
+        None => format!("{bytes} bytes"),
+    }
+}
+
+/// The sentence of a run its memory limit ended: "exceeded its memory limit of 4 GiB (peak 4.0 GiB)".
+pub fn out_of_memory(limit_bytes: u64, peak_bytes: Option<u64>) -> String {
+    let peak = |bytes: u64| {
+        let (unit, size) = if bytes >= 1 << 30 { ("GiB", 1u64 << 30) } else { ("MiB", 1 << 20) };
+        format!(" (peak {:.1} {unit})", bytes as f64 / size as f64)
+    };
+    format!("exceeded its memory limit of {}{}", size_text(limit_bytes), peak_bytes.map(peak).unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -83,10 +135,27 @@ mod tests {
     #[test]
     fn the_recorded_usage_says_how_it_was_measured() {
         let measured = Rusage { user_us: 1_500_000, system_us: 250_000, max_rss_kib: 2048 };
-        let usage = of_run(2500, Some(measured), None);
+        let usage = of_run(2500, Some(measured), None, None);
         assert_eq!((usage.wall_seconds, usage.cpu_seconds, usage.measured_by.as_str()), (2.5, Some(1.75), "rusage"));
-        assert_eq!(usage.peak_rss_largest_process_bytes, Some(2 * 1024 * 1024));
-        let unmeasured = of_run(10, None, Some(ReportedUsage { tokens_out: Some(7), ..ReportedUsage::default() }));
+        assert_eq!((usage.peak_rss_largest_process_bytes, usage.peak_memory_bytes), (Some(2 * 1024 * 1024), None));
+        let tree = TreeCounters { measured_by: "cgroup v1", cpu_us: Some(3_000_000), peak_bytes: Some(1 << 30) };
+        let usage = of_run(2500, Some(measured), Some(tree), None);
+        assert_eq!((usage.cpu_seconds, usage.peak_memory_bytes), (Some(3.0), Some(1 << 30)), "the tree's figures");
+        assert_eq!((usage.measured_by.as_str(), usage.cpu_user_seconds), ("cgroup v1", None));
+        assert_eq!(usage.peak_rss_largest_process_bytes, Some(2 * 1024 * 1024), "still named for what it is");
+        let unmeasured =
+            of_run(10, None, None, Some(ReportedUsage { tokens_out: Some(7), ..ReportedUsage::default() }));
         assert_eq!((unmeasured.cpu_seconds, unmeasured.reported.and_then(|r| r.tokens_out)), (None, Some(7)));
+    }
+
+    #[test]
+    fn an_out_of_memory_end_says_the_limit_as_written_and_the_peak() {
+        assert_eq!(out_of_memory(4 << 30, Some(4 << 30)), "exceeded its memory limit of 4 GiB (peak 4.0 GiB)");
+        assert_eq!(
+            out_of_memory(128 << 20, Some(134_000_000)),
+            "exceeded its memory limit of 128 MiB (peak 127.8 MiB)"
+        );
+        assert_eq!(out_of_memory(1536 << 20, None), "exceeded its memory limit of 1536 MiB");
+        assert_eq!((size_text(1_500_000), size_text(100)), ("1.4 MiB".to_owned(), "100 bytes".to_owned()));
     }
 }

@@ -74,6 +74,22 @@ pub struct Daemon {
     pub drain_requested_by: Option<String>,
     /// When it stopped (or was found gone).
     pub stopped_at: Option<DateTime<Utc>>,
+    /// What it can enforce of the workers' limits.
+    #[serde(default)]
+    #[cfg_attr(feature = "sqlx", sqlx(json))]
+    pub limits: DaemonLimits,
+}
+
+/// What a daemon can enforce of the workers' limits (`memory_max`, `cpu_max`) on its host.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DaemonLimits {
+    /// The cores its runs may use: a `cpu_max` above them is clamped to them.
+    #[serde(default)]
+    pub cores: f64,
+    /// Each limit it cannot enforce, with the reason.
+    #[serde(default)]
+    pub unenforced: std::collections::BTreeMap<String, String>,
 }
 
 /// `GET /api/daemons`: every daemon alive or stopped within the last day.

@@ -30,7 +30,7 @@ pub mod worker;
 pub use auth::{CreateTokenBody, CreatedToken, MeView, OidcSignIn, Role, ServiceToken, ServiceTokens, SignInView};
 pub use change::Change;
 pub use choice::{Choices, ExplicitArgs, OverrideValues, Resolved, ResolvedConfig, Source};
-pub use daemon::{Daemon, DaemonState, DaemonsView};
+pub use daemon::{Daemon, DaemonLimits, DaemonState, DaemonsView};
 pub use diff::{ConfigChange, Origin};
 pub use engine::Engine;
 pub use error::ErrorBody;

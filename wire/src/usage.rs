@@ -10,7 +10,8 @@ pub struct RunUsage {
     /// From the worker's start to its end, in seconds.
     pub wall_seconds: f64,
     /// How the process figures were measured: `rusage` (the worker and the descendants it waited for; a
-    /// descendant that was never waited for is not counted, and the peak is that of the largest single process).
+    /// descendant that was never waited for is not counted, and the peak is that of the largest single process),
+    /// or `cgroup v1` / `cgroup v2` (the run's own cgroup: its whole process tree).
     pub measured_by: String,
     /// CPU time in user mode, in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -25,6 +26,10 @@ pub struct RunUsage {
     /// over its processes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_rss_largest_process_bytes: Option<u64>,
+    /// The peak memory of the run's whole process tree (its cgroup's), in bytes; on cgroup v1 it includes the page
+    /// cache the run touched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_memory_bytes: Option<u64>,
     /// What the worker reported in its last `usage` line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reported: Option<ReportedUsage>,

@@ -44,17 +44,23 @@ pub async fn check_all(state: &AppState) -> HealthView {
         tokio::try_join!(
             state.db().effective_workers(state.catalogue()),
             state.db().readiness(),
-            state.db().quarantined_counts(state.catalogue())
+            state.db().quarantined_counts(state.catalogue()),
+            state.db().list_overrides(),
+            state.db().list_daemons(state.gone_after()),
         )
     })
     .await;
-    let (workers, readiness, mut quarantined) = match facts {
-        Ok(Ok((workers, readiness, quarantined))) => (workers, Some(readiness), quarantined),
+    let (workers, readiness, mut quarantined, overrides, registry) = match facts {
+        Ok(Ok((workers, readiness, quarantined, overrides, registry))) => {
+            (workers, Some(readiness), quarantined, overrides, registry)
+        }
         // The database check says why; the workers' checks are left out rather than guessed.
         _ => (
             state.catalogue().workers.iter().map(|w| EffectiveWorker::from_catalogue(state.catalogue(), w)).collect(),
             None,
             HashMap::new(),
+            Vec::new(),
+            Vec::new(),
         ),
     };
     let mut engines: BTreeMap<String, Engine> = state.catalogue().engines.clone();
@@ -77,17 +83,25 @@ pub async fn check_all(state: &AppState) -> HealthView {
         let mut readiness: HashMap<String, Readiness> = readiness.into_iter().map(|r| (r.worker.clone(), r)).collect();
         checks.extend(workers.iter().map(|w| {
             let quarantined = quarantined.remove(w.name()).unwrap_or(0);
-            worker_check(w, readiness.remove(w.name()), quarantined, latency_ms)
+            let stored = overrides.iter().find(|o| o.worker == w.name());
+            let limits = super::workers::limit_notes_of(&w.spec, stored, &registry);
+            worker_check(w, readiness.remove(w.name()), (quarantined, limits), latency_ms)
         }));
     }
     let status = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);
     HealthView { status, checks, version: scrinalia_shared::VERSION.to_owned() }
 }
 
-/// A worker: down when its check says it is not ready, degraded when its check failed or its catalogue entry
-/// disagrees with its code, ok otherwise (also before its first check). Its quarantined documents are told in
-/// its details (`quarantined`, and a `note` sentence): informational, they change no status.
-fn worker_check(worker: &EffectiveWorker, readiness: Option<Readiness>, quarantined: i64, latency_ms: f64) -> Check {
+/// A worker: down when its check says it is not ready, degraded when its check failed, its catalogue entry
+/// disagrees with its code or a host does not enforce one of its limits (its runs go on there without it), ok
+/// otherwise (also before its first check). Its quarantined documents are told in its details (`quarantined`,
+/// and a `note` sentence), and so is a `cpu_max` clamped to a host's cores (`limits`): informational.
+fn worker_check(
+    worker: &EffectiveWorker,
+    readiness: Option<Readiness>,
+    (quarantined, limits): (i64, Vec<String>),
+    latency_ms: f64,
+) -> Check {
     let name = worker.name();
     let mut problems = Vec::new();
     let mut status = Status::Ok;
@@ -100,11 +114,18 @@ fn worker_check(worker: &EffectiveWorker, readiness: Option<Readiness>, quaranti
         status = status.max(Status::Degraded);
         problems.push(format!("Its catalogue entry disagrees with its code: {}", worker.disagreements.join("; ")));
     }
+    let unenforced: Vec<&String> = limits.iter().filter(|l| l.contains("not enforced")).collect();
+    if !unenforced.is_empty() {
+        status = status.max(Status::Degraded);
+        let list: Vec<&str> = unenforced.iter().map(|l| l.as_str()).collect();
+        problems.push(format!("A limit is not kept, its runs go on without it: {}", list.join("; ")));
+    }
     let mut details = json!({
         "ready": readiness.as_ref().and_then(|r| r.ready),
         "checked_at": readiness.as_ref().map(|r| r.checked_at),
         "disagreements": worker.disagreements,
         "quarantined": quarantined,
+        "limits": limits,
     });
     if quarantined > 0 {
         let documents = if quarantined == 1 { "document is" } else { "documents are" };

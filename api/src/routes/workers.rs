@@ -11,9 +11,9 @@ use axum::{
     routing::get,
 };
 use chrono::{DateTime, Utc};
-use scrinalia_shared::{EffectiveWorker, WorkerSpec, overrides::OverrideState};
+use scrinalia_shared::{EffectiveWorker, WorkerSpec, daemons, overrides::OverrideState};
 use scrinalia_wire::{
-    Engine, Override, QueueCount, Readiness, Run, RunState, WorkerDescription, WorkerView, WorkersView,
+    Daemon, Engine, Override, QueueCount, Readiness, Run, RunState, WorkerDescription, WorkerView, WorkersView,
 };
 
 use crate::{
@@ -64,7 +64,7 @@ pub async fn worker_views(
 ) -> ApiResult<(Vec<WorkerView>, BTreeMap<String, Engine>, DateTime<Utc>)> {
     let db = state.db();
     let names: Vec<String> = specs.iter().map(|w| w.name.clone()).collect();
-    let (overrides, counts, in_flight, finished, now, descriptions, readiness, mut quarantined) = tokio::try_join!(
+    let (overrides, counts, in_flight, finished, now, descriptions, readiness, mut quarantined, daemons) = tokio::try_join!(
         db.list_overrides(),
         db.queue_counts(),
         db.runs_in_flight(),
@@ -73,6 +73,7 @@ pub async fn worker_views(
         db.descriptions(),
         db.readiness(),
         db.quarantined_counts(state.catalogue()),
+        db.list_daemons(state.gone_after()),
     )?;
     // The items of the running runs, in one statement for all of them, and only when a run is running.
     let running = in_flight.iter().any(|r| r.state == RunState::Running);
@@ -96,7 +97,9 @@ pub async fn worker_views(
             for (name, engine) in &worker.engines {
                 engines.entry(name.clone()).or_insert_with(|| engine.clone()).presets.extend(engine.presets.clone());
             }
-            let config = OverrideState::of(&worker, overrides.remove(&spec.name));
+            let stored = overrides.remove(&spec.name);
+            let limit_notes = limit_notes_of(spec, stored.as_ref(), &daemons);
+            let config = OverrideState::of(&worker, stored);
             let (effective, effective_error) = match config.effective {
                 Ok(config) => (Some(config), None),
                 Err(e) => (None, Some(e.to_string())),
@@ -125,8 +128,16 @@ pub async fn worker_views(
                 in_flight: in_flight.remove(&spec.name),
                 last_finished: finished.remove(&spec.name),
                 quarantined: quarantined.remove(&spec.name).unwrap_or(0),
+                limit_notes,
             }
         })
         .collect();
     Ok((views, engines, now))
+}
+
+/// What the live daemons say of `spec`'s limits, its override's (`memory_max`, `cpu_max`) over the catalogue's.
+pub fn limit_notes_of(spec: &WorkerSpec, stored: Option<&Override>, daemons: &[Daemon]) -> Vec<String> {
+    let memory_max = stored.and_then(|o| o.values.memory_max.as_ref()).or(spec.memory_max.as_ref()).is_some();
+    let cpu_max = stored.and_then(|o| o.values.cpu_max).or(spec.cpu_max);
+    daemons::limit_notes(&spec.name, memory_max, cpu_max, daemons)
 }

@@ -191,6 +191,9 @@ pub struct DaemonSettings {
     /// The program started as each run's supervisor (`<program> supervise …`); the daemon's own executable when
     /// not set. Only for a program that embeds the daemon (its own executable has no `supervise` command).
     pub supervisor_program: Option<PathBuf>,
+    /// Whether the runs of workers with limits (`memory_max`, `cpu_max`) get a cgroup of their own (on by
+    /// default). Off, the limits are not enforced on this host, which health and the worker cards say.
+    pub cgroups: bool,
 }
 
 impl Default for DaemonSettings {
@@ -213,6 +216,7 @@ impl Default for DaemonSettings {
             worker_env: BTreeMap::new(),
             worker_env_pass: Vec::new(),
             supervisor_program: None,
+            cgroups: true,
         }
     }
 }

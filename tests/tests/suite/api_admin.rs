@@ -140,6 +140,7 @@ fn new_daemon(host: &str) -> NewDaemon {
         capacity: 2,
         workers: vec![],
         labels: vec![],
+        limits: Default::default(),
     }
 }
 

@@ -78,6 +78,7 @@ async fn register_daemon(t: &TestDb) -> Uuid {
         capacity: 1,
         workers: vec![],
         labels: vec![],
+        limits: Default::default(),
     };
     t.db.daemon.register_daemon(&new).await.expect("register").id
 }

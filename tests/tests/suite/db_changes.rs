@@ -58,6 +58,7 @@ fn daemon(id: Uuid) -> NewDaemon {
         capacity: 1,
         workers: Vec::new(),
         labels: Vec::new(),
+        limits: Default::default(),
     }
 }
 

@@ -206,6 +206,7 @@ async fn daemons_register_heartbeat_drain_and_go(t: &TestDb) {
         capacity: 3,
         workers: vec!["embed".into()],
         labels: vec!["gpu".into(), "host-a".into()],
+        limits: Default::default(),
     };
     let registered = t.db.daemon.register_daemon(&new).await.expect("register");
     assert_eq!(

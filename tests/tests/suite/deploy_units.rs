@@ -134,6 +134,9 @@ fn the_daemon_unit_has_the_properties_operations_rely_on() {
     assert_eq!(seconds(unit.get("Service", "WatchdogSec")), 30);
     assert_hardened(&unit);
     assert_network_and_database_wanted(&unit);
+    // Its cgroup is the daemon's to divide into its runs' (issue 26): delegated, and writable.
+    assert_eq!(unit.get("Service", "Delegate"), "yes");
+    assert!(unit.all("Service", "ProtectControlGroups").is_empty(), "it would make the runs' limits unwritable");
 }
 
 /// A fork bomb in a worker stops at the unit's task limit; memory is bounded per run (each run's own limits), so

@@ -39,6 +39,7 @@ mod daemon_costs;
 mod daemon_fencing;
 mod daemon_items;
 mod daemon_lifecycle;
+mod daemon_limits;
 mod daemon_pipelines;
 mod daemon_quarantine;
 mod daemon_resources;

@@ -76,6 +76,10 @@ pub struct WorkerView {
     /// no item yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running_items: Option<RunningItems>,
+    /// Each host that does not keep one of the worker's limits as set: "cpu_max not enforced on host gpu-1: no cpu
+    /// controller (cgroup v1)", "cpu_max 4 clamped to the 2 cores of host cpu-1". Its runs go on there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limit_notes: Vec<String>,
 }
 
 /// The items a running run has reported so far, and how fast.

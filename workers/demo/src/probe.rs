@@ -251,6 +251,9 @@ enum Ending {
 enum Beat {
     /// Progress line `i` of the steps.
     Progress(u32),
+    /// The block of items checkpoint `i` stands for, halfway since the checkpoint before: a run stopped between
+    /// the two has reported items its last checkpoint does not cover, which its resume reports again.
+    Items(u32),
     /// Checkpoint line `i`.
     Checkpoint(u32),
     /// Abort, as `crash` asks.
@@ -262,12 +265,22 @@ enum Beat {
 }
 
 /// What a run does when: progress step `i` of `steps` at `i / steps` of the duration, checkpoint `i` of
-/// `checkpoints` at `i / checkpoints`, the crash after half the progress steps (at the end without any), the
-/// oversized checkpoint at the end. At one moment progress comes first, then checkpoints, then the crash.
-fn timeline(duration: Duration, steps: u32, checkpoints: u32, crash: bool, oversized: bool) -> Vec<(Duration, Beat)> {
+/// `checkpoints` at `i / checkpoints` (with `items`, its block of items halfway since the one before), the crash
+/// after half the progress steps (at the end without any), the oversized checkpoint at the end. At one moment
+/// progress comes first, then items, then checkpoints, then the crash.
+fn timeline(
+    duration: Duration,
+    steps: u32,
+    (checkpoints, items): (u32, bool),
+    crash: bool,
+    oversized: bool,
+) -> Vec<(Duration, Beat)> {
     let at = |i: u32, n: u32| duration * i / n;
     let mut beats: Vec<(Duration, Beat)> = (1..=steps).map(|i| (at(i, steps), Beat::Progress(i))).collect();
     beats.extend((1..=checkpoints).map(|i| (at(i, checkpoints), Beat::Checkpoint(i))));
+    if items {
+        beats.extend((1..=checkpoints).map(|i| (at(2 * i - 1, 2 * checkpoints), Beat::Items(i))));
+    }
     if crash {
         let slices = steps.max(1);
         beats.push((at(slices.div_ceil(2), slices), Beat::Crash));
@@ -348,8 +361,9 @@ fn run(
     }
     let as_text = options.boolean("item_text");
     let mut output = ItemOutput { lists, failed_every, as_text, times: WriteTimes::default() };
-    let mut items_printed =
-        if checkpoints > 0 { resumed_after(invocation.checkpoint.as_deref()).min(items) } else { 0 };
+    // A resume goes on after the items its checkpoint counts; the checkpoints behind it are not printed again.
+    let resumed = if checkpoints > 0 { resumed_after(invocation.checkpoint.as_deref()).min(items) } else { 0 };
+    let mut items_printed = resumed;
     if checkpoints == 0 {
         ledger.items(&output, (1, items))?;
         output.print(out, (1, items))?;
@@ -360,7 +374,8 @@ fn run(
     let quiet_at =
         u64::try_from(options.integer("silent_after_ms")).ok().filter(|&ms| ms > 0).map(Duration::from_millis);
     let mut silent = false;
-    for (at, beat) in timeline(duration, steps, checkpoints, crash, options.boolean("oversized_checkpoint")) {
+    let beats = (checkpoints, items > 0);
+    for (at, beat) in timeline(duration, steps, beats, crash, options.boolean("oversized_checkpoint")) {
         if let Some(quiet) = quiet_at.filter(|&quiet| !silent && at > quiet) {
             if let Some(signal) = stop.sleep(quiet.saturating_sub(started.elapsed())) {
                 eprintln!("{name}: stopping on {signal}, as asked");
@@ -380,14 +395,22 @@ fn run(
         }
         match beat {
             Beat::Progress(i) => out.progress(i as usize, steps as usize, Some(&format!("step {i}")))?,
+            Beat::Items(i) => {
+                let upto = items * i64::from(i) / i64::from(checkpoints);
+                if upto > items_printed {
+                    ledger.items(&output, (items_printed + 1, upto))?;
+                    output.print(out, (items_printed + 1, upto))?;
+                    items_printed = upto;
+                }
+            }
             Beat::Checkpoint(i) => {
                 let upto = items * i64::from(i) / i64::from(checkpoints);
-                if items > 0 && upto <= items_printed {
+                if items > 0 && upto <= resumed {
                     continue;
                 }
                 ledger.items(&output, (items_printed + 1, upto))?;
                 output.print(out, (items_printed + 1, upto))?;
-                items_printed = upto;
+                items_printed = items_printed.max(upto);
                 let checkpoint = if items > 0 { json!({ "step": i, "items": upto }) } else { json!({ "step": i }) };
                 out.checkpoint(&checkpoint)?;
             }
@@ -454,7 +477,7 @@ mod tests {
     fn checkpoints_are_spread_over_the_duration_between_progress_and_a_crash() {
         let ms = Duration::from_millis;
         assert_eq!(
-            timeline(ms(400), 4, 2, true, true),
+            timeline(ms(400), 4, (2, false), true, true),
             [
                 (ms(100), Beat::Progress(1)),
                 (ms(200), Beat::Progress(2)),
@@ -467,8 +490,19 @@ mod tests {
                 (ms(400), Beat::End),
             ]
         );
-        assert_eq!(timeline(ms(90), 0, 3, false, false).len(), 4, "three checkpoints and the end");
-        assert_eq!(timeline(ms(90), 0, 0, true, false), [(ms(90), Beat::Crash), (ms(90), Beat::End)]);
+        assert_eq!(timeline(ms(90), 0, (3, false), false, false).len(), 4, "three checkpoints and the end");
+        assert_eq!(timeline(ms(90), 0, (0, false), true, false), [(ms(90), Beat::Crash), (ms(90), Beat::End)]);
+        assert_eq!(
+            timeline(ms(400), 0, (2, true), false, false),
+            [
+                (ms(100), Beat::Items(1)),
+                (ms(200), Beat::Checkpoint(1)),
+                (ms(300), Beat::Items(2)),
+                (ms(400), Beat::Checkpoint(2)),
+                (ms(400), Beat::End),
+            ],
+            "each block halfway since the checkpoint before"
+        );
     }
 
     #[test]

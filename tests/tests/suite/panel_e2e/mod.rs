@@ -19,6 +19,7 @@ mod schedules;
 mod search;
 mod signin;
 mod stack;
+mod usage;
 mod waiting;
 
 use scrinalia_tests::browser::{Browser, workspace_root};
