@@ -75,7 +75,7 @@ async fn side(
 }
 
 async fn measure(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
-    let (path, settings) = latency::config(None).load(env, db, dir, "bench")?;
+    let (path, settings) = latency::config(None, false).load(env, db, dir, "bench")?;
     let a = side(env, db, dir, &path, &settings, opts).await?;
     let config = serde_json::to_value(resolved(&settings, "probe-1")?)?;
     let spacing = 80.0 * 86_400.0 / opts.rows as f64;

@@ -109,11 +109,13 @@ pub struct ConfigSpec {
     pub api_listen: Option<std::net::SocketAddr>,
     /// `telemetry.log_filter`.
     pub log_filter: &'static str,
+    /// Give every probe `memory_max = "1GiB"` and `cpu_max = 1`, so that each run gets a cgroup of its own.
+    pub limits: bool,
 }
 
 impl Default for ConfigSpec {
     fn default() -> Self {
-        Self { probes: 20, daemon: DaemonSettings::default(), api_listen: None, log_filter: "info" }
+        Self { probes: 20, daemon: DaemonSettings::default(), api_listen: None, log_filter: "info", limits: false }
     }
 }
 
@@ -131,7 +133,7 @@ impl ConfigSpec {
             })
             .token("bench-viewer", Role::Viewer, VIEWER)
             .token("bench-operator", Role::Operator, OPERATOR)
-            .workers((1..=self.probes).map(|i| probe(&program, &format!("probe-{i}"))));
+            .workers((1..=self.probes).map(|i| probe(&program, &format!("probe-{i}"), self.limits)));
         let path = dir.join(format!("{name}.toml"));
         let settings = file.load(&path)?;
         Ok((path, settings))
@@ -139,9 +141,13 @@ impl ConfigSpec {
 }
 
 /// A no-op probe: the demo worker's `probe-<n>`, every steering option the bench uses at 0.
-fn probe(program: &str, name: &str) -> WorkerSpec {
+fn probe(program: &str, name: &str, limits: bool) -> WorkerSpec {
     let mut spec = worker(name, &[program, name]);
     spec.timeout_seconds = 60;
+    if limits {
+        spec.memory_max = Some(scrinalia_shared::catalogue::MemoryMax(serde_json::json!("1GiB")));
+        spec.cpu_max = Some(1.0);
+    }
     spec.options = ["duration_ms", "progress_steps", "output_lines"]
         .into_iter()
         .map(|o| option(o, OptionType::Integer, Some(serde_json::json!(0))))

@@ -84,7 +84,8 @@ async fn measure(env: &Env, db: &FreshDb, dir: &Path, kind: Kind, opts: &Opts) -
     // The daemon says it started (info); a run's output lines are not echoed to its own log (the runner's info), so
     // the text baseline costs what it costs in production: the run log alone.
     let log_filter = "warn,scrinalia_daemon=info,scrinalia_daemon::runner=warn";
-    let spec = ConfigSpec { probes: 1, daemon, api_listen: Some(([127, 0, 0, 1], port).into()), log_filter };
+    let spec =
+        ConfigSpec { probes: 1, daemon, api_listen: Some(([127, 0, 0, 1], port).into()), log_filter, limits: false };
     let (path, settings) = spec.load(env, db, dir, "bench")?;
     let program = env.bin("scrinalia-daemon");
     let daemon = Process::start_ready(&program, "daemon", dir, &path, &[], &[], Ready::Line("daemon started")).await?;

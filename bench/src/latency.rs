@@ -51,11 +51,15 @@ pub struct Opts {
     /// Round trips timed for each machine floor, spaced and back to back.
     #[arg(long, default_value_t = 100)]
     pub floor_samples: usize,
+    /// Give every probe limits (`memory_max = "1GiB"`, `cpu_max = 1`): each run gets a cgroup of its own, whose
+    /// cost on request → worker started is issue 26's figure (compare against a pass without).
+    #[arg(long)]
+    pub limits: bool,
 }
 
 impl Default for Opts {
     fn default() -> Self {
-        Self { requests: 200, warmup: 20, spacing_ms: 20, floor_samples: 100 }
+        Self { requests: 200, warmup: 20, spacing_ms: 20, floor_samples: 100, limits: false }
     }
 }
 
@@ -63,7 +67,7 @@ impl Opts {
     /// The smallest size that still runs every part (`all --quick`): a check that the bench works, not a measure.
     pub fn quick() -> Self {
         // Fewer requests than probes: no probe is asked twice in a pass, however slow its first run.
-        Self { requests: 10, warmup: 2, spacing_ms: 50, floor_samples: 10 }
+        Self { requests: 10, warmup: 2, spacing_ms: 50, floor_samples: 10, limits: false }
     }
 }
 
@@ -80,9 +84,10 @@ pub async fn run(env: &Env, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
     Ok(figures)
 }
 
-pub(crate) fn config(port: Option<u16>) -> ConfigSpec {
+pub(crate) fn config(port: Option<u16>, limits: bool) -> ConfigSpec {
     ConfigSpec {
         probes: PROBES,
+        limits,
         daemon: DaemonSettings { capacity: 8, ..DaemonSettings::default() },
         api_listen: port.map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], p))),
         ..ConfigSpec::default()
@@ -103,7 +108,7 @@ pub(crate) async fn start_daemon(
 
 async fn postgres(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
     let port = free_port();
-    let (path, settings) = config(Some(port)).load(env, db, dir, "bench")?;
+    let (path, settings) = config(Some(port), opts.limits).load(env, db, dir, "bench")?;
     let mut figures = machine_floors(db, opts.floor_samples).await?;
     // The pickup issue's target is relative to this machine: the spaced commit's p50 plus 0.2 ms.
     let commit = figures.iter().find(|f| f.what.starts_with(SPACED_COMMIT)).map(|f| f.value);
@@ -207,7 +212,7 @@ async fn postgres(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -
 }
 
 async fn sqlite(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -> anyhow::Result<Vec<Figure>> {
-    let (path, settings) = config(None).load(env, db, dir, "bench")?;
+    let (path, settings) = config(None, opts.limits).load(env, db, dir, "bench")?;
     let floors = machine_floors(db, opts.floor_samples).await?;
     let daemon = start_daemon(env, dir, &path).await?;
     eprintln!("latency: SQLite, {} requests {} ms apart, inserted by the bench", opts.requests, opts.spacing_ms);
