@@ -4,7 +4,7 @@
 //! recorded peak is at least 300 MiB; a run with `cpu_max` is counted by its cgroup (the whole tree's CPU). Every
 //! run cgroup is made under the test process's own cgroup (the daemons are its children) and removed at the end.
 //! A daemon that does not enforce a limit (cgroups off) starts, health and the worker card say so, and the runs
-//! go on, their logs saying it too.
+//! go on, their logs saying it too; a `cpu_max` above the host's cores is clamped to them and said (informational).
 
 use std::{path::PathBuf, time::Duration};
 
@@ -146,6 +146,51 @@ async fn a_limit_this_host_does_not_enforce_is_said_and_the_runs_go_on(kind: Kin
     let log = log.text();
     assert!(log.contains("scrinalia: memory_max not enforced on this host"), "{log}");
     system.cleanup().await;
+}
+
+/// A `cpu_max` above the host's cores: the daemon clamps it to them, and the card and the run's log say so.
+async fn a_cpu_max_above_the_hosts_cores_is_clamped_and_said(kind: Kind) {
+    let plain = probe(&demo_worker(), "probe-1", 120);
+    let system = System::start(kind, |c| c.worker(plain).worker(limited(|w| w.cpu_max = Some(1024.0)))).await;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let said: Vec<String> = eventually(Duration::from_secs(30), "the card's note", || async {
+        let worker = get(&system, "/api/workers/probe-4").await;
+        serde_json::from_value(worker.get("limit_notes")?.clone()).ok()
+    })
+    .await;
+    assert_eq!(said.len(), 1, "{said:?}");
+    let note = &said[0];
+    assert!(note.starts_with(&format!("cpu_max 1024 clamped to the {cores} cores of host ")), "{note}");
+    let health = get(&system, "/api/health").await;
+    let checks = health["checks"].as_array().cloned().unwrap_or_default();
+    let check = checks.iter().find(|c| c["name"] == "worker:probe-4").cloned().unwrap_or(Value::Null);
+    assert_eq!(check["details"]["limits"], json!(said), "{check}");
+    assert_ne!(check["status"], "degraded", "a clamp is informational: {check}");
+
+    let body = json!({"options": {"duration_ms": 100}});
+    let reply = system.http(Method::POST, "/api/workers/probe-4/runs", OPERATOR, Some(body)).await.expect("answer");
+    let id = reply.expect(StatusCode::CREATED, None)["id"].as_str().expect("an id").to_owned();
+    let path = format!("/api/runs/{id}");
+    let run = eventually(Duration::from_secs(60), "the run to end", || async {
+        let run = system.http(Method::GET, &path, VIEWER, None).await.ok()?.json();
+        (run["state"] != "queued" && run["state"] != "running").then_some(run)
+    })
+    .await;
+    assert_eq!(run["state"], "succeeded", "{run}");
+    assert!(run["usage"]["measured_by"].as_str().is_some_and(|m| m.starts_with("cgroup v")), "{}", run["usage"]);
+    let log = system.http(Method::GET, &format!("/api/runs/{id}/log"), VIEWER, None).await.expect("answer").text();
+    assert!(log.contains(&format!("scrinalia: cpu_max 1024 clamped to this host's {cores} cores")), "{log}");
+    system.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_cpu_max_above_the_hosts_cores_is_clamped_and_said() {
+    a_cpu_max_above_the_hosts_cores_is_clamped_and_said(Kind::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_cpu_max_above_the_hosts_cores_is_clamped_and_said() {
+    a_cpu_max_above_the_hosts_cores_is_clamped_and_said(Kind::Sqlite).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
