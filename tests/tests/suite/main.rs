@@ -38,6 +38,7 @@ mod daemon_chores;
 mod daemon_costs;
 mod daemon_fencing;
 mod daemon_items;
+mod daemon_items_faults;
 mod daemon_lifecycle;
 mod daemon_limits;
 mod daemon_pipelines;
