@@ -78,14 +78,17 @@ impl ItemWriter {
         let _ = self.messages.send(Message::Checkpoint(checkpoint));
     }
 
-    /// Writes what is left, waiting at most `within`; what could not be written by then is given up (logged).
-    pub async fn finish(&self, within: Duration) {
+    /// Writes what is left, waiting at most `within`; what could not be written by then is given up (logged, and
+    /// `false` returned, so that the run's log says so too).
+    pub async fn finish(&self, within: Duration) -> bool {
         let (done, wait) = oneshot::channel();
         let _ = self.messages.send(Message::Finish(done));
-        if tokio::time::timeout(within, wait).await.is_err() {
+        let written = tokio::time::timeout(within, wait).await.is_ok();
+        if !written {
             tracing::warn!("the run's last items and checkpoint could not be written in time; they are given up");
         }
         self.task.abort();
+        written
     }
 }
 
@@ -161,11 +164,14 @@ impl Writer {
 
     /// Reads the worker's open failure streaks: the successes of those items are kept one by one, so that the
     /// run's end can close the streaks.
+    /// Bounded like a write, since the worker's lines wait in the inbox meanwhile.
     async fn watch(&mut self) {
-        match self.db.watched_items(&self.worker).await {
-            Ok(ids) => self.gatherer.watch(ids),
-            Err(e) => tracing::warn!(error = %e,
+        match tokio::time::timeout(WRITE_TIMEOUT, self.db.watched_items(&self.worker)).await {
+            Ok(Ok(ids)) => self.gatherer.watch(ids),
+            Ok(Err(e)) => tracing::warn!(error = %e,
                 "could not read the worker's failure streaks; a success past the kept bound will not close one"),
+            Err(_) => tracing::warn!(
+                "the worker's failure streaks did not come in time; a success past the kept bound will not close one"),
         }
     }
 
@@ -191,7 +197,8 @@ impl Writer {
         self.lost.as_ref()?;
         let now = Instant::now();
         let job = if self.retry.is_some() {
-            if self.retry_at > now && !finishing {
+            // Finishing too: a database refusing at once would otherwise be asked in a tight loop.
+            if self.retry_at > now {
                 return None;
             }
             self.retry.take()?

@@ -468,7 +468,11 @@ impl Session {
 
     /// Flushes the log and the last progress, then writes the ledger entry.
     async fn conclude(mut self, run: &Run, report: ExitReport, measured: Option<Measured>) {
-        self.items.finish(self.ctx.settings.daemon.lease()).await;
+        if !self.items.finish(self.ctx.settings.daemon.lease()).await {
+            let said = "scrinalia: the run's last items and checkpoint could not be stored before its end (the \
+                        database did not answer in time); its item counts miss them";
+            self.text("stderr", said).await;
+        }
         self.log.finish().await;
         self.write_progress().await;
         let cancelled_by = match report.stopped_by {
