@@ -21,8 +21,10 @@ PARAMETER_NAMES = {
 }
 
 #: Parameters of ``execute`` the adapter gives (callbacks, what the run continues, its items' scope, skip list and
-#: shard), never options.
-ADAPTER_PARAMETERS = ("progress", "checkpoint", "resume_from", "restart_of", "item", "only", "skip", "shard")
+#: shard, the usage it reports), never options.
+ADAPTER_PARAMETERS = (
+    "progress", "checkpoint", "resume_from", "restart_of", "item", "only", "skip", "shard", "usage",
+)
 
 #: What ``describe`` reports a worker can do, each from the parameter of ``execute`` that makes it possible.
 #: ``yield`` has no parameter yet (a later revision adds one), so it is always false.
