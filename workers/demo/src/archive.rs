@@ -6,7 +6,8 @@
 //! saves the stamps, journals the documents stamped, prints the batch's item lines and a checkpoint and reports
 //! progress, and on SIGTERM it stops after the current document, saving, journaling and checkpointing what it
 //! finished. A run honours its item lists (`item_lists.rs`): only the documents of its scope, never a quarantined
-//! one; a document a task fails is a failed item, which does not fail the run.
+//! one; a document a task fails is a failed item, which does not fail the run. A worker whose configuration
+//! names a model reports after each batch the tokens its run would have sent and received ([`Tokens`]).
 //!
 //! Time is a parameter (`now`, Unix seconds) so tests decide what has arrived in staging.
 
@@ -221,6 +222,8 @@ pub fn run(
     let batches = rest.len().div_ceil(batch_size);
     let (mut position, mut checkpointed) = (from, from);
     let mut stopped = None;
+    // Only a model is paid in tokens: a worker without one (the transfer, the language detection) reports none.
+    let mut tokens = context.config.model.is_some().then(Tokens::default);
     for (number, batch) in rest.chunks(batch_size).enumerate() {
         let mut stamped = Vec::new();
         for id in batch {
@@ -245,8 +248,12 @@ pub fn run(
                 continue;
             }
             let done = stage.item(id).map_err(|e| Failure { class: "unreadable", sentence: format!("{e:#}.") });
+            let chars = done.as_ref().map_or(0, |item| item.document.text().chars().count());
             match done.and_then(|item| task.process(&item, &context).map_err(failure)) {
                 Ok(outcome) => {
+                    if let Some(tokens) = tokens.as_mut() {
+                        tokens.document(task, chars);
+                    }
                     stage.own.stamp(id, outcome.record);
                     stamped.push(json!({
                         "document": id, "run": run_id, "worklist_of": worklist_of, "stamp": task.stamp(),
@@ -277,6 +284,9 @@ pub fn run(
             out.checkpoint(&Checkpoint { worklist_of: worklist_of.clone(), done: position }.json())?;
             checkpointed = position;
         }
+        if let Some(tokens) = &tokens {
+            out.object(&tokens.line())?;
+        }
         if stopped.is_some() {
             break;
         }
@@ -306,6 +316,44 @@ pub fn run(
     );
     // Documents that failed are counted in the result and reported as items; the run itself succeeded.
     Ok(0)
+}
+
+/// The tokens a run's model calls would have cost, so far: a document of `n` characters is about `n / 4` tokens
+/// in (a token is about four characters of text), and the model writes back a share of that, by task
+/// ([`output_share`]). A failed document reached no model (the summaries refuse an empty or overlong letter
+/// before sending it), so it costs nothing. The demo's engines (ollama, spaCy) run locally: no money is spent,
+/// so the usage line has no `cost` and no `currency`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Tokens {
+    tokens_in: u64,
+    tokens_out: u64,
+}
+
+impl Tokens {
+    /// Counts one document of `chars` characters that `task`'s model read.
+    fn document(&mut self, task: Task, chars: usize) {
+        let read = u64::try_from(chars).unwrap_or(u64::MAX).div_ceil(4);
+        let (numerator, denominator) = output_share(task);
+        self.tokens_in += read;
+        self.tokens_out += read * numerator / denominator;
+    }
+
+    /// The protocol line, cumulative for the run: `{"usage": {"tokens_in": n, "tokens_out": m}}`.
+    fn line(&self) -> Value {
+        json!({ "usage": { "tokens_in": self.tokens_in, "tokens_out": self.tokens_out } })
+    }
+}
+
+/// How many tokens `task`'s model writes for each token it reads: a summary an eighth of the letter, a verdict
+/// or a list of tags or names a little, an embedding none (it returns numbers, not text).
+fn output_share(task: Task) -> (u64, u64) {
+    match task {
+        Task::Summarize => (1, 8),
+        Task::EntityExtract | Task::QualityValidator => (1, 10),
+        Task::TagSuggest | Task::ConflictJudge => (1, 20),
+        Task::TopicCluster => (1, 40),
+        Task::Embed | Task::Transfer | Task::LanguageDetect => (0, 1),
+    }
 }
 
 /// A task's error as a failed item: a [`Failure`] as it is, anything else of class `error`.

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::{
+    corpus,
     invocation::Verb,
     staging::{EVERY_SECONDS, INITIAL},
     stamps::StampBook,
@@ -426,6 +427,48 @@ fn a_checkpoint_that_cannot_be_followed_is_refused_before_any_work() {
     let done = [("SCRINALIA_CHECKPOINT", "{\"worklist_of\": \"r1\", \"done\": 2}")];
     let (status, lines) = call_with(data, T0, &done, &args).expect("a finished worklist");
     assert_eq!((status, lines.last().map(|l| l["result"]["processed"].clone())), (0, Some(json!(0))));
+}
+
+/// The `usage` lines among protocol lines: (tokens in, tokens out), checking that none names a cost.
+fn usages(lines: &[Value]) -> Vec<(u64, u64)> {
+    let usages = lines.iter().filter_map(|l| l.get("usage"));
+    usages
+        .map(|u| {
+            assert!(u.get("cost").is_none() && u.get("currency").is_none(), "a local engine costs no money: {u}");
+            (u["tokens_in"].as_u64().expect("tokens_in"), u["tokens_out"].as_u64().expect("tokens_out"))
+        })
+        .collect()
+}
+
+#[test]
+fn a_worker_with_a_model_reports_its_tokens_after_each_batch_and_failed_documents_cost_none() {
+    let dir = tempfile::tempdir().expect("a scratch folder");
+    let data = dir.path();
+    // Staging starts at T0; by `later` both poison letters (24 and 27) have arrived: 28 documents.
+    assert_eq!(pending(data, T0, "transfer"), INITIAL as u64);
+    let later = T0 + 8 * EVERY_SECONDS;
+    for worker in ["transfer", "language-detect"] {
+        assert!(usages(&run_all(data, later, worker)).is_empty(), "{worker} calls no model, so reports no tokens");
+    }
+    let (status, lines) =
+        call(data, later, &["summarize", "run", "--delay_ms", "0", "--batch_size", "10"]).expect("a run");
+    assert_eq!(status, 0, "{lines:?}");
+    let reported = usages(&lines);
+    assert_eq!(reported.len(), 3, "one line after each batch of 10, 10 and 8: {reported:?}");
+    assert!(reported.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1), "cumulative: {reported:?}");
+    // About four characters a token in, a summary an eighth of that out, for the 26 letters summarised.
+    let (mut tokens_in, mut tokens_out) = (0, 0);
+    for n in (1..=28).filter(|n| ![corpus::EMPTY_LETTER, corpus::LONG_LETTER].contains(n)) {
+        let read = (corpus::generate(n).text().chars().count() as u64).div_ceil(4);
+        (tokens_in, tokens_out) = (tokens_in + read, tokens_out + read / 8);
+    }
+    assert_eq!(reported.last(), Some(&(tokens_in, tokens_out)));
+    assert!((26 * 20..26 * 200).contains(&tokens_in), "letters of a few sentences: {tokens_in} tokens");
+    let result = &lines.last().expect("a result")["result"];
+    assert_eq!((result["processed"].clone(), result["failed"].clone()), (json!(26), json!(2)));
+    // An embedding returns numbers, not text: tokens in, none out.
+    let embed = usages(&run_all(data, later, "embed"));
+    assert_eq!(embed.last().map(|&(read, written)| (read > 0, written)), Some((true, 0)));
 }
 
 #[path = "archive_items_tests.rs"]
