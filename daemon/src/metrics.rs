@@ -14,7 +14,10 @@ use std::{
 use anyhow::Context as _;
 use axum::{Router, extract::State, http::header, response::IntoResponse, routing::get};
 use opentelemetry::metrics::Meter;
-use scrinalia_shared::metrics::{Buckets, CounterVec, GaugeVec, HistogramVec, Metrics};
+use scrinalia_shared::{
+    metrics::{Buckets, CounterVec, FloatCounterVec, GaugeVec, HistogramVec, Metrics},
+    usage::RunUsage,
+};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -41,6 +44,10 @@ pub struct DaemonMetrics {
     renewals: CounterVec,
     fires: CounterVec,
     webhooks: CounterVec,
+    cpu: FloatCounterVec,
+    tokens: CounterVec,
+    gpu: FloatCounterVec,
+    cost: FloatCounterVec,
     in_flight_gauge: GaugeVec,
     in_flight: AtomicI64,
 }
@@ -87,6 +94,25 @@ impl DaemonMetrics {
                 "Webhook delivery attempts this daemon made, by webhook and outcome (delivered: a 2xx; retry: failed, \
                  tried again later; gave_up: failed, the last attempt)",
             ),
+            cpu: metrics.float_counter(
+                "scrinalia_run_cpu_seconds",
+                "CPU seconds (user and system) of the runs this daemon ended, by worker, as recorded in each run's \
+                 usage (its cgroup's tree, or rusage's waited-for processes)",
+            ),
+            tokens: metrics.counter(
+                "scrinalia_run_tokens",
+                "Tokens the workers of the runs this daemon ended reported (their last usage line), by worker and \
+                 direction (in: sent to a model, out: produced)",
+            ),
+            gpu: metrics.float_counter(
+                "scrinalia_run_gpu_seconds",
+                "GPU seconds the workers of the runs this daemon ended reported, by worker",
+            ),
+            cost: metrics.float_counter(
+                "scrinalia_run_cost",
+                "Money the workers of the runs this daemon ended reported spending, by worker and currency (an ISO \
+                 4217 code; never summed across currencies)",
+            ),
             in_flight_gauge: metrics.gauge("scrinalia_runs_in_flight", "Runs this daemon holds now"),
             in_flight: AtomicI64::new(0),
             metrics,
@@ -126,6 +152,24 @@ impl DaemonMetrics {
         self.finished.inc(&labels);
         if let Some(seconds) = duration_s {
             self.duration.observe(&labels, seconds.max(0.0));
+        }
+    }
+
+    /// What a run of `worker` cost, when its end was written with a usage: its CPU seconds, and the tokens, GPU
+    /// seconds and cost its worker reported.
+    pub fn run_usage(&self, worker: &str, usage: Option<&RunUsage>) {
+        let Some(usage) = usage else { return };
+        let by_worker = [("worker", worker)];
+        self.cpu.add(&by_worker, usage.cpu_seconds.unwrap_or(0.0));
+        let Some(reported) = &usage.reported else { return };
+        for (direction, tokens) in [("in", reported.tokens_in), ("out", reported.tokens_out)] {
+            if let Some(n) = tokens {
+                self.tokens.inc_by(&[("worker", worker), ("direction", direction)], n);
+            }
+        }
+        self.gpu.add(&by_worker, reported.gpu_seconds.unwrap_or(0.0));
+        if let (Some(cost), Some(currency)) = (reported.cost, reported.currency.as_deref()) {
+            self.cost.add(&[("worker", worker), ("currency", currency)], cost);
         }
     }
 
@@ -190,4 +234,45 @@ pub async fn serve(
 
 async fn render(State(ctx): State<Arc<crate::Context>>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, scrinalia_shared::metrics::CONTENT_TYPE)], ctx.metrics.render())
+}
+
+#[cfg(test)]
+mod tests {
+    use scrinalia_shared::usage::ReportedUsage;
+
+    use super::*;
+
+    #[test]
+    fn a_runs_usage_is_counted_by_worker_direction_and_currency() {
+        let metrics = DaemonMetrics::new(None, Uuid::nil(), 1);
+        let reported = ReportedUsage {
+            tokens_in: Some(1200),
+            tokens_out: Some(300),
+            gpu_seconds: None,
+            cost: Some(0.0042),
+            currency: Some("EUR".into()),
+        };
+        let usage = RunUsage {
+            wall_seconds: 2.0,
+            measured_by: "rusage".into(),
+            cpu_seconds: Some(0.5),
+            reported: Some(reported),
+            ..RunUsage::default()
+        };
+        metrics.run_usage("tagger", Some(&usage));
+        metrics.run_usage("tagger", Some(&usage));
+        metrics.run_usage("tagger", None);
+        metrics.run_usage("judge", Some(&RunUsage { cpu_seconds: Some(0.25), ..RunUsage::default() }));
+        let text = metrics.render();
+        for line in [
+            "scrinalia_run_cpu_seconds_total{worker=\"tagger\"} 1.0",
+            "scrinalia_run_cpu_seconds_total{worker=\"judge\"} 0.25",
+            "scrinalia_run_tokens_total{worker=\"tagger\",direction=\"in\"} 2400",
+            "scrinalia_run_tokens_total{worker=\"tagger\",direction=\"out\"} 600",
+            "scrinalia_run_cost_total{worker=\"tagger\",currency=\"EUR\"} 0.0084",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+        assert!(!text.contains("direction=\"in\"} 0") && !text.contains("worker=\"judge\",currency"), "{text}");
+    }
 }

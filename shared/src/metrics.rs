@@ -4,7 +4,7 @@
 //! records both. Gauges computed from the database at scrape time ([`GaugeSeries`]) are rendered the same way and
 //! observed by OpenTelemetry from the last computed values.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, atomic::AtomicU64};
 
 use opentelemetry::{
     KeyValue,
@@ -80,6 +80,15 @@ impl Metrics {
         CounterVec { prom, otel }
     }
 
+    /// A counter of a quantity that is not a whole number (seconds, money); `name` without `_total`, as
+    /// [`Self::counter`].
+    pub fn float_counter(&mut self, name: &'static str, help: &'static str) -> FloatCounterVec {
+        let prom = Family::<Labels, Counter<f64, AtomicU64>>::default();
+        self.registry.register(name, help, prom.clone());
+        let otel = self.meter.as_ref().map(|m| m.f64_counter(name).with_description(help).build());
+        FloatCounterVec { prom, otel }
+    }
+
     /// A histogram of seconds (`name` ends with `_seconds`).
     pub fn histogram(&mut self, name: &'static str, help: &'static str, buckets: Buckets) -> HistogramVec {
         let prom = Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(buckets.constructor());
@@ -143,6 +152,26 @@ impl CounterVec {
     }
 }
 
+/// A counter of fractional amounts by labels.
+#[derive(Debug, Clone)]
+pub struct FloatCounterVec {
+    prom: Family<Labels, Counter<f64, AtomicU64>>,
+    otel: Option<opentelemetry::metrics::Counter<f64>>,
+}
+
+impl FloatCounterVec {
+    /// Adds `amount`; one that is not a finite number of at least 0 is left out (a counter never goes down).
+    pub fn add(&self, labels: &[(&'static str, &str)], amount: f64) {
+        if !(amount.is_finite() && amount > 0.0) {
+            return;
+        }
+        self.prom.get_or_create(&owned(labels)).inc_by(amount);
+        if let Some(otel) = &self.otel {
+            otel.add(amount, &attributes(labels));
+        }
+    }
+}
+
 /// A histogram by labels.
 #[derive(Debug, Clone)]
 pub struct HistogramVec {
@@ -192,7 +221,7 @@ pub struct GaugeSeries {
 pub fn render_gauges(series: &[GaugeSeries]) -> String {
     let mut registry = Registry::default();
     for s in series {
-        let family = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        let family = Family::<Labels, Gauge<f64, AtomicU64>>::default();
         for (labels, value) in &s.samples {
             family.get_or_create(labels).set(*value);
         }
@@ -253,6 +282,11 @@ mod tests {
         finished.inc(&[("worker", "probe-1"), ("outcome", "succeeded")]);
         duration.observe(&[("worker", "probe-1")], 0.7);
         in_flight.set(&[], 2);
+        let cpu = metrics.float_counter("scrinalia_run_cpu_seconds", "CPU seconds");
+        cpu.add(&[("worker", "probe-1")], 0.25);
+        cpu.add(&[("worker", "probe-1")], 1.5);
+        cpu.add(&[("worker", "probe-1")], -3.0);
+        cpu.add(&[("worker", "probe-1")], f64::NAN);
         let text = metrics.render();
         for line in [
             "# TYPE scrinalia_runs_finished_total counter",
@@ -260,6 +294,8 @@ mod tests {
             "scrinalia_run_duration_seconds_bucket{worker=\"probe-1\",le=\"1\"} 1",
             "scrinalia_run_duration_seconds_count{worker=\"probe-1\"} 1",
             "scrinalia_runs_in_flight 2",
+            "# TYPE scrinalia_run_cpu_seconds_total counter",
+            "scrinalia_run_cpu_seconds_total{worker=\"probe-1\"} 1.75",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }

@@ -1,7 +1,7 @@
 //! `/metrics` with the real binaries: the API's and the daemon's answers parse as the Prometheus text format
 //! (version 0.0.4, checked by the strict parser below), and they move after a run: on the daemon, runs started
-//! and finished by worker and outcome, the run-duration and queue-wait histograms and lease renewals (the run
-//! lasts longer than a third of the lease); on the API, daemons alive and runs in flight from the database. A run
+//! and finished by worker and outcome, the run-duration and queue-wait histograms, lease renewals (the run
+//! lasts longer than a third of the lease) and the run's usage by worker (CPU seconds, tokens, cost); on the API, daemons alive and runs in flight from the database. A run
 //! whose daemon died is counted by the daemon that recovered it. Every metric the shipped alert rules read is
 //! exported by one of the two.
 
@@ -312,10 +312,11 @@ async fn metrics_of_both_processes_move_after_a_run(db: &TestDb) {
     assert_eq!(before.value("scrinalia_daemon_capacity", &[]), Some(3.0));
 
     // A run longer than a third of the 3 s lease: its lease is renewed at least once. Longer than the 5 s the API
-    // keeps its `/metrics` text too, so that the API measures while it runs.
+    // keeps its `/metrics` text too, so that the API measures while it runs. It burns 200 ms of CPU in a
+    // grandchild and reports tokens and a cost (its last usage line: 1200 in, 300 out, 0.0042 EUR).
     let run: Value = client
         .post(format!("http://127.0.0.1:{api_port}/api/workers/probe-1/runs"))
-        .json(&json!({"options": {"duration_ms": 7000}}))
+        .json(&json!({"options": {"duration_ms": 7000, "report_usage": true, "burn_cpu_ms": 200}}))
         .send()
         .await
         .expect("trigger")
@@ -353,6 +354,16 @@ async fn metrics_of_both_processes_move_after_a_run(db: &TestDb) {
     let renewals = at(&after, "scrinalia_lease_renewals_total", &renewed);
     assert!(renewals >= 1.0, "a 7 s run under a 3 s lease (renewed every 1 s) is renewed: {renewals}");
     assert_eq!(after.value("scrinalia_runs_in_flight", &[]), Some(0.0));
+    // The run's usage, by worker: its CPU (the grandchild's counted), the tokens and the cost it reported.
+    let cpu = at(&after, "scrinalia_run_cpu_seconds_total", &probe);
+    assert!((0.15..30.0).contains(&cpu), "200 ms burnt in a grandchild: {cpu} s");
+    let tokens =
+        |direction| at(&after, "scrinalia_run_tokens_total", &[("worker", "probe-1"), ("direction", direction)]);
+    assert_eq!((tokens("in"), tokens("out")), (1200.0, 300.0));
+    assert_eq!(at(&after, "scrinalia_run_cost_total", &[("worker", "probe-1"), ("currency", "EUR")]), 0.0042);
+    for name in ["scrinalia_run_cpu_seconds_total", "scrinalia_run_tokens_total", "scrinalia_run_cost_total"] {
+        assert_eq!(after.types.get(name).map(String::as_str), Some("counter"), "{name}");
+    }
     let info = after.samples.iter().find(|s| s.name == "scrinalia_daemon_info").expect("the daemon's info");
     assert_eq!(info.labels.get("daemon_id").map(String::as_str), done.daemon_id.map(|d| d.to_string()).as_deref());
 
