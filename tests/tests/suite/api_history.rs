@@ -1,10 +1,17 @@
 //! A worker's history and the ledger's search through the API, on PostgreSQL and SQLite: runs seeded through the
 //! domain operations with known outcomes, progress and results, then moved to known days and durations with
 //! test-only SQL, so that the success rate, the percentiles and the items per day are checked exactly; each search
-//! filter finds its runs and nothing else, composes with the others and with pages; bad values are 400s.
+//! filter finds its runs and nothing else, composes with the others and with pages; bad values are 400s. What the
+//! runs cost (their recorded usage and item counts) is summed per day and for the window exactly: CPU-hours, the
+//! 95th percentile of peak memory, tokens, cost by currency, and each per item processed.
 
 use axum::http::StatusCode;
-use scrinalia_shared::{EndReason, runs::Finish};
+use scrinalia_shared::{
+    EndReason,
+    items::{Gatherer, parse},
+    runs::Finish,
+    usage::RunUsage,
+};
 use scrinalia_tests::{
     Kind, TestDb,
     api_harness::{ADMIN, OPERATOR, TestApi, VIEWER},
@@ -16,6 +23,7 @@ use uuid::Uuid;
 
 backend_tests!(
     the_history_has_the_exact_success_rate_percentiles_and_items_per_day,
+    the_history_sums_what_the_runs_cost_per_day_and_per_item,
     the_history_refuses_an_unknown_worker_and_days_out_of_range,
     the_ledger_search_finds_runs_by_requester_error_text_and_id,
     bad_search_values_are_400_with_a_sentence,
@@ -157,6 +165,114 @@ async fn the_history_has_the_exact_success_rate_percentiles_and_items_per_day(t:
     assert_eq!(never["durations"], json!({"runs": 0, "p50_ms": null, "p95_ms": null}));
     let judge = api.get("/api/workers/judge/history", VIEWER).await.expect(StatusCode::OK, None);
     assert_eq!((judge["runs"].clone(), judge["items"].clone()), (json!(1), json!(99)));
+}
+
+/// Requests a run of `worker`, claims it, reports `items` (succeeded, failed, skipped) if given, ends it
+/// successfully with `usage`, then moves its end `days_ago` days back.
+async fn seed_usage(api: &TestApi, t: &TestDb, worker: &str, usage: Option<Value>, items: [i64; 3], days_ago: i64) {
+    let run = api.post(&format!("/api/workers/{worker}/runs"), OPERATOR, None).await.expect(StatusCode::CREATED, None);
+    let id: Uuid = run["id"].as_str().and_then(|s| s.parse().ok()).expect("a run id");
+    let daemon = Uuid::now_v7();
+    assert_eq!(t.db.daemon.claim_runs(daemon, LONG_LEASE, 1, None).await.expect("claim").len(), 1);
+    let mut gatherer = Gatherer::new(100);
+    for (outcome, count) in ["succeeded", "failed", "skipped"].into_iter().zip(items) {
+        for i in 0..count {
+            gatherer.offer(parse(&json!({"id": format!("{outcome}-{i}"), "outcome": outcome})));
+        }
+    }
+    if let Some(batch) = gatherer.take() {
+        t.db.daemon.write_items(id, daemon, &batch).await.expect("items written");
+    }
+    let usage: Option<RunUsage> = usage.map(|u| serde_json::from_value(u).expect("a usage"));
+    let finish = Finish { reason: EndReason::ExitStatus, exit_code: Some(0), error: None, result: None, usage };
+    t.db.daemon.finish_run(id, daemon, &finish).await.expect("finish");
+    move_end(t, id, days_ago, 1000).await;
+}
+
+async fn the_history_sums_what_the_runs_cost_per_day_and_per_item(t: &TestDb) {
+    let api = TestApi::new(t).await;
+    let measured = |cpu: f64, tree_peak: Option<u64>, largest: Option<u64>, reported: Value| {
+        let mut usage = json!({"wall_seconds": 10.0, "measured_by": "rusage", "cpu_seconds": cpu});
+        if let Some(peak) = tree_peak {
+            usage["peak_memory_bytes"] = json!(peak);
+        }
+        if let Some(peak) = largest {
+            usage["peak_rss_largest_process_bytes"] = json!(peak);
+        }
+        if !reported.is_null() {
+            usage["reported"] = reported;
+        }
+        Some(usage)
+    };
+    // Today: 10 items processed (5 skipped, not processed) at 0.5 EUR; a run without items at 1 EUR, measured by
+    // its largest process only (its tree's peak unknown); one that reported nothing, 10 items; one without usage.
+    let a = json!({"tokens_in": 1000, "tokens_out": 200, "cost": 0.5, "currency": "EUR"});
+    seed_usage(&api, t, "tagger", measured(1800.0, Some(1000), Some(900), a), [8, 2, 5], 0).await;
+    let b = json!({"tokens_in": 3000, "tokens_out": 600, "cost": 1.0, "currency": "EUR"});
+    seed_usage(&api, t, "tagger", measured(900.0, None, Some(3000), b), [0, 0, 0], 0).await;
+    seed_usage(&api, t, "tagger", measured(900.0, Some(2000), None, Value::Null), [10, 0, 0], 0).await;
+    seed_usage(&api, t, "tagger", None, [3, 0, 0], 0).await;
+    // Yesterday: 2 USD over 5 items, tokens in only; 1 EUR without items.
+    let e = json!({"tokens_in": 500, "cost": 2.0, "currency": "USD"});
+    seed_usage(&api, t, "tagger", measured(360.0, Some(50), None, e), [5, 0, 0], 1).await;
+    let f = json!({"cost": 1.0, "currency": "EUR"});
+    seed_usage(&api, t, "tagger", measured(0.0, Some(150), None, f), [0, 0, 0], 1).await;
+    // Ten days ago, outside the week.
+    let old = json!({"tokens_in": 1_000_000, "cost": 100.0, "currency": "EUR"});
+    seed_usage(&api, t, "tagger", measured(36000.0, Some(1 << 40), None, old), [1, 0, 0], 10).await;
+    // Another worker's runs count for it alone.
+    let other = json!({"tokens_in": 7, "cost": 9.0, "currency": "EUR"});
+    seed_usage(&api, t, "judge", measured(3600.0, Some(7), None, other), [1, 0, 0], 0).await;
+
+    let week = api.get("/api/workers/tagger/history?days=7", VIEWER).await.expect(StatusCode::OK, None);
+    assert_eq!(week["runs"], 6, "{week}");
+    // Peaks 1000 (the tree's, not the largest process's 900), 3000 (the largest process's) and 2000:
+    // 0.95 × 2 = 1.9 of the way, 2000 + 0.9 × 1000.
+    assert_eq!(
+        day(&week, 0)["usage"],
+        json!({
+            "runs": 3, "cpu_hours": 1.0, "peak_memory_p95_bytes": 2900, "tokens_in": 4000, "tokens_out": 800,
+            "cost": {"EUR": 1.5},
+            "per_item": {"items": 20, "cpu_seconds": 2700.0 / 20.0, "tokens_in": 100.0, "tokens_out": 20.0,
+                         "cost": {"EUR": 0.05}},
+        }),
+        "tokens and cost per item are those of the one run with both items and them"
+    );
+    assert_eq!(
+        day(&week, 1)["usage"],
+        json!({
+            "runs": 2, "cpu_hours": 0.1, "peak_memory_p95_bytes": 145, "tokens_in": 500, "tokens_out": 0,
+            "cost": {"EUR": 1.0, "USD": 2.0},
+            "per_item": {"items": 5, "cpu_seconds": 72.0, "tokens_in": 100.0, "tokens_out": 0.0, "cost": {"USD": 0.4}},
+        }),
+        "two currencies are never added up"
+    );
+    let nothing = json!({"runs": 0, "cpu_hours": 0.0, "peak_memory_p95_bytes": null, "tokens_in": 0,
+                         "tokens_out": 0, "cost": {}, "per_item": null});
+    assert_eq!(day(&week, 2)["usage"], nothing);
+    // The window: peaks 50, 150, 1000, 2000, 3000: 0.95 × 4 = 3.8 of the way, 2000 + 0.8 × 1000.
+    assert_eq!(
+        week["usage"],
+        json!({
+            "runs": 5, "cpu_hours": 1.1, "peak_memory_p95_bytes": 2800, "tokens_in": 4500, "tokens_out": 800,
+            "cost": {"EUR": 2.5, "USD": 2.0},
+            "per_item": {"items": 25, "cpu_seconds": 3060.0 / 25.0, "tokens_in": 1500.0 / 15.0,
+                         "tokens_out": 200.0 / 15.0, "cost": {"EUR": 0.05, "USD": 0.4}},
+        })
+    );
+    let month = api.get("/api/workers/tagger/history?days=30", VIEWER).await.expect(StatusCode::OK, None);
+    assert_eq!(
+        (month["usage"]["runs"].clone(), month["usage"]["cost"].clone()),
+        (json!(6), json!({"EUR": 102.5, "USD": 2.0}))
+    );
+    // Six peaks: 0.95 × 5 = 4.75 of the way from 3000 to 1 TiB.
+    assert_eq!(month["usage"]["peak_memory_p95_bytes"], json!((1u64 << 40) / 4 * 3 + 3000 / 4));
+    assert_eq!(day(&month, 10)["usage"]["tokens_in"], 1_000_000);
+    let judge = api.get("/api/workers/judge/history", VIEWER).await.expect(StatusCode::OK, None);
+    assert_eq!(
+        (judge["usage"]["cpu_hours"].clone(), judge["usage"]["cost"].clone()),
+        (json!(1.0), json!({"EUR": 9.0}))
+    );
 }
 
 async fn the_history_refuses_an_unknown_worker_and_days_out_of_range(t: &TestDb) {

@@ -1,6 +1,7 @@
 //! A worker's history chart renders: after real runs of a probe (three that succeed, one that fails), its card's
 //! History section draws one bar per day for 7 and for 30 days, today's bar the items the API counts, today's
-//! stack of outcomes, the success rate and the two duration percentiles.
+//! stack of outcomes, the success rate, the two duration percentiles, CPU per day, and what the runs cost (each
+//! reports tokens and a cost) in a table of today and the window.
 
 use reqwest::StatusCode;
 use scrinalia_tests::{Kind, browser::PATIENCE, eventually};
@@ -15,7 +16,8 @@ use super::{
 async fn a_workers_history_chart_renders_its_days_and_figures() {
     let stack = Stack::start(Kind::Sqlite, Access::AnonymousAdmin).await;
     for exit_code in [0, 0, 3, 0] {
-        let body = json!({"options": {"duration_ms": 150, "progress_steps": 4, "exit_code": exit_code}});
+        let body = json!({"options": {"duration_ms": 150, "progress_steps": 4, "exit_code": exit_code,
+                                      "report_usage": true, "items": 4}});
         let (status, run) = stack.post("/api/workers/probe-1/runs", body).await;
         assert_eq!(status, StatusCode::CREATED, "{run}");
         let id = run["id"].as_str().expect("a run id").to_owned();
@@ -64,6 +66,17 @@ async fn a_workers_history_chart_renders_its_days_and_figures() {
         assert_eq!(shown, week["durations"][format!("{key}_ms")].as_i64().map(|v| v.to_string()), "{key}");
     }
     assert!(browser.find(&format!("{card} svg[role=\"img\"] title")).await.is_some(), "each chart is titled");
+    // What the runs cost: each reported 1200 tokens in, 300 out and 0.0042 EUR, failed or not, and 4 items.
+    assert_eq!((week["usage"]["runs"].clone(), week["usage"]["tokens_in"].clone()), (json!(4), json!(4800)), "{week}");
+    assert_eq!(browser.find_all(&format!("{card} figure[data-chart=\"cpu\"] rect.bar")).await.len(), 7);
+    let usage = format!("{card} table[data-chart=\"usage\"]");
+    let cell = |day: &str, field: &str| format!("{usage} tr[data-day=\"{day}\"] td[data-field=\"{field}\"]");
+    assert_eq!(browser.text(&cell(&today, "tokens")).await.as_deref(), Some("4,800 in\n1,200 out"));
+    assert_eq!(browser.text(&cell("window", "cost")).await.as_deref(), Some("0.0168 EUR"));
+    let window = format!("{usage} tr[data-day=\"window\"]");
+    assert_eq!(browser.attr(&window, "data-runs").await.as_deref(), Some("4"));
+    let per_item = browser.text(&format!("{usage} tr.per-item[data-day=\"window\"] td")).await.unwrap_or_default();
+    assert!(per_item.starts_with("300 tokens in, 75 out · 0.00105 EUR · "), "{per_item:?}");
     browser.js(&format!("document.querySelector('{card}').scrollIntoView();"), vec![]).await;
     docs_screenshot(&browser, "worker-history").await;
 
