@@ -171,7 +171,8 @@ impl Writer {
             Ok(Err(e)) => tracing::warn!(error = %e,
                 "could not read the worker's failure streaks; a success past the kept bound will not close one"),
             Err(_) => tracing::warn!(
-                "the worker's failure streaks did not come in time; a success past the kept bound will not close one"),
+                "the worker's failure streaks did not come in time; a success past the kept bound will not close one"
+            ),
         }
     }
 
