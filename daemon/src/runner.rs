@@ -100,8 +100,11 @@ async fn execute_in_span(
     }
     let report = session.follow(&mut frames, &mut commands, &mut lease).await;
     reap(child).await;
-    session.conclude(&run, report, limits.measured()).await;
+    // The cgroup's counters are read, and the cgroup removed, before the run's end is written: whoever sees the
+    // run ended sees no cgroup of it left.
+    let measured = limits.measured();
     limits.remove().await;
+    session.conclude(&run, report, measured).await;
     lease.stop().await;
     // Every sender of controls is gone now, so the writer ends (at once, if the supervisor already exited).
     if tokio::time::timeout(Duration::from_secs(5), writer).await.is_err() {

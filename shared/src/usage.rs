@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-pub use scrinalia_wire::{ReportedUsage, RunUsage};
+pub use scrinalia_wire::{ReportedUsage, RunUsage, choice::limits::size_text};
 
 /// The figures the daemon measured of a run's processes with `getrusage(RUSAGE_CHILDREN)` in its supervisor:
 /// the worker and the descendants it waited for.
@@ -90,20 +90,6 @@ pub fn of_run(
     }
 }
 
-/// `4 GiB`, `128 MiB`, `512 KiB`: a limit as an operator wrote it.
-pub fn size_text(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
-    for (unit, size) in UNITS {
-        if bytes >= size && bytes.is_multiple_of(size) {
-            return format!("{} {unit}", bytes / size);
-        }
-    }
-    match UNITS.iter().find(|(_, size)| bytes >= *size) {
-        Some((unit, size)) => format!("{:.1} {unit}", bytes as f64 / *size as f64),
-        None => format!("{bytes} bytes"),
-    }
-}
-
 /// The sentence of a run its memory limit ended: "exceeded its memory limit of 4 GiB (peak 4.0 GiB)".
 pub fn out_of_memory(limit_bytes: u64, peak_bytes: Option<u64>) -> String {
     let peak = |bytes: u64| {
@@ -155,7 +141,6 @@ mod tests {
             out_of_memory(128 << 20, Some(134_000_000)),
             "exceeded its memory limit of 128 MiB (peak 127.8 MiB)"
         );
-        assert_eq!(out_of_memory(1536 << 20, None), "exceeded its memory limit of 1536 MiB");
-        assert_eq!((size_text(1_500_000), size_text(100)), ("1.4 MiB".to_owned(), "100 bytes".to_owned()));
+        assert_eq!(out_of_memory(1536 << 20, None), "exceeded its memory limit of 1.5 GiB");
     }
 }

@@ -140,11 +140,11 @@ impl RunCgroup {
     /// Removes the cgroup once its processes are gone: the group was killed, but the kernel may take a moment to
     /// let the last of them go. One still busy after a few tries is left for the next daemon start.
     pub async fn remove(self) {
-        for _ in 0..20 {
+        for _ in 0..100 {
             if self.remove_now() {
                 return;
             }
-            tokio::time::sleep(Duration::from_millis(25)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         tracing::warn!(cgroup = ?self.procs(), "a run cgroup could not be removed yet; the next start removes it");
     }

@@ -51,7 +51,7 @@ fn run_cgroup_dirs() -> Vec<PathBuf> {
     dirs
 }
 
-/// Whether a cgroup of `run` is left anywhere.
+/// The cgroups of `run` left anywhere once it ended (the daemon removes them before it writes the run's end).
 fn cgroup_left(run: uuid::Uuid) -> Vec<PathBuf> {
     run_cgroup_dirs().into_iter().map(|d| d.join(run.to_string())).filter(|d| d.exists()).collect()
 }
