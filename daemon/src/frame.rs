@@ -122,9 +122,12 @@ pub struct Start {
     pub args: Vec<String>,
     /// Its whole environment, in order (a later variable wins).
     pub env: Vec<(String, String)>,
-    /// The `cgroup.procs` files the worker joins between fork and exec (none without limits).
+    /// The `cgroup.procs` files of the run's cgroup, which the worker is born in (none without limits).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cgroup: Vec<String>,
+    /// Those the supervisor returns to once the worker started.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cgroup_home: Vec<String>,
 }
 
 impl Start {
@@ -237,6 +240,7 @@ mod tests {
             args: vec!["run".into(), "--note=a\nb".into()],
             env: vec![("SCRINALIA_CHECKPOINT".into(), "{\"done\": [\"doc-1\"]}\n".into())],
             cgroup: vec!["/sys/fs/cgroup/runs/0193/cgroup.procs".into()],
+            cgroup_home: vec!["/sys/fs/cgroup/daemon/cgroup.procs".into()],
         };
         let line = start.encode();
         assert!(!line.contains('\n'), "a start line must stay one line: {line}");

@@ -74,9 +74,9 @@ pub fn prepare(ctx: &Context, run: &Run) -> RunLimits {
 }
 
 impl RunLimits {
-    /// The `cgroup.procs` files the worker joins.
-    pub fn procs(&self) -> Vec<PathBuf> {
-        self.cgroup.as_ref().map(RunCgroup::procs).unwrap_or_default()
+    /// The `cgroup.procs` files the worker is born in, and those the supervisor returns to.
+    pub fn procs(&self) -> (Vec<PathBuf>, Vec<PathBuf>) {
+        self.cgroup.as_ref().map(|c| (c.procs(), c.homes())).unwrap_or_default()
     }
 
     /// What the cgroup counted, once the worker's group is gone.

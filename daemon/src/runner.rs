@@ -132,12 +132,12 @@ async fn spawn_supervisor(
     run: &Run,
     invocation: &Invocation,
     deadline_ns: u64,
-    cgroup: &[PathBuf],
+    (cgroup, homes): &(Vec<PathBuf>, Vec<PathBuf>),
 ) -> std::io::Result<Spawned> {
     let grace_ms = ctx.settings.daemon.cancel_grace_seconds * 1000;
     let timeout_ms = run.config.timeout_seconds.saturating_mul(1000);
     let start = start_of(run, invocation, deadline_ns, grace_ms, timeout_ms);
-    let start = start.and_then(|s| Some(Start { cgroup: text_paths(cgroup)?, ..s }));
+    let start = start.and_then(|s| Some(Start { cgroup: text_paths(cgroup)?, cgroup_home: text_paths(homes)?, ..s }));
     let started = match start {
         Some(start) => ctx.spares.start(&start).await,
         None => None,
@@ -150,6 +150,7 @@ async fn spawn_supervisor(
                 .args(["--run-id", &run.id.to_string(), "--deadline-ns", &deadline_ns.to_string()])
                 .args(["--grace-ms", &grace_ms.to_string(), "--timeout-ms", &timeout_ms.to_string()])
                 .args(cgroup.iter().flat_map(|p| [std::ffi::OsStr::new("--cgroup"), p.as_os_str()]))
+                .args(homes.iter().flat_map(|p| [std::ffi::OsStr::new("--cgroup-home"), p.as_os_str()]))
                 .arg("--")
                 .arg(&invocation.program)
                 .args(&invocation.args);
@@ -190,6 +191,7 @@ fn start_of(run: &Run, invocation: &Invocation, deadline_ns: u64, grace_ms: u64,
         args: invocation.args.clone(),
         env,
         cgroup: Vec::new(),
+        cgroup_home: Vec::new(),
     })
 }
 

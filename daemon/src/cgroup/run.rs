@@ -21,6 +21,9 @@ pub struct RunCgroup {
     cpuacct: Option<PathBuf>,
     /// The memory limit written, in bytes.
     pub memory_max_bytes: Option<u64>,
+    /// The `cgroup.procs` files of where the supervisor lives (the daemon's own cgroup; on v2 its `daemon` leaf),
+    /// to which the supervisor returns once it has started the worker.
+    homes: Vec<PathBuf>,
 }
 
 /// What a run's cgroup counted.
@@ -50,10 +53,20 @@ impl RunCgroup {
                     write(&runs_dir(own)?.join("cgroup.subtree_control"), &super::enabled(controllers))?;
                 }
                 let dir = make(own)?;
-                Self { v2: true, memory: Some(dir.clone()), cpu: Some(dir), cpuacct: None, memory_max_bytes: None }
+                let homes = vec![own.join("daemon").join("cgroup.procs")];
+                Self {
+                    v2: true,
+                    memory: Some(dir.clone()),
+                    cpu: Some(dir),
+                    cpuacct: None,
+                    memory_max_bytes: None,
+                    homes,
+                }
             }
             Hierarchy::V1 { memory, cpu, cpuacct } => {
-                let mut made = Self { v2: false, memory: None, cpu: None, cpuacct: None, memory_max_bytes: None };
+                let homes = [memory, cpu, cpuacct].into_iter().flatten().map(|b| b.join("cgroup.procs")).collect();
+                let mut made =
+                    Self { v2: false, memory: None, cpu: None, cpuacct: None, memory_max_bytes: None, homes };
                 let bases = [(memory, 0), (cpu, 1), (cpuacct, 2)];
                 for (base, slot) in bases.into_iter().filter_map(|(b, s)| b.as_ref().map(|b| (b, s))) {
                     let dir = match make(base) {
@@ -103,7 +116,13 @@ impl RunCgroup {
         Ok(())
     }
 
-    /// The `cgroup.procs` files the worker joins (writing `0` to each moves the writing process).
+    /// Where the supervisor returns once it has started the worker (see [`RunCgroup::procs`]).
+    pub fn homes(&self) -> Vec<PathBuf> {
+        self.homes.clone()
+    }
+
+    /// The `cgroup.procs` files of the run's cgroup (writing `0` to each moves the writing process). The
+    /// supervisor joins them, starts the worker, which is born there, and returns to its [`RunCgroup::homes`].
     pub fn procs(&self) -> Vec<PathBuf> {
         let mut dirs: Vec<&PathBuf> = [&self.memory, &self.cpu, &self.cpuacct].into_iter().flatten().collect();
         dirs.dedup();
