@@ -108,6 +108,28 @@ async fn get(system: &System, path: &str) -> Value {
     system.http(Method::GET, path, VIEWER, None).await.expect("answer").expect(StatusCode::OK, None)
 }
 
+/// The health check of `worker`.
+async fn health_of(system: &System, worker: &str) -> Value {
+    let health = get(system, "/api/health").await;
+    let checks = health["checks"].as_array().cloned().unwrap_or_default();
+    checks.iter().find(|c| c["name"] == format!("worker:{worker}")).cloned().unwrap_or(Value::Null)
+}
+
+/// Triggers probe-4 with `options` through the API and waits for the run to end: its detail, and its log.
+async fn run_probe_4(system: &System, options: Value) -> (Value, String) {
+    let body = json!({ "options": options });
+    let reply = system.http(Method::POST, "/api/workers/probe-4/runs", OPERATOR, Some(body)).await.expect("answer");
+    let id = reply.expect(StatusCode::CREATED, None)["id"].as_str().expect("an id").to_owned();
+    let path = format!("/api/runs/{id}");
+    let run = eventually(Duration::from_secs(60), "the run to end", || async {
+        let run = system.http(Method::GET, &path, VIEWER, None).await.ok()?.json();
+        (run["state"] != "queued" && run["state"] != "running").then_some(run)
+    })
+    .await;
+    let log = system.http(Method::GET, &format!("{path}/log"), VIEWER, None).await.expect("answer").text();
+    (run, log)
+}
+
 async fn a_limit_this_host_does_not_enforce_is_said_and_the_runs_go_on(kind: Kind) {
     let worker = limited(|w| {
         w.memory_max = Some(serde_json::from_value(json!("128MiB")).expect("a size"));
@@ -124,26 +146,14 @@ async fn a_limit_this_host_does_not_enforce_is_said_and_the_runs_go_on(kind: Kin
     let plain = get(&system, "/api/workers/probe-1").await;
     assert!(plain.get("limit_notes").is_none(), "a worker without limits has none");
 
-    let health = get(&system, "/api/health").await;
-    let checks = health["checks"].as_array().cloned().unwrap_or_default();
-    let check = checks.iter().find(|c| c["name"] == "worker:probe-4").cloned().unwrap_or(Value::Null);
+    let check = health_of(&system, "probe-4").await;
     assert_eq!(check["status"], "degraded", "{check}");
     assert!(check["error"].as_str().is_some_and(|e| e.contains("memory_max not enforced on host")), "{check}");
 
     // The run goes on without its limits, and its log says so.
-    let body = json!({"options": {"allocate_mb": 200, "duration_ms": 100}});
-    let reply = system.http(Method::POST, "/api/workers/probe-4/runs", OPERATOR, Some(body)).await.expect("answer");
-    let id = reply.expect(StatusCode::CREATED, None)["id"].as_str().expect("an id").to_owned();
-    let path = format!("/api/runs/{id}");
-    let run = eventually(Duration::from_secs(60), "the run to end", || async {
-        let run = system.http(Method::GET, &path, VIEWER, None).await.ok()?.json();
-        (run["state"] != "queued" && run["state"] != "running").then_some(run)
-    })
-    .await;
+    let (run, log) = run_probe_4(&system, json!({"allocate_mb": 200, "duration_ms": 100})).await;
     assert_eq!(run["state"], "succeeded", "{run}");
     assert_eq!(run["usage"]["measured_by"], "rusage", "no cgroup, so rusage: {}", run["usage"]);
-    let log = system.http(Method::GET, &format!("/api/runs/{id}/log"), VIEWER, None).await.expect("answer");
-    let log = log.text();
     assert!(log.contains("scrinalia: memory_max not enforced on this host"), "{log}");
     system.cleanup().await;
 }
@@ -161,24 +171,13 @@ async fn a_cpu_max_above_the_hosts_cores_is_clamped_and_said(kind: Kind) {
     assert_eq!(said.len(), 1, "{said:?}");
     let note = &said[0];
     assert!(note.starts_with(&format!("cpu_max 1024 clamped to the {cores} cores of host ")), "{note}");
-    let health = get(&system, "/api/health").await;
-    let checks = health["checks"].as_array().cloned().unwrap_or_default();
-    let check = checks.iter().find(|c| c["name"] == "worker:probe-4").cloned().unwrap_or(Value::Null);
+    let check = health_of(&system, "probe-4").await;
     assert_eq!(check["details"]["limits"], json!(said), "{check}");
     assert_ne!(check["status"], "degraded", "a clamp is informational: {check}");
 
-    let body = json!({"options": {"duration_ms": 100}});
-    let reply = system.http(Method::POST, "/api/workers/probe-4/runs", OPERATOR, Some(body)).await.expect("answer");
-    let id = reply.expect(StatusCode::CREATED, None)["id"].as_str().expect("an id").to_owned();
-    let path = format!("/api/runs/{id}");
-    let run = eventually(Duration::from_secs(60), "the run to end", || async {
-        let run = system.http(Method::GET, &path, VIEWER, None).await.ok()?.json();
-        (run["state"] != "queued" && run["state"] != "running").then_some(run)
-    })
-    .await;
+    let (run, log) = run_probe_4(&system, json!({"duration_ms": 100})).await;
     assert_eq!(run["state"], "succeeded", "{run}");
     assert!(run["usage"]["measured_by"].as_str().is_some_and(|m| m.starts_with("cgroup v")), "{}", run["usage"]);
-    let log = system.http(Method::GET, &format!("/api/runs/{id}/log"), VIEWER, None).await.expect("answer").text();
     assert!(log.contains(&format!("scrinalia: cpu_max 1024 clamped to this host's {cores} cores")), "{log}");
     system.cleanup().await;
 }
