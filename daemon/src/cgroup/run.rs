@@ -39,7 +39,8 @@ pub struct Counters {
 
 impl RunCgroup {
     /// Makes the cgroup `name` under each `runs` directory and writes `limits`; every controller the host has is
-    /// used for counting, limited or not. Nothing is left behind when a write fails.
+    /// used for counting, limited or not
+    /// (v1's `cpu` only for a cpu limit). Nothing is left behind when a write fails.
     pub(super) fn create(hierarchy: &Hierarchy, name: &str, limits: &Limits) -> Result<Self, String> {
         // `runs` again if a sibling daemon sharing this cgroup removed it as it stopped.
         let make = |base: &Path| -> Result<PathBuf, String> {
@@ -64,6 +65,9 @@ impl RunCgroup {
                 }
             }
             Hierarchy::V1 { memory, cpu, cpuacct } => {
+                // v1's `cpu` hierarchy counts nothing that `cpuacct` does not: joined only to limit, as each move
+                // into a hierarchy and back costs the run's start time.
+                let cpu = if limits.cpu_max.is_some() { cpu } else { &None };
                 let homes = [memory, cpu, cpuacct].into_iter().flatten().map(|b| b.join("cgroup.procs")).collect();
                 let mut made =
                     Self { v2: false, memory: None, cpu: None, cpuacct: None, memory_max_bytes: None, homes };

@@ -98,6 +98,36 @@ fn on_v1_a_run_gets_a_directory_per_controller_and_its_counters() {
 }
 
 #[test]
+fn on_v1_a_run_without_a_cpu_limit_stays_out_of_the_cpu_hierarchy() {
+    let dir = tempfile::tempdir().expect("a folder");
+    let base = |c: &str| {
+        let d = dir.path().join(c);
+        fs::create_dir_all(&d).expect("made");
+        Some(d)
+    };
+    let hierarchy = Hierarchy::V1 { memory: base("memory"), cpu: base("cpu"), cpuacct: base("cpuacct") };
+    let cgroups = Cgroups::prepare(Some(hierarchy));
+    let limits = Limits { memory_max_bytes: Some(64 << 20), cpu_max: None };
+    let run = cgroups.create(uuid::Uuid::nil(), &limits).expect("made").expect("a cgroup");
+    let joined = |files: Vec<std::path::PathBuf>| {
+        files
+            .iter()
+            .map(|f| {
+                f.strip_prefix(dir.path())
+                    .expect("under")
+                    .components()
+                    .next()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            })
+            .collect::<Vec<_>>()
+    };
+    let controllers = |names: &[&str]| names.iter().map(|n| Some((*n).to_owned())).collect::<Vec<_>>();
+    assert_eq!(joined(run.procs()), controllers(&["memory", "cpuacct"]), "cpuacct still counts the run's CPU");
+    assert_eq!(joined(run.homes()), controllers(&["memory", "cpuacct"]), "home from what it joined only");
+    assert!(!dir.path().join("cpu/runs").join(uuid::Uuid::nil().to_string()).exists());
+}
+
+#[test]
 fn a_limit_the_host_cannot_keep_is_refused_and_said() {
     let dir = tempfile::tempdir().expect("a folder");
     let hierarchy = Hierarchy::V1 { memory: Some(dir.path().to_path_buf()), cpu: None, cpuacct: None };
