@@ -324,6 +324,28 @@ class ScopeAndSkipTest(Workers):
         self.assertEqual(json_lines(stdout), [{"pending": 18}], "only the two in scope and not skipped were reviewed")
 
 
+#: (id, N, its shard): the same table as ``VECTORS`` in wire/src/shard.rs (the daemon's and the demo workers'
+#: ``shard_of``), so the two implementations are checked against one table. Change both or neither.
+SHARD_VECTORS = (
+    ("doc-0007", 7, 3),
+    ("doc-0000", 4, 0),
+    ("doc-0001", 4, 2),
+    ("doc-0004", 4, 3),
+    ("caf\u00e9", 5, 4),
+    ("", 1, 0),
+    ("", 3, 1),
+    ("item-000001", 3, 0),
+    ("item-000002", 3, 1),
+    ("item-000003", 3, 1),
+    ("日本語の文書", 16, 2),
+    ("doc-0024", 64, 40),
+    ("doc-0027", 64, 55),
+    (" doc 0002 ", 10, 6),
+    ("doc-0001", 1_000_003, 889_524),
+    ("doc-0001", 4_294_967_295, 3_846_161_928),
+)
+
+
 class ShardTest(Workers):
     def test_a_shard_is_given_as_two_whole_numbers(self):
         for text, shard in (("0/1", [0, 1]), ("3/4", [3, 4]), ("0/16", [0, 16]), ("10/11", [10, 11])):
@@ -361,6 +383,11 @@ class ShardTest(Workers):
         for n in (0, -1, 1.5, True, None):
             with self.assertRaisesRegex(ValueError, "The number of shards must be a whole number of at least 1"):
                 adapter.shard_of("doc-1", n)
+
+    def test_shard_of_agrees_with_the_rust_table(self):
+        for item_id, n, shard in SHARD_VECTORS:
+            with self.subTest(item_id=item_id, n=n):
+                self.assertEqual(adapter.shard_of(item_id, n), shard)
 
 
 if __name__ == "__main__":

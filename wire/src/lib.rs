@@ -23,6 +23,7 @@ pub mod reason;
 pub mod resource;
 pub mod run;
 pub mod schedule;
+pub mod shard;
 pub mod usage;
 pub mod waiting;
 pub mod worker;

@@ -6,7 +6,10 @@
 //! saves the stamps, journals the documents stamped, prints the batch's item lines and a checkpoint and reports
 //! progress, and on SIGTERM it stops after the current document, saving, journaling and checkpointing what it
 //! finished. A run honours its item lists (`item_lists.rs`): only the documents of its scope, never a quarantined
-//! one; a document a task fails is a failed item, which does not fail the run. A worker whose configuration
+//! one; a document a task fails is a failed item, which does not fail the run. A sharded run (`SCRINALIA_SHARD`)
+//! works only on the documents of its shard, as if the others were outside its scope: its worklist, progress,
+//! counts and journal are its share's (each journal line names the shard), and `count-pending` given a shard
+//! counts that share. A worker whose configuration
 //! names a model reports after each batch the tokens its run would have sent and received ([`Tokens`]).
 //!
 //! Time is a parameter (`now`, Unix seconds) so tests decide what has arrived in staging.
@@ -20,11 +23,12 @@ use std::{
 };
 
 use anyhow::Context as _;
+use scrinalia_wire::shard::Shard;
 use serde_json::{Value, json};
 
 use crate::{
     config::EngineConfig,
-    invocation::{ITEMS_ONLY_ENV, ITEMS_SKIP_ENV, Invocation},
+    invocation::{ITEMS_ONLY_ENV, ITEMS_SKIP_ENV, Invocation, SHARD_ENV},
     item_lists::ItemLists,
     pipeline::Stage,
     protocol::Protocol,
@@ -87,13 +91,21 @@ fn writable(folder: &Path) -> anyhow::Result<()> {
     fs::remove_file(&probe).context("remove a file from it")
 }
 
-/// `count-pending`: `{"pending": N}`, or for the conflict judge `{"unmeasurable": …, "done": N}`.
-pub fn count_pending(task: Task, data: &Path, now: u64, out: &mut Protocol<impl Write>) -> anyhow::Result<i32> {
+/// `count-pending`: `{"pending": N}`, or for the conflict judge `{"unmeasurable": …, "done": N}`; given a shard,
+/// only the documents of that shard count.
+pub fn count_pending(
+    task: Task,
+    data: &Path,
+    now: u64,
+    shard: Option<Shard>,
+    out: &mut Protocol<impl Write>,
+) -> anyhow::Result<i32> {
     let stage = Stage::open(task, data, now)?;
+    let held = |id: &str| shard.is_none_or(|shard| shard.holds(id));
     if task == Task::ConflictJudge {
-        out.object(&json!({ "unmeasurable": UNMEASURABLE, "done": stage.done() }))?;
+        out.object(&json!({ "unmeasurable": UNMEASURABLE, "done": stage.done(held) }))?;
     } else {
-        out.object(&json!({ "pending": stage.pending().len() }))?;
+        out.object(&json!({ "pending": stage.pending().iter().filter(|id| held(id)).count() }))?;
     }
     Ok(0)
 }
@@ -146,7 +158,8 @@ pub fn run(
     };
     let lists = ItemLists::of(invocation)?;
     let mut stage = Stage::open(task, data, now)?;
-    // A fresh worklist: the pending documents of the scope, less the quarantined ones, at most `limit`.
+    // A fresh worklist: the pending documents of the scope and the shard, less the quarantined ones, at most
+    // `limit`.
     let mut pending = stage.pending();
     pending.retain(|id| !lists.out_of_scope(id));
     let quarantined_now: Vec<String> = pending.iter().filter(|id| lists.skips(id)).cloned().collect();
@@ -170,11 +183,18 @@ pub fn run(
     let shown_id = run_id.unwrap_or("none");
     let reference = config.source.as_ref().and_then(|s| s.reference.as_deref());
     let source = reference.map(|r| format!(" from {r}")).unwrap_or_default();
+    let seen = stage.seen(|id| lists.in_shard(id));
     let work = continues.unwrap_or_else(|| match quarantined_now.len() {
-        0 => format!("{total} of {} documents pending", stage.seen()),
-        left_out => format!("{total} of {} documents pending, {left_out} quarantined left out", stage.seen()),
+        0 => format!("{total} of {seen} documents pending"),
+        left_out => format!("{total} of {seen} documents pending, {left_out} quarantined left out"),
     });
     eprintln!("{name}: run {shown_id} starts: {work}, batches of {batch_size}, {}{source}", config.model_name());
+    if let Some(shard) = lists.shard {
+        eprintln!(
+            "{name}: shard {shard} ({SHARD_ENV}): only the documents of shard {} of {}",
+            shard.index, shard.count
+        );
+    }
     if let Some(only) = &lists.only {
         eprintln!("{name}: scoped to {} documents ({ITEMS_ONLY_ENV})", only.len());
     }
@@ -183,7 +203,7 @@ pub fn run(
     }
 
     // What this run does not get to, said first: the quarantined documents a fresh worklist left out, and the
-    // ids of its scope that are not in its worklist.
+    // ids of its scope that are not in its worklist (those of another shard are that shard's to report).
     let mut items = Items::default();
     if drawn_now {
         for id in &quarantined_now {
@@ -194,7 +214,8 @@ pub fn run(
         let listed: BTreeSet<&str> = documents.iter().map(String::as_str).collect();
         let reported: BTreeSet<&str> =
             if drawn_now { quarantined_now.iter().map(String::as_str).collect() } else { BTreeSet::new() };
-        for id in only.iter().filter(|id| !listed.contains(id.as_str()) && !reported.contains(id.as_str())) {
+        let unlisted = |id: &&String| !listed.contains(id.as_str()) && !reported.contains(id.as_str());
+        for id in only.iter().filter(unlisted).filter(|id| lists.in_shard(id)) {
             if drawn_now && beyond_limit.contains(id) {
                 let sentence = format!("It is pending, but beyond this run's limit of {limit} documents.");
                 items.skipped(id, "over_limit", sentence);
@@ -233,7 +254,7 @@ pub fn run(
             }
             position += 1;
             if lists.out_of_scope(id) {
-                // A resumed or restarted worklist holds documents outside this run's scope: not its items.
+                // A resumed or restarted worklist holds documents outside this run's scope or shard: not its items.
                 continue;
             }
             if finished.contains(id) {
@@ -255,10 +276,14 @@ pub fn run(
                         tokens.document(task, chars);
                     }
                     stage.own.stamp(id, outcome.record);
-                    stamped.push(json!({
+                    let mut line = json!({
                         "document": id, "run": run_id, "worklist_of": worklist_of, "stamp": task.stamp(),
                         "tally": outcome.tally,
-                    }));
+                    });
+                    if let Some(shard) = lists.shard {
+                        line["shard"] = json!(shard.to_string());
+                    }
+                    stamped.push(line);
                     *tally.entry(outcome.tally).or_default() += 1;
                     processed += 1;
                     items.succeeded(id);
@@ -298,6 +323,9 @@ pub fn run(
     let mut result = json!({ "processed": processed, "failed": failed, task.tally_name(): tally });
     if skipped > 0 {
         result["skipped"] = json!(skipped);
+    }
+    if let Some(shard) = lists.shard {
+        result["shard"] = json!(shard.to_string());
     }
     items.count_into(&mut result);
     if let Some(signal) = stopped {

@@ -43,7 +43,7 @@ fn execute(
     let task = Task::named(&invocation.worker).expect("an archive worker");
     match invocation.verb {
         Verb::Describe => describe(task, &invocation, data, now, out),
-        Verb::CountPending => count_pending(task, data, now, out),
+        Verb::CountPending => count_pending(task, data, now, invocation.shard, out),
         Verb::Check => check(task, data, now, out),
         Verb::Run => run(task, &invocation, data, now, &Stop::never(), out),
     }
@@ -473,3 +473,6 @@ fn a_worker_with_a_model_reports_its_tokens_after_each_batch_and_failed_document
 
 #[path = "archive_items_tests.rs"]
 mod items;
+
+#[path = "archive_shard_tests.rs"]
+mod shards;

@@ -5,9 +5,13 @@
 //! `SCRINALIA_CHECKPOINT` (a resume: the JSON text of the earlier run's last checkpoint) or `SCRINALIA_RESTART_OF`
 //! (a restart: the earlier run's id); the worker decides what they mean. So do the item lists of a run:
 //! `SCRINALIA_ITEMS_ONLY` (its scope) and `SCRINALIA_ITEMS_SKIP` (the quarantined items), each the path of a file of
-//! one id per line (`item_lists.rs` reads them).
+//! one id per line (`item_lists.rs` reads them), and `SCRINALIA_SHARD` (`i/N`: the run processes only the documents
+//! of shard `i` of `N`), read here, so a malformed value fails (exit 2) before any work.
 
 use std::{collections::BTreeMap, fmt};
+
+pub use scrinalia_wire::shard::SHARD_ENV;
+use scrinalia_wire::shard::Shard;
 
 use crate::options::{OptionSpec, Options};
 
@@ -98,6 +102,8 @@ pub struct Invocation {
     pub items_only: Option<String>,
     /// `SCRINALIA_ITEMS_SKIP`: the path of the file of the quarantined item ids a run must skip (unread).
     pub items_skip: Option<String>,
+    /// `SCRINALIA_SHARD`: the shard of a sharded run, which processes only its share of the documents.
+    pub shard: Option<Shard>,
 }
 
 /// The environment variable holding the checkpoint a resumed run starts from.
@@ -164,6 +170,12 @@ impl Invocation {
                 )));
             }
         }
+        // Unset or empty: not a shard. Anything else must be one: a run that went on without knowing its share
+        // would process every other shard's documents too.
+        let shard =
+            env(SHARD_ENV).filter(|v| !v.is_empty()).map(|text| Shard::parse(&text)).transpose().map_err(
+                |sentence| usage(format!("{sentence} So this run's share of the documents cannot be known.")),
+            )?;
         let mut pick = |flag: &str, var: &str| common.remove(flag).or_else(|| env(var)).filter(|v| !v.is_empty());
         Ok(Self {
             worker: worker.clone(),
@@ -180,6 +192,7 @@ impl Invocation {
             restart_of: env(RESTART_OF_ENV).filter(|v| !v.is_empty()),
             items_only: env(ITEMS_ONLY_ENV).filter(|v| !v.is_empty()),
             items_skip: env(ITEMS_SKIP_ENV).filter(|v| !v.is_empty()),
+            shard,
         })
     }
 }
@@ -246,6 +259,22 @@ mod tests {
         assert_eq!((i.items_only.as_deref(), i.items_skip), (Some("/tmp/only"), None));
         let i = parse(&["w", "run"]).expect("parses");
         assert_eq!((i.checkpoint, i.restart_of), (None, None));
+    }
+
+    #[test]
+    fn the_shard_comes_from_the_environment_and_a_malformed_one_is_refused() {
+        let args = ["w".to_owned(), "run".to_owned()];
+        let with = |value: &'static str| {
+            Invocation::parse(&args, |_| Some(SPECS), move |name: &str| (name == SHARD_ENV).then(|| value.to_owned()))
+        };
+        assert_eq!(with("1/3").expect("parses").shard, Some(Shard { index: 1, count: 3 }));
+        assert_eq!(with("").expect("parses").shard, None, "empty is unset");
+        assert_eq!(parse(&["w", "run"]).expect("parses").shard, None);
+        for malformed in ["3/3", "1/0", "+1/3", "1 /3", "one/three"] {
+            let message = usage_message(with(malformed));
+            assert!(message.starts_with(&format!("SCRINALIA_SHARD is {malformed:?}; it must be i/N")), "{message}");
+            assert!(message.ends_with("So this run's share of the documents cannot be known."), "{message}");
+        }
     }
 
     #[test]

@@ -5,10 +5,15 @@
 //! lines are ignored. A file that is named but cannot be read ends the run with an error before any work: a scoped
 //! run that went on without its scope would process everything, and one without its skip list would process the
 //! quarantined documents again. (The probes read the same files in `probe.rs`.)
+//!
+//! A sharded run's shard (`SCRINALIA_SHARD=i/N`, read with the command line in `invocation.rs`) narrows the run
+//! the same way as a scope: a document of another shard is outside the run, neither processed nor reported, so the
+//! `N` shards of a run together handle every document once.
 
 use std::collections::BTreeSet;
 
 use anyhow::Context as _;
+use scrinalia_wire::shard::Shard;
 
 use crate::invocation::{ITEMS_ONLY_ENV, ITEMS_SKIP_ENV, Invocation};
 
@@ -19,6 +24,8 @@ pub struct ItemLists {
     pub only: Option<BTreeSet<String>>,
     /// The quarantined ids (empty when there is nothing to skip).
     pub skip: BTreeSet<String>,
+    /// The run's shard; `None` when the run is not sharded.
+    pub shard: Option<Shard>,
 }
 
 impl ItemLists {
@@ -26,12 +33,17 @@ impl ItemLists {
     pub fn of(invocation: &Invocation) -> anyhow::Result<Self> {
         let only = invocation.items_only.as_deref().map(|path| read(ITEMS_ONLY_ENV, path)).transpose()?;
         let skip = invocation.items_skip.as_deref().map(|path| read(ITEMS_SKIP_ENV, path)).transpose()?;
-        Ok(Self { only, skip: skip.unwrap_or_default() })
+        Ok(Self { only, skip: skip.unwrap_or_default(), shard: invocation.shard })
     }
 
-    /// Whether `id` is outside the run's scope.
+    /// Whether `id` is outside the run: not in its scope, or in another shard.
     pub fn out_of_scope(&self, id: &str) -> bool {
-        self.only.as_ref().is_some_and(|only| !only.contains(id))
+        self.only.as_ref().is_some_and(|only| !only.contains(id)) || !self.in_shard(id)
+    }
+
+    /// Whether `id` is in the run's shard (every id is, for a run that is not sharded).
+    pub fn in_shard(&self, id: &str) -> bool {
+        self.shard.is_none_or(|shard| shard.holds(id))
     }
 
     /// Whether `id` is quarantined, to be left untouched.
@@ -84,5 +96,22 @@ mod tests {
         let missing = dir.path().join("gone").display().to_string();
         let error = ItemLists::of(&invocation(None, Some(missing))).expect_err("a missing skip list");
         assert!(format!("{error:#}").starts_with("read SCRINALIA_ITEMS_SKIP ("), "{error:#}");
+    }
+
+    #[test]
+    fn a_shard_leaves_the_other_shards_documents_out_of_the_run() {
+        // doc-0000 … doc-0003 are in shards 0, 2, 0, 0 of 4 (wire/src/shard.rs).
+        let lists = |shard| ItemLists { shard, ..ItemLists::default() };
+        let ids = ["doc-0000", "doc-0001", "doc-0002", "doc-0003"];
+        let inside = |lists: &ItemLists| ids.iter().filter(|id| !lists.out_of_scope(id)).copied().collect::<Vec<_>>();
+        assert_eq!(inside(&lists(Some(Shard { index: 0, count: 4 }))), ["doc-0000", "doc-0002", "doc-0003"]);
+        assert_eq!(inside(&lists(Some(Shard { index: 2, count: 4 }))), ["doc-0001"]);
+        assert!(inside(&lists(Some(Shard { index: 1, count: 4 }))).is_empty());
+        assert_eq!(inside(&lists(None)), ids, "a run that is not sharded holds every document");
+        let scoped = ItemLists {
+            only: Some(["doc-0000", "doc-0001"].map(str::to_owned).into()),
+            ..lists(Some(Shard { index: 0, count: 4 }))
+        };
+        assert_eq!(inside(&scoped), ["doc-0000"], "a scope and a shard: the documents of both");
     }
 }

@@ -76,7 +76,7 @@ fn dispatch(args: &[String]) -> anyhow::Result<i32> {
     let now = staging::unix_now();
     match invocation.verb {
         Verb::Describe => archive::describe(task, &invocation, &data, now, &mut out),
-        Verb::CountPending => archive::count_pending(task, &data, now, &mut out),
+        Verb::CountPending => archive::count_pending(task, &data, now, invocation.shard, &mut out),
         Verb::Check => archive::check(task, &data, now, &mut out),
         Verb::Run => {
             let stop = stop::Stop::on_sigterm()?;

@@ -68,9 +68,9 @@ impl Stage {
         }
     }
 
-    /// How many documents the worker sees.
-    pub fn seen(&self) -> usize {
-        self.seen_ids().len()
+    /// How many of the documents the worker sees `keep` keeps (a run's shard).
+    pub fn seen(&self, keep: impl Fn(&str) -> bool) -> usize {
+        self.seen_ids().into_iter().filter(|id| keep(id)).count()
     }
 
     /// The documents it sees that carry its inputs' stamps but not its own, in order.
@@ -82,9 +82,9 @@ impl Stage {
             .collect()
     }
 
-    /// How many documents it sees already carry its stamp.
-    pub fn done(&self) -> usize {
-        self.seen_ids().into_iter().filter(|id| self.own.has(id)).count()
+    /// How many of the documents it sees that `keep` keeps (a run's shard) already carry its stamp.
+    pub fn done(&self, keep: impl Fn(&str) -> bool) -> usize {
+        self.seen_ids().into_iter().filter(|id| keep(id) && self.own.has(id)).count()
     }
 
     /// The document `id` with its inputs' records.

@@ -11,7 +11,9 @@
 //! checkpoint (a resumed run goes on after the items its checkpoint counts), each block recorded in the ledger
 //! before it is printed (`probe_items.rs`); `malformed_items` prints refused item lines first. It reports only the items of its scope
 //! (`SCRINALIA_ITEMS_ONLY`) and reports those it must skip (`SCRINALIA_ITEMS_SKIP`) as skipped, untouched. `check` answers ready unless
-//! `$SCRINALIA_PROBE_NOT_READY` holds a sentence, which is then the reason.
+//! `$SCRINALIA_PROBE_NOT_READY` holds a sentence, which is then the reason. A probe does not declare the `shards`
+//! capability, so the daemon never splits its runs (it is the tests' worker that cannot take a shard); given
+//! `SCRINALIA_SHARD` all the same, it reports only the items of that shard, and its start line records it.
 
 use std::{
     fs::OpenOptions,
@@ -116,7 +118,8 @@ pub const OPTIONS: &[OptionSpec] = &[
         .about("No progress, item or checkpoint line after this many milliseconds (0: never silent)."),
 ];
 
-/// What a probe can do: report items, take a scope and a skip list, checkpoint and resume.
+/// What a probe can do: report items, take a scope and a skip list, checkpoint and resume; not `shards` (see the
+/// module's documentation).
 fn capabilities() -> Value {
     json!({ "items": true, "scope": true, "checkpoints": true })
 }
@@ -199,7 +202,8 @@ pub fn execute(invocation: &Invocation, out: &mut Protocol) -> anyhow::Result<i3
     };
     let args: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
     let traceparent = std::env::var("TRACEPARENT").ok();
-    let mut start = json!({ "traceparent": traceparent, "args": args });
+    let shard = invocation.shard.map(|shard| shard.to_string());
+    let mut start = json!({ "traceparent": traceparent, "args": args, "shard": shard });
     start.as_object_mut().into_iter().for_each(|line| line.extend(continued(invocation)));
     ledger.record("start", start)?;
     let mut writes = Value::Null;
@@ -329,6 +333,9 @@ fn run(
     }
     if let Some(earlier) = &invocation.restart_of {
         eprintln!("{name}: starts over run {earlier}");
+    }
+    if let Some(shard) = invocation.shard {
+        eprintln!("{name}: reports only the items of shard {shard}");
     }
     let note = options.text("note");
     if !note.is_empty() {

@@ -122,6 +122,7 @@ mod tests {
         let lists = ItemLists {
             only: Some(["item-000002", "item-000003", "item-000004"].map(str::to_owned).into()),
             skip: ["item-000003".to_owned()].into(),
+            shard: None,
         };
         let output = ItemOutput { lists, failed_every: 2, as_text: false, times: WriteTimes::default() };
         assert_eq!(
