@@ -1,4 +1,4 @@
-// One run: its state, times, daemon, where it comes from (its retry chain, the schedule or pipeline that
+// One run: its state, times, daemon, its shards (run-shards.js), where it comes from (its retry chain, the schedule or pipeline that
 // requested it), resolved configuration with sources (beside what the worker reported it used), progress, result
 // counts, error, its items (run-items.js: the outcome counts by class, the failed items 50 at a time, searchable
 // by id, and Rerun failures), and its log, followed live while the run is in flight (a streamed fetch of
@@ -11,6 +11,7 @@ import {
   timeEl, valueText,
 } from "./format.js";
 import { createRunItems } from "./run-items.js";
+import { shardsSection } from "./run-shards.js";
 import { usageTable } from "./run-usage.js";
 
 const LOG_LIMIT = 2_000_000; // characters kept on screen; older output is cut from the top
@@ -114,6 +115,7 @@ export function mount(root, [id], ctx) {
       progressText(progressFacts({ progress: p.progress }, 0)));
     replace(outcome, h("h2", { id: "outcome-title" }, "Progress and outcome"),
       progress,
+      shardsSection(r, ctx.serverNow()),
       r.result ? h("table", { class: "counts" }, h("caption", null, "Result"),
         h("tbody", null, Object.entries(r.result).map(resultRow))) : null,
       r.error ? [h("h3", null, "Error"), h("pre", { class: "error-block" }, r.error)] : null,
@@ -381,7 +383,9 @@ export function mount(root, [id], ctx) {
       // A daemon's event may change what is shown of the daemon running this run; a run of the same worker may
       // be a retry of this one (its chain grows).
       if (ev.run === id || (ev.kind === "daemon" && run?.daemon_id)) debounce("run", load);
-      else if (ev.kind === "run" && ev.worker === run?.worker && run?.chain) debounce("run", load);
+      else if (ev.kind === "run" && ev.worker === run?.worker && (run?.chain || run?.children?.length)) {
+        debounce("run", load);
+      }
       items.onEvent(ev);
     },
     refresh: load,

@@ -72,6 +72,7 @@ static ASSETS: &[Asset] = &[
     asset!("runs.js", JS),
     asset!("run.js", JS),
     asset!("run-items.js", JS),
+    asset!("run-shards.js", JS),
     asset!("run-usage.js", JS),
     asset!("overrides.js", JS),
     asset!("schedules.js", JS),

@@ -167,7 +167,13 @@ pub fn options_once(given: Vec<(String, Value)>) -> Result<BTreeMap<String, Valu
 /// The explicit arguments of `--engine`, `--preset` and `--option`s.
 fn explicit(given: RunArguments) -> Result<ExplicitArgs, Verdict> {
     let options = options_once(given.options)?;
-    Ok(ExplicitArgs { engine: given.engine, preset: given.preset, options, ..ExplicitArgs::default() })
+    Ok(ExplicitArgs {
+        engine: given.engine,
+        preset: given.preset,
+        options,
+        shards: given.shards,
+        ..ExplicitArgs::default()
+    })
 }
 
 async fn trigger(client: &Client, out: Out, args: TriggerArgs) -> anyhow::Result<()> {
@@ -177,7 +183,8 @@ async fn trigger(client: &Client, out: Out, args: TriggerArgs) -> anyhow::Result
         .await
         .with_context(|| format!("requesting a run of {}", args.worker))?;
     let run: Run = body.parse()?;
-    let queued = format!("Queued run {} of worker {}.", run.id, run.worker);
+    let split = run.shards.map(|n| format!(", split into {n} shards")).unwrap_or_default();
+    let queued = format!("Queued run {} of worker {}{split}.", run.id, run.worker);
     if args.follow {
         note(&format!("{queued} Following its output; Ctrl-C stops following, not the run."));
         return follow::run_to_end(client, out, run.id, None).await;

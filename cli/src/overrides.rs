@@ -70,8 +70,11 @@ pub struct SetArgs {
     /// (and ends interrupted, `stalled`).
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub stall_seconds: Option<i64>,
-    /// Give a field back to the default: `engine`, `preset`, `retry`, `memory_max`, `cpu_max`, `stall_seconds`
-    /// or an option's name. Repeat for several.
+    /// Split its runs into this many shards (its code must declare that it takes a shard); 1 is one plain run.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub shards: Option<i64>,
+    /// Give a field back to the default: `engine`, `preset`, `retry`, `memory_max`, `cpu_max`, `stall_seconds`,
+    /// `shards` or an option's name. Repeat for several.
     #[arg(long, value_name = "FIELD")]
     pub unset: Vec<String>,
     /// Why (required; kept in the audit trail).
@@ -115,6 +118,7 @@ pub fn change_body(args: SetArgs) -> Result<OverrideChange, Verdict> {
         memory_max: args.memory_max.map(|m| Some(MemoryMax(Value::String(m)))),
         cpu_max: args.cpu_max.map(Some),
         stall_seconds: args.stall_seconds.map(Some),
+        shards: args.shards.map(Some),
         reason: None,
     };
     for field in args.unset {
@@ -125,6 +129,7 @@ pub fn change_body(args: SetArgs) -> Result<OverrideChange, Verdict> {
             "memory_max" => change.memory_max.replace(None).is_some(),
             "cpu_max" => change.cpu_max.replace(None).is_some(),
             "stall_seconds" => change.stall_seconds.replace(None).is_some(),
+            "shards" => change.shards.replace(None).is_some(),
             name => change.options.insert(name.to_owned(), Value::Null).is_some(),
         };
         if taken {
@@ -194,6 +199,9 @@ fn fields(values: &OverrideValues) -> BTreeMap<String, Value> {
     }
     if let Some(s) = values.stall_seconds {
         out.insert("stall_seconds".to_owned(), Value::from(s));
+    }
+    if let Some(n) = values.shards {
+        out.insert("shards".to_owned(), Value::from(n));
     }
     out.extend(values.options.iter().map(|(k, v)| (k.clone(), v.clone())));
     out
@@ -278,6 +286,7 @@ mod tests {
             memory_max: None,
             cpu_max: None,
             stall_seconds: None,
+            shards: None,
             unset: unset.iter().map(|s| (*s).to_owned()).collect(),
             reason: parse_reason("why").expect("a reason"),
         }

@@ -58,6 +58,14 @@ impl Invocation {
         self
     }
 
+    /// Tells the worker of a shard of a sharded run which one it is: `SCRINALIA_SHARD=i/N` (0-based).
+    pub fn in_shard(mut self, run: &Run) -> Self {
+        if let (Some(shard), Some(shards), Some(_)) = (run.shard, run.shards, run.parent_id) {
+            self.env.push(("SCRINALIA_SHARD".to_owned(), format!("{shard}/{shards}")));
+        }
+        self
+    }
+
     /// `<command> <verb> <flags>` for a chore (`count-pending`, `check`); `describe` gets no flags at all, so the
     /// worker answers with its code's own defaults.
     pub fn chore(
@@ -235,6 +243,28 @@ mod tests {
         assert_eq!(last("SCRINALIA_PROBE_LOG"), Some("/tmp/p"));
         assert_eq!(last("SCRINALIA_RUN_ID"), Some(run.to_string().as_str()), "the protocol's variable wins");
         assert_eq!(last("SCRINALIA_WORKER"), Some("w"));
+    }
+
+    #[test]
+    fn a_shard_is_told_which_one_it_is_and_a_plain_run_is_told_nothing() {
+        let spec: WorkerSpec =
+            serde_json::from_value(serde_json::json!({"name": "w", "command": ["/bin/w"]})).expect("a worker");
+        let shard_of = |run: &Run| {
+            let invocation =
+                Invocation::run(&spec, Path::new("/nowhere"), &WorkerEnv::default(), run.id, &run.config, "tp")
+                    .in_shard(run);
+            invocation.env.iter().find(|(k, _)| k == "SCRINALIA_SHARD").map(|(_, v)| v.clone())
+        };
+        let mut run: Run = serde_json::from_value(serde_json::json!({
+            "id": Uuid::now_v7(), "worker": "w", "state": "running", "requested_by": "ada",
+            "requested_at": "2026-12-07T00:00:00Z", "arguments": {}, "config": ResolvedConfig::empty(), "attempt": 1
+        }))
+        .expect("a run");
+        assert_eq!(shard_of(&run), None);
+        run.shards = Some(4);
+        assert_eq!(shard_of(&run), None, "a parent is never started");
+        (run.parent_id, run.shard) = (Some(Uuid::now_v7()), Some(2));
+        assert_eq!(shard_of(&run).as_deref(), Some("2/4"));
     }
 
     #[test]

@@ -73,8 +73,9 @@ async fn execute_in_span(
     // Without exported spans the stored context is passed on as it is, so the worker still joins the trace.
     let traceparent = telemetry::traceparent_of(&tracing::Span::current())
         .unwrap_or_else(|| invocation::traceparent(run.trace_context.as_deref()));
-    let mut invocation =
-        Invocation::run(spec, &ctx.exe_dir, &ctx.worker_env, run.id, &run.config, &traceparent).continuing(&run);
+    let mut invocation = Invocation::run(spec, &ctx.exe_dir, &ctx.worker_env, run.id, &run.config, &traceparent)
+        .continuing(&run)
+        .in_shard(&run);
     let _item_files = match item_files::prepare(&ctx, &run, spec).await {
         Ok(files) => {
             invocation.env.extend(files.env.iter().cloned());

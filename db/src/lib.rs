@@ -44,6 +44,7 @@ pub mod running_items;
 pub mod runs;
 pub mod schedules;
 pub mod settings;
+pub mod shards;
 pub mod tokens;
 mod tx;
 pub mod webhooks;

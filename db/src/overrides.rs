@@ -11,7 +11,7 @@ use scrinalia_wire::{AuditEntry, Override, OverrideAction, OverrideValues};
 
 macro_rules! override_columns {
     ($d:ident;) => {
-        "worker, engine, preset, options, retry, memory_max, cpu_max, stall_seconds, updated_by, updated_at"
+        "worker, engine, preset, options, retry, memory_max, cpu_max, stall_seconds, shards, updated_by, updated_at"
     };
 }
 
@@ -49,13 +49,13 @@ pub async fn list(on: impl Into<On<'_>>) -> Result<Vec<Override>> {
 pub async fn upsert(on: impl Into<On<'_>>, worker: &str, values: &OverrideValues, actor: &str) -> Result<Override> {
     const UPSERT: Sql = sql!(
         "insert into worker_overrides (worker, engine, preset, options, retry, memory_max, cpu_max, stall_seconds, \
-             updated_by, updated_at) \
-         values ($1, $2, $3, $4, $6, $7, $8, $9, $5, ",
+             shards, updated_by, updated_at) \
+         values ($1, $2, $3, $4, $6, $7, $8, $9, $10, $5, ",
         now,
         ") \
          on conflict (worker) do update set engine = excluded.engine, preset = excluded.preset, \
              options = excluded.options, retry = excluded.retry, memory_max = excluded.memory_max, \
-             cpu_max = excluded.cpu_max, stall_seconds = excluded.stall_seconds, \
+             cpu_max = excluded.cpu_max, stall_seconds = excluded.stall_seconds, shards = excluded.shards, \
              updated_by = excluded.updated_by, updated_at = excluded.updated_at \
          returning ",
         override_columns!()
@@ -70,6 +70,7 @@ pub async fn upsert(on: impl Into<On<'_>>, worker: &str, values: &OverrideValues
         .bind(values.memory_max.as_ref().map(Json))
         .bind(values.cpu_max)
         .bind(values.stall_seconds)
+        .bind(values.shards)
         .fetch_one(pool)
         .await)
 }

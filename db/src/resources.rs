@@ -24,7 +24,8 @@ pub async fn release(on: impl Into<On<'_>>, run: Uuid) -> Result<()> {
 /// holds, so that a daemon never waits for another's claim of it).
 pub async fn first_due(on: impl Into<On<'_>>, worker: &str) -> Result<Option<Uuid>> {
     const CANDIDATE: Sql = sql!(
-        "select id from worker_runs where state = 'queued' and worker = $1 and (not_before is null or not_before <= ",
+        "select id from worker_runs where state = 'queued' and worker = $1 and (shards is null or parent_id is not null) \
+             and (not_before is null or not_before <= ",
         now,
         ") order by requested_at, id limit 1",
         skip_locked
@@ -67,7 +68,8 @@ pub async fn hold(on: impl Into<On<'_>>, run: Uuid, resource: &str) -> Result<()
 /// only for the workers with something to claim.
 pub async fn queued_among(on: impl Into<On<'_>>, workers: &[String]) -> Result<Vec<String>> {
     const QUEUED: Sql = sql!(
-        "select distinct worker from worker_runs where state = 'queued' and worker in (select value from ",
+        "select distinct worker from worker_runs where state = 'queued' and (shards is null or parent_id is not null) \
+             and worker in (select value from ",
         json_list(1, w),
         ") and (not_before is null or not_before <= ",
         now,

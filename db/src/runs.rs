@@ -22,7 +22,8 @@ macro_rules! run_columns {
         "id, worker, state, requested_by, requested_at, arguments, config, reported_config, claimed_by, claimed_at, \
          lease_expires_at, started_at, finished_at, duration_ms, exit_code, end_reason, error, progress, result, \
          cancel_requested_at, cancel_requested_by, trace_context, log_key, attempt, retry_of, not_before, schedule_id, \
-         fire_at, pipeline_run_id, pipeline_step, checkpoint, checkpoint_at, follows, follows_as, usage"
+         fire_at, pipeline_run_id, pipeline_step, checkpoint, checkpoint_at, follows, follows_as, usage, parent_id, shard, \
+         shards"
     };
 }
 
@@ -64,6 +65,26 @@ pub struct Links<'a> {
     /// that end. Every other request is stamped when its transaction began, so that all the runs of one
     /// transaction (a fire pass, say) carry one time.
     pub stamped_when_written: bool,
+    /// Where it stands in a sharded run: a parent, or one of a parent's children.
+    pub shard: Option<ShardLink>,
+}
+
+/// A run's place in a sharded run (see `scrinalia_shared::runs::shards`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardLink {
+    /// The parent of `shards` children: never claimed, its state follows theirs.
+    Parent { shards: i32 },
+    /// Child `shard` (0-based) of `shards` of the parent run `parent`.
+    Child { parent: Uuid, shard: i32, shards: i32 },
+}
+
+impl ShardLink {
+    fn columns(self) -> (Option<Uuid>, Option<i32>, i32) {
+        match self {
+            ShardLink::Parent { shards } => (None, None, shards),
+            ShardLink::Child { parent, shard, shards } => (Some(parent), Some(shard), shards),
+        }
+    }
 }
 
 /// Inserts a request, `on conflict do nothing`: `None` when a unique index refuses it (the one in flight per
@@ -76,18 +97,19 @@ pub async fn insert(on: impl Into<On<'_>>, new: &NewRun<'_>) -> Result<Option<Ru
     const INSERT: Sql = sql!(
         "insert into worker_runs (id, worker, requested_by, arguments, config, trace_context, schedule_id, fire_at, \
              retry_of, attempt, not_before, pipeline_run_id, pipeline_step, follows, follows_as, checkpoint, \
-             checkpoint_at, requested_at) \
+             checkpoint_at, requested_at, parent_id, shard, shards) \
          select $1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, 1), ",
         now_plus(11),
         ", $12, $13, $14, $15, $16, $17, case when $18 then ",
         clock,
         " else ",
         now,
-        " end where cast($19 as bigint) is null \
+        " end, $20, $21, $22 where cast($19 as bigint) is null \
              or coalesce((select max(id) from worker_override_audit where worker = $2), 0) = $19 \
          on conflict do nothing returning ",
         run_columns!()
     );
+    let shard = new.links.shard.map(ShardLink::columns);
     let inserted = run!(on, INSERT, |pool, sql| sqlx::query_as::<_, Run>(sql)
         .bind(new.id)
         .bind(new.worker)
@@ -108,6 +130,9 @@ pub async fn insert(on: impl Into<On<'_>>, new: &NewRun<'_>) -> Result<Option<Ru
         .bind(new.links.checkpoint.map(|c| DbTime(c.1)))
         .bind(new.links.stamped_when_written)
         .bind(new.override_version)
+        .bind(shard.and_then(|s| s.0))
+        .bind(shard.and_then(|s| s.1))
+        .bind(shard.map(|s| s.2))
         .fetch_optional(pool)
         .await);
     match inserted {
@@ -118,10 +143,13 @@ pub async fn insert(on: impl Into<On<'_>>, new: &NewRun<'_>) -> Result<Option<Ru
     }
 }
 
-/// The run of `worker` queued or running, if any.
+/// The run of `worker` queued or running, if any: a plain run or the parent of a sharded one (never a child).
 pub async fn in_flight_of(on: impl Into<On<'_>>, worker: &str) -> Result<Option<Run>> {
-    const IN_FLIGHT_OF: Sql =
-        sql!("select ", run_columns!(), " from worker_runs where worker = $1 and state in ('queued', 'running')");
+    const IN_FLIGHT_OF: Sql = sql!(
+        "select ",
+        run_columns!(),
+        " from worker_runs where worker = $1 and state in ('queued', 'running') and parent_id is null"
+    );
     Ok(run!(on, IN_FLIGHT_OF, |pool, sql| sqlx::query_as(sql).bind(worker).fetch_optional(pool).await)?)
 }
 
@@ -175,7 +203,7 @@ pub(crate) const CLAIM_POSTGRES: Sql = sql!(
              lease_expires_at = now() + make_interval(secs => $2) \
          where id = any(array(select id from worker_runs where state = 'queued' \
              and ($4::text[] is null or worker = any($4)) and ($5::text[] is null or worker <> all($5)) \
-             and (not_before is null or not_before <= now()) \
+             and (not_before is null or not_before <= now()) and (shards is null or parent_id is not null) \
              order by requested_at, id for update skip locked limit $3)) \
          returning ",
     run_columns!()
@@ -193,7 +221,7 @@ pub(crate) const CLAIM_SQLITE: Sql = sql!(
              and ($5 is null or worker not in (select value from json_each($5))) \
              and (not_before is null or not_before <= ",
     now,
-    ") \
+    ") and (shards is null or parent_id is not null) \
              order by requested_at, id limit $3) \
          returning ",
     run_columns!()
@@ -423,7 +451,10 @@ pub async fn marks_since(on: impl Into<On<'_>>, since: chrono::DateTime<chrono::
 
 /// Whether a queued request is visible on `conn` (a read on the index of queued rows, which takes no lock).
 pub(crate) async fn any_queued(conn: &mut sqlx::SqliteConnection) -> Result<bool> {
-    const ANY: Sql = sql!("select exists (select 1 from worker_runs where state = 'queued')");
+    // A parent is never claimed: a queued one is nothing to wake a claimer for.
+    const ANY: Sql = sql!(
+        "select exists (select 1 from worker_runs where state = 'queued' and (shards is null or parent_id is not null))"
+    );
     Ok(sqlx::query_scalar(ANY.sqlite).fetch_one(conn).await?)
 }
 

@@ -8,6 +8,10 @@ use serde_json::Value;
 
 use scrinalia_wire::choice::limits::{self, CPU_MAX, MEMORY_MAX, STALL_SECONDS};
 
+mod shards;
+
+use shards::shards_of;
+
 use crate::{
     ExplicitArgs, OverrideValues, Resolved, ResolvedConfig, Source,
     catalogue::{WorkerSpec, out_of_bounds},
@@ -114,6 +118,23 @@ pub enum ResolveError {
         /// The limit's key.
         key: &'static str,
     },
+    /// `shards` is not a number of shards (below 1, above the maximum).
+    #[error("{problem}")]
+    InvalidShards {
+        /// What is wrong, as a sentence naming `shards`.
+        problem: String,
+    },
+    /// More than one shard for a worker whose code does not declare that it takes a shard.
+    #[error(
+        "Worker {worker:?} cannot be split into shards: its code {why}. Run it with shards = 1, or declare the \
+         `shards` capability (docs/worker-protocol.md)."
+    )]
+    ShardsNotTaken {
+        /// The worker.
+        worker: String,
+        /// Why not, as the end of a sentence.
+        why: &'static str,
+    },
     /// A value holds a NUL character (`\u0000`, which JSON allows): a worker receives its options as
     /// command-line arguments, which cannot hold one, and PostgreSQL cannot store one in text or JSON.
     #[error(
@@ -186,6 +207,7 @@ pub fn resolve(
         (None, None, None) => None,
     };
     let (memory_max_bytes, cpu_max, stall_seconds) = limits_of(spec, overrides)?;
+    let shards = shards_of(worker, explicit, overrides)?;
     Ok(ResolvedConfig {
         engine,
         preset,
@@ -199,6 +221,7 @@ pub fn resolve(
         memory_max_bytes,
         cpu_max,
         stall_seconds,
+        shards,
     })
 }
 

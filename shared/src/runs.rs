@@ -16,6 +16,7 @@ mod placement;
 mod resolved;
 mod resolver;
 mod scoped;
+pub(crate) mod shards;
 mod waiting;
 
 pub use diff::config_changes;
@@ -199,7 +200,7 @@ impl Store {
                 links: db::runs::Links::default(),
                 override_version: Some(resolved.version),
             };
-            if let Some(run) = self.db.retrying(|| db::runs::insert(&self.db, &new)).await? {
+            if let Some(run) = self.db.retrying(|| self.insert(&new)).await? {
                 return Ok(run);
             }
             if let Some(blocking) = self.db.retrying(|| db::runs::in_flight_of(&self.db, &spec.name)).await? {
@@ -240,7 +241,7 @@ impl Store {
     pub(crate) async fn insert_request(&self, new: &db::runs::NewRun<'_>) -> Result<Result<Run, Refused>, DbError> {
         let continues = new.links.follows.filter(|(_, how)| *how != crate::FollowKind::Rerun).map(|(id, _)| id);
         for _ in 0..3 {
-            if let Some(run) = self.db.retrying(|| db::runs::insert(&self.db, new)).await? {
+            if let Some(run) = self.db.retrying(|| self.insert(new)).await? {
                 return Ok(Ok(run));
             }
             if let Some(earlier) = continues
@@ -261,6 +262,18 @@ impl Store {
             }
         }
         Err(DbError::Unexpected("the in-flight run kept changing during the insert".into()))
+    }
+
+    /// Inserts a request: one autocommitted statement, or for a run split into shards, its parent and its
+    /// children in one transaction.
+    async fn insert(&self, new: &db::runs::NewRun<'_>) -> Result<Option<Run>, DbError> {
+        if new.config.shards.is_none() {
+            return db::runs::insert(&self.db, new).await;
+        }
+        let mut tx = self.db.begin_write().await?;
+        let inserted = shards::insert(&mut tx, new).await?;
+        tx.commit().await?;
+        Ok(inserted)
     }
 
     /// The configuration a run of `spec` with `arguments` resolves to now: explicit argument > persisted override >
@@ -300,11 +313,17 @@ impl Store {
 
     /// Records that the worker process of a claimed run started, and where its log goes.
     /// Safe to repeat, so it is tried again on a cut connection (a dedicated one is never pinged before use).
+    /// A child's start also takes its parent from `queued` to `running`.
     pub(crate) async fn mark_started(&self, run: Uuid, daemon: Uuid, log_key: &str) -> Result<Run, DbError> {
-        self.db
+        let started = self
+            .db
             .retrying(|| db::runs::mark_started(&self.db, run, daemon, log_key))
             .await?
-            .ok_or(DbError::LeaseLost { run_id: run, daemon_id: daemon })
+            .ok_or(DbError::LeaseLost { run_id: run, daemon_id: daemon })?;
+        if let Some(parent) = started.parent_id {
+            self.db.retrying(|| db::shards::start_parent(&self.db, parent)).await?;
+        }
+        Ok(started)
     }
 
     /// Stores the configuration the worker of a run held by `daemon` reported it uses (fenced like every owner
@@ -394,6 +413,11 @@ impl Store {
     /// when there is no such run).
     pub(crate) async fn run_chain(&self, id: Uuid) -> Result<Vec<Run>, DbError> {
         self.db.retrying(|| db::runs::chain(&self.db, id)).await
+    }
+
+    /// The children of a sharded run's parent, by shard then oldest first (none for any other run).
+    pub(crate) async fn run_children(&self, id: Uuid) -> Result<Vec<Run>, DbError> {
+        self.db.retrying(|| db::shards::children(&self.db, id)).await
     }
 
     /// A run's progress history, oldest first.

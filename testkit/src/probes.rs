@@ -81,6 +81,9 @@ pub struct ProbeEvent {
     /// without one).
     #[serde(default)]
     pub checkpoint: Option<Value>,
+    /// `SCRINALIA_SHARD`, the shard it was given, `i/N` (start lines).
+    #[serde(default)]
+    pub shard: Option<String>,
     /// `SCRINALIA_RESTART_OF`, the run a restart starts over (start lines).
     #[serde(default)]
     pub restart_of: Option<String>,

@@ -48,6 +48,24 @@ pub struct Choices {
     /// and ends `interrupted` (`stalled`). At least 1. Only an override sets it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stall_seconds: Option<i64>,
+    /// How many shards a run is split into: 1 (or none) is one plain run; N > 1 is a parent run and N child runs,
+    /// each given `SCRINALIA_SHARD=i/N`, for a worker whose `describe` declares the `shards` capability. A run's
+    /// arguments (a schedule's, a pipeline step's) or an override set it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<i64>,
+}
+
+/// The most shards a run may be split into.
+pub const MAX_SHARDS: u32 = 64;
+
+/// A number of shards as a run's arguments or an override give it, checked: at least 1, at most
+/// [`MAX_SHARDS`]; otherwise a sentence naming `shards`.
+pub fn shards(n: i64) -> Result<u32, String> {
+    match u32::try_from(n) {
+        Ok(n @ 1..=MAX_SHARDS) => Ok(n),
+        _ if n < 1 => Err(format!("shards must be at least 1 (1 is one plain run), not {n}.")),
+        _ => Err(format!("shards must be at most {MAX_SHARDS}, not {n}.")),
+    }
 }
 
 /// The arguments given with a run request.
@@ -63,6 +81,7 @@ impl Choices {
             && self.options.is_empty()
             && self.retry.is_none()
             && !self.has_limits()
+            && self.shards.is_none()
     }
 
     /// Whether a limit (`memory_max`, `cpu_max`, `stall_seconds`) is chosen.
@@ -137,6 +156,10 @@ pub struct ResolvedConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub stall_seconds: Option<Resolved<u64>>,
+    /// How many shards the run is split into, when more than one (see [`Choices::shards`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub shards: Option<Resolved<u32>>,
 }
 
 impl ResolvedConfig {
@@ -156,6 +179,22 @@ impl ResolvedConfig {
             memory_max_bytes: None,
             cpu_max: None,
             stall_seconds: None,
+            shards: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_number_of_shards_is_between_one_and_the_maximum() {
+        assert_eq!(shards(1), Ok(1));
+        assert_eq!(shards(64), Ok(64));
+        assert_eq!(shards(0), Err("shards must be at least 1 (1 is one plain run), not 0.".to_owned()));
+        assert_eq!(shards(-3), Err("shards must be at least 1 (1 is one plain run), not -3.".to_owned()));
+        assert_eq!(shards(65), Err("shards must be at most 64, not 65.".to_owned()));
+        assert_eq!(shards(i64::MAX), Err(format!("shards must be at most 64, not {}.", i64::MAX)));
     }
 }

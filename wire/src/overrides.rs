@@ -135,6 +135,10 @@ pub struct OverrideChange {
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
     pub stall_seconds: Option<Option<i64>>,
+    /// How many shards a run is split into; `null` clears it (one plain run).
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
+    pub shards: Option<Option<i64>>,
     /// Why (required, recorded in the audit trail).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -166,6 +170,9 @@ impl OverrideChange {
         }
         if let Some(stall_seconds) = self.stall_seconds {
             next.stall_seconds = stall_seconds;
+        }
+        if let Some(shards) = self.shards {
+            next.shards = shards;
         }
         for (name, value) in &self.options {
             if value.is_null() {

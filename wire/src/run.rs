@@ -284,6 +284,23 @@ pub struct Run {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "sqlx", sqlx(json(nullable)))]
     pub usage: Option<crate::RunUsage>,
+    /// The sharded run this one is a shard of (a child run); see [`Run::shard`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<Uuid>,
+    /// Which shard of its parent a child run processes (0-based).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<i32>,
+    /// How many shards: on a parent (which is never claimed: its state follows its children's) and on each of
+    /// its children.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<i32>,
+}
+
+impl Run {
+    /// Whether this is the parent of a sharded run: never claimed, its state follows its children's.
+    pub fn is_parent(&self) -> bool {
+        self.shards.is_some() && self.parent_id.is_none()
+    }
 }
 
 /// One page of the ledger.
@@ -356,6 +373,9 @@ pub struct RunDetail {
     /// /api/runs/{id}/items` pages through them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items: Option<crate::ItemSummary>,
+    /// For the parent of a sharded run: its children, by shard, each shard's retries after it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<Run>,
 }
 
 /// What a cancellation did (`POST /api/runs/{id}/cancel`).

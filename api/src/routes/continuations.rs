@@ -148,6 +148,9 @@ impl From<FollowError> for ApiError {
                 .with("how", how),
             FollowError::NoFailures(run_id) => Self::conflict("no_failures", message).with("run_id", run_id),
             FollowError::NoScope(_) => Self::conflict("no_scope", message),
+            FollowError::Shard { run_id, parent } => {
+                Self::conflict("shard_of_run", message).with("run_id", run_id).with("parent_id", parent)
+            }
             FollowError::TakesNoArguments { run_id, .. } => {
                 Self::bad_request("invalid_arguments", message).with("run_id", run_id)
             }

@@ -129,7 +129,8 @@ pub async fn measure(state: &AppState) -> ApiResult<Vec<GaugeSeries>> {
         runs.insert(((*name).to_owned(), "queued"), 0.0);
         runs.insert(((*name).to_owned(), "running"), 0.0);
     }
-    for run in in_flight {
+    // Executions are counted: a sharded run's children, not its parent.
+    for run in in_flight.into_iter().filter(|r| !r.is_parent()) {
         let state = if run.state == RunState::Queued { "queued" } else { "running" };
         *runs.entry((run.worker.clone(), state)).or_default() += 1.0;
         if run.state == RunState::Queued {

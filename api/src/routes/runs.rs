@@ -176,11 +176,12 @@ pub(crate) async fn get_run(
 ) -> ApiResult<Json<RunDetail>> {
     let id = parse_run_id(&id)?;
     // The last reports only: a day-long run has a hundred thousand of them; the rest is paged for.
-    let (run, progress, chain, items) = tokio::try_join!(
+    let (run, progress, chain, items, children) = tokio::try_join!(
         state.db().get_run(id),
         state.db().run_progress_page(id, None, PROGRESS_SHOWN),
         state.db().run_chain(id),
-        state.db().item_summary(id)
+        state.db().item_summary(id),
+        state.db().run_children(id)
     )?;
     let run = run.ok_or_else(|| ApiError::unknown_run(id))?;
     let (waiting, changed_since) = tokio::try_join!(
@@ -196,6 +197,7 @@ pub(crate) async fn get_run(
         waiting,
         changed_since,
         items,
+        children,
     }))
 }
 

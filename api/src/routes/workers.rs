@@ -82,7 +82,9 @@ pub async fn worker_views(
     let (mut waiting, mut running_items) = tokio::try_join!(waits, items)?;
     let mut overrides: HashMap<String, Override> = overrides.into_iter().map(|o| (o.worker.clone(), o)).collect();
     let mut counts: HashMap<String, QueueCount> = counts.into_iter().map(|c| (c.worker.clone(), c)).collect();
-    let mut in_flight: HashMap<String, Run> = in_flight.into_iter().map(|r| (r.worker.clone(), r)).collect();
+    // A worker's run in flight is a plain run or a sharded run's parent, never one of its children.
+    let mut in_flight: HashMap<String, Run> =
+        in_flight.into_iter().filter(|r| r.parent_id.is_none()).map(|r| (r.worker.clone(), r)).collect();
     let mut finished: HashMap<String, Run> = finished.into_iter().map(|r| (r.worker.clone(), r)).collect();
     let mut descriptions: HashMap<String, WorkerDescription> =
         descriptions.into_iter().map(|d| (d.worker.clone(), d)).collect();

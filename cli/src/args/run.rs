@@ -42,6 +42,10 @@ pub struct RunArguments {
     /// as text. Repeat for several options.
     #[arg(long = "option", short = 'o', value_name = "NAME=VALUE", value_parser = parse_option)]
     pub options: Vec<(String, Value)>,
+    /// Split the run into N shards, each a child run given `SCRINALIA_SHARD=i/N` (the worker must declare that it
+    /// takes a shard); 1 is one plain run.
+    #[arg(long, value_name = "N")]
+    pub shards: Option<i64>,
 }
 
 #[cfg(test)]

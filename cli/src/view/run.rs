@@ -169,6 +169,21 @@ pub fn lineage(detail: &RunDetail, now: DateTime<Utc>) -> Vec<(&'static str, Str
     if let Some(usage) = &run.usage {
         lines.push(("usage", usage_text(usage)));
     }
+    if let (Some(parent), Some(shard), Some(shards)) = (run.parent_id, run.shard, run.shards) {
+        lines.push(("shard", format!("{shard} of {shards}, of run {parent} (see: scrinalia run show {parent})")));
+    }
+    if !detail.children.is_empty() {
+        let children = detail
+            .children
+            .iter()
+            .map(|c| {
+                let attempt = if c.attempt > 1 { format!(", attempt {}", c.attempt) } else { String::new() };
+                format!("shard {} {} {}{attempt}", c.shard.unwrap_or_default(), c.state, c.id)
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        lines.push(("shards", children));
+    }
     if detail.chain.len() > 1 {
         let chain = detail
             .chain

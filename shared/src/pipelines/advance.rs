@@ -113,7 +113,7 @@ pub(crate) async fn advance(tx: &mut Tx, id: Uuid) -> db::Result<()> {
         Advance::Start(step) => {
             let arguments = step_arguments(&row, step);
             let started = match step_run(&row, step, &arguments) {
-                Some(new) => db::runs::insert(&mut *tx, &new).await?.map(|r| r.id),
+                Some(new) => crate::runs::shards::insert(tx, &new).await?.map(|r| r.id),
                 None => None,
             };
             tracing::info!(pipeline_run = %id, pipeline = %row.run.pipeline, step, run_id = ?started,

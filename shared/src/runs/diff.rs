@@ -34,6 +34,7 @@ fn fields(c: &ResolvedConfig) -> Vec<(String, Side)> {
         ("memory_max_bytes".to_owned(), c.memory_max_bytes.as_ref().map(|r| (Value::from(r.value), r.source))),
         ("cpu_max".to_owned(), c.cpu_max.as_ref().map(|r| (Value::from(r.value), r.source))),
         ("stall_seconds".to_owned(), c.stall_seconds.as_ref().map(|r| (Value::from(r.value), r.source))),
+        ("shards".to_owned(), c.shards.as_ref().map(|r| (Value::from(r.value), r.source))),
     ];
     out.extend(c.options.iter().map(|(name, r)| (format!("options.{name}"), Some((r.value.clone(), r.source)))));
     out
@@ -49,6 +50,7 @@ fn overridden(values: Option<&OverrideValues>, field: &str) -> Option<Value> {
         "memory_max_bytes" => values.memory_max.as_ref().map(|m| m.0.clone()),
         "cpu_max" => values.cpu_max.map(Value::from),
         "stall_seconds" => values.stall_seconds.map(Value::from),
+        "shards" => values.shards.map(Value::from),
         _ => field.strip_prefix("options.").and_then(|name| values.options.get(name).cloned()),
     }
 }

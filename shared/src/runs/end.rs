@@ -6,7 +6,7 @@
 
 use uuid::Uuid;
 
-use super::Finish;
+use super::{Finish, shards};
 use crate::{
     Run, RunState,
     db::{self, Database, Tx, ends::Ending},
@@ -32,14 +32,39 @@ pub(crate) async fn finish(db: &Database, run: Uuid, daemon: Uuid, finish: &Fini
 }
 
 /// Cancels run `run` as `actor`: at once when it is queued (and what follows it, its pipeline's end, with it),
-/// or flags it for its daemon when it is running. The run as changed; `None` when it is not in flight.
+/// or flags it for its daemon when it is running. The parent of a sharded run is flagged and each of its
+/// children cancelled so; it ends when they have. The run as changed; `None` when it is not in flight.
 pub(crate) async fn cancel(db: &Database, run: Uuid, actor: &str) -> db::Result<Option<Run>> {
     let mut tx = db.begin_write().await?;
-    let changed = db::ends::cancel(&mut tx, run, actor).await?;
-    if let Some(ended) = changed.as_ref().filter(|r| r.state == RunState::Cancelled) {
-        follow(&mut tx, ended).await?;
+    let Some(flagged) = db::shards::flag_cancel(&mut tx, run, actor).await? else { return Ok(None) };
+    if !flagged.is_parent() {
+        tx.rollback().await?;
+        return cancel_one(db, run, actor).await;
     }
+    for child in db::shards::children(&mut tx, run).await? {
+        if matches!(child.state, RunState::Queued | RunState::Running) {
+            cancel_in(&mut tx, child.id, actor).await?;
+        }
+    }
+    let parent = db::runs::get(&mut tx, run).await?;
     tx.commit().await?;
+    Ok(parent)
+}
+
+/// Cancels one run that is not a parent, in a transaction of its own.
+async fn cancel_one(db: &Database, run: Uuid, actor: &str) -> db::Result<Option<Run>> {
+    let mut tx = db.begin_write().await?;
+    let changed = cancel_in(&mut tx, run, actor).await?;
+    tx.commit().await?;
+    Ok(changed)
+}
+
+/// Cancels run `run` (not a parent) in `tx`, with what follows when that ends it.
+async fn cancel_in(tx: &mut Tx, run: Uuid, actor: &str) -> db::Result<Option<Run>> {
+    let changed = db::ends::cancel(&mut *tx, run, actor).await?;
+    if let Some(ended) = changed.as_ref().filter(|r| r.state == RunState::Cancelled) {
+        follow(tx, ended).await?;
+    }
     Ok(changed)
 }
 
@@ -60,15 +85,19 @@ pub(crate) async fn recover_expired(db: &Database) -> db::Result<Vec<Run>> {
 
 /// What follows the end of `ended`, in the transaction `tx` that ended it: the webhook event its outcome is,
 /// the release of its resource slots (free for the next claim the moment the end commits), its items' failure
-/// streaks, its retry (with its scope, for a rerun of failures), and its pipeline's next step.
+/// streaks, its retry (with its scope, for a rerun of failures), and its pipeline's next step. A shard's end
+/// settles its parent instead of announcing itself: the parent's end is the outcome that is announced and that
+/// moves its pipeline on.
 pub(crate) async fn follow(tx: &mut Tx, ended: &Run) -> db::Result<()> {
-    webhooks::record_event(tx, ended).await?;
+    if ended.parent_id.is_none() {
+        webhooks::record_event(tx, ended).await?;
+    }
     db::resources::release(&mut *tx, ended.id).await?;
     let resumed = ended.follows.filter(|_| ended.follows_as == Some(crate::FollowKind::Resume));
     db::quarantine::settle(tx, ended.id, &ended.worker, resumed).await?;
     if let Some(retry) = retry_of(ended, rand::random::<f64>()) {
         let new = retry.new_run(ended);
-        if let Some(requested) = db::runs::insert(&mut *tx, &new).await? {
+        if let Some(requested) = shards::insert(tx, &new).await? {
             db::quarantine::copy_scope(tx, ended.id, requested.id).await?;
             tracing::info!(run_id = %requested.id, retry_of = %ended.id, worker = %ended.worker,
                 attempt = requested.attempt, not_before = ?requested.not_before, "retry requested");
@@ -76,6 +105,10 @@ pub(crate) async fn follow(tx: &mut Tx, ended: &Run) -> db::Result<()> {
     }
     if let Some(pipeline) = ended.pipeline_run_id {
         pipelines::advance(tx, pipeline).await?;
+    }
+    if let Some(parent) = shards::settle_parent(tx, ended).await? {
+        tracing::info!(run_id = %parent.id, worker = %parent.worker, state = %parent.state, "sharded run ended");
+        Box::pin(follow(tx, &parent)).await?;
     }
     Ok(())
 }
@@ -112,6 +145,11 @@ impl Retry {
                 follows: checkpoint.map(|_| (ended.id, crate::FollowKind::Resume)),
                 checkpoint,
                 stamped_when_written: false,
+                shard: ended
+                    .parent_id
+                    .zip(ended.shard)
+                    .zip(ended.shards)
+                    .map(|((parent, shard), shards)| db::runs::ShardLink::Child { parent, shard, shards }),
             },
         }
     }
@@ -122,7 +160,8 @@ impl Retry {
 /// interrupted with one and the policy resumes. A run whose cancellation was asked for is never retried,
 /// whatever it ended in.
 pub(crate) fn retry_of(ended: &Run, unit: f64) -> Option<Retry> {
-    if !matches!(ended.state, RunState::Failed | RunState::Interrupted) {
+    // A parent is never retried: its children are, each by itself.
+    if !matches!(ended.state, RunState::Failed | RunState::Interrupted) || ended.is_parent() {
         return None;
     }
     let policy = &ended.config.retry.as_ref()?.value;

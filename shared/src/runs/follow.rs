@@ -45,6 +45,17 @@ pub enum FollowError {
     /// The worker cannot be given a scope.
     #[error("{0}")]
     NoScope(String),
+    /// The run is one shard of a sharded run, which is continued as a whole.
+    #[error(
+        "Run {run_id} is one shard of run {parent}; continue that run instead (a resume or restart of it \
+         continues only the shards that did not succeed)."
+    )]
+    Shard {
+        /// The run.
+        run_id: Uuid,
+        /// Its parent.
+        parent: Uuid,
+    },
     /// Arguments were given to a resume or a restart, which run with the earlier run's configuration as it was.
     #[error("A {how} runs with run {run_id}'s configuration as it was, so it takes no arguments; rerun it instead.")]
     TakesNoArguments {
@@ -119,7 +130,12 @@ impl Store {
         if !takes {
             return Err(FollowError::WrongState { run_id: id, state: original.state, how });
         }
+        if let Some(parent) = original.parent_id {
+            return Err(FollowError::Shard { run_id: id, parent });
+        }
         let checkpoint = match how {
+            // A sharded run resumes shard by shard, each child from its own checkpoint (see `shards::insert`).
+            FollowKind::Resume if original.is_parent() => None,
             FollowKind::Resume => {
                 Some(original.checkpoint.as_ref().zip(original.checkpoint_at).ok_or(FollowError::NoCheckpoint(id))?)
             }
@@ -174,6 +190,7 @@ pub(crate) fn merged(earlier: &ExplicitArgs, changes: &ExplicitArgs) -> Explicit
         memory_max: changes.memory_max.clone().or_else(|| earlier.memory_max.clone()),
         cpu_max: changes.cpu_max.or(earlier.cpu_max),
         stall_seconds: changes.stall_seconds.or(earlier.stall_seconds),
+        shards: changes.shards.or(earlier.shards),
     }
 }
 

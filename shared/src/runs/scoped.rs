@@ -40,7 +40,7 @@ impl Store {
     ) -> Result<Result<Run, Refused>, DbError> {
         for _ in 0..3 {
             let mut tx = self.db.begin_write().await?;
-            if let Some(run) = db::runs::insert(&mut tx, new).await? {
+            if let Some(run) = super::shards::insert(&mut tx, new).await? {
                 db::quarantine::store_scope(&mut tx, run.id, of).await?;
                 tx.commit().await?;
                 return Ok(Ok(run));

@@ -178,7 +178,7 @@ impl WaitFacts {
                 )),
             };
         }
-        match self.in_flight.iter().find(|r| r.worker == worker) {
+        match self.in_flight.iter().find(|r| r.worker == worker && r.parent_id.is_none()) {
             Some(busy) => {
                 // The run it waits for may itself wait: that is the reason to act on.
                 let behind = self

@@ -209,7 +209,7 @@ async fn request(
                 override_version: None,
                 links: Links { fire, stamped_when_written: after_wait, ..Links::default() },
             };
-            match db::runs::insert(&mut *tx, &new).await? {
+            match crate::runs::shards::insert(tx, &new).await? {
                 Some(run) => Requested::Run(run.id),
                 None => Requested::Blocked(db::runs::in_flight_of(&mut *tx, worker).await?.map(|r| r.id)),
             }

@@ -203,6 +203,8 @@ impl ApiStore {
         /// The retry chain `id` belongs to, first attempt first (just the run when it was never retried; empty when
         /// there is no such run).
         pub async fn run_chain(&self, id: Uuid) -> Result<Vec<Run>, DbError>;
+        /// The children of a sharded run's parent, by shard then oldest first (none for any other run).
+        pub async fn run_children(&self, id: Uuid) -> Result<Vec<Run>, DbError>;
         /// A run's progress history, oldest first.
         pub async fn run_progress(&self, id: Uuid) -> Result<Vec<ProgressEntry>, DbError>;
         /// A page of a run's progress reports, oldest first, read backwards from the newest.

@@ -49,6 +49,7 @@ mod daemon_retention;
 mod daemon_retries;
 mod daemon_runs;
 mod daemon_schedules;
+mod daemon_shards;
 mod daemon_stall;
 mod daemon_supervisor;
 mod daemon_usage;

@@ -11,9 +11,8 @@
 //! checkpoint (a resumed run goes on after the items its checkpoint counts), each block recorded in the ledger
 //! before it is printed (`probe_items.rs`); `malformed_items` prints refused item lines first. It reports only the items of its scope
 //! (`SCRINALIA_ITEMS_ONLY`) and reports those it must skip (`SCRINALIA_ITEMS_SKIP`) as skipped, untouched. `check` answers ready unless
-//! `$SCRINALIA_PROBE_NOT_READY` holds a sentence, which is then the reason. A probe does not declare the `shards`
-//! capability, so the daemon never splits its runs (it is the tests' worker that cannot take a shard); given
-//! `SCRINALIA_SHARD` all the same, it reports only the items of that shard, and its start line records it.
+//! `$SCRINALIA_PROBE_NOT_READY` holds a sentence, which is then the reason. A probe declares the `shards`
+//! capability: given `SCRINALIA_SHARD`, it reports only the items of that shard, and its start line records it.
 
 use std::{
     fs::OpenOptions,
@@ -118,10 +117,9 @@ pub const OPTIONS: &[OptionSpec] = &[
         .about("No progress, item or checkpoint line after this many milliseconds (0: never silent)."),
 ];
 
-/// What a probe can do: report items, take a scope and a skip list, checkpoint and resume; not `shards` (see the
-/// module's documentation).
+/// What a probe can do: report items, take a scope and a skip list, checkpoint and resume, take a shard.
 fn capabilities() -> Value {
-    json!({ "items": true, "scope": true, "checkpoints": true })
+    json!({ "items": true, "scope": true, "checkpoints": true, "shards": true })
 }
 
 /// `describe`'s `declared` section of a probe: its options, and no engine of its own.

@@ -17,6 +17,7 @@ mod items;
 mod rerun;
 mod schedules;
 mod search;
+mod shards;
 mod signin;
 mod stack;
 mod usage;

@@ -1,0 +1,318 @@
+//! Sharded runs on both backends: one request is a parent and N children; the claim takes the children (never the
+//! parent) and two daemons run children of one parent side by side; a second request of the worker is refused
+//! naming the parent; the parent's state follows its children's (each child's own retries included), its result
+//! sums theirs, and cancelling it cancels every child; a restart of a failed parent restarts the shards that
+//! did not succeed; a shard itself is not continued. Through the real API and daemons, the probe of
+//! `scrinalia-demo-worker`, whose start lines record the `SCRINALIA_SHARD` each child was given.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use reqwest::{Method, StatusCode};
+use scrinalia_shared::{
+    Description, EndReason, Run, RunState, Source,
+    descriptions::NewDescription,
+    overrides::OverrideChange,
+    runs::{CancelOutcome, RunRequest},
+};
+use scrinalia_tests::{
+    Kind, TestDb, backend_tests,
+    daemon_harness::{Setup, probe, wait_finished},
+    demo_worker, eventually,
+    system::{OPERATOR, System, VIEWER},
+};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+backend_tests!(
+    the_claim_takes_the_children_and_the_parent_ends_with_them,
+    children_of_one_parent_run_side_by_side_on_two_daemons,
+    cancelling_a_parent_cancels_every_child,
+    a_failed_shard_is_retried_and_a_restart_continues_the_shards_that_failed,
+);
+
+/// A request of probe-1 with `arguments` (`shards`, `options`), as `ada`.
+fn request(arguments: Value) -> RunRequest {
+    RunRequest {
+        worker: "probe-1".into(),
+        requested_by: "ada".into(),
+        arguments: serde_json::from_value(arguments).expect("arguments"),
+        trace_context: None,
+    }
+}
+
+/// Records that probe-1 takes a shard, as a daemon's describe would.
+async fn described_as_sharding(t: &TestDb) {
+    let description: Description =
+        serde_json::from_value(json!({"capabilities": {"shards": true, "items": true}})).expect("a description");
+    let new = NewDescription {
+        worker: "probe-1".into(),
+        outcome: Ok(description),
+        described_by: Uuid::now_v7(),
+        command: vec!["probe".into()],
+        took_ms: 1,
+    };
+    t.db.daemon.store_description(&new).await.expect("stored");
+}
+
+/// Waits until a daemon described probe-1.
+async fn described(t: &TestDb) {
+    eventually(Duration::from_secs(30), "the daemon to describe probe-1", || async {
+        t.db.api.description("probe-1").await.ok()??.description.map(drop)
+    })
+    .await;
+}
+
+async fn children(t: &TestDb, parent: Uuid) -> Vec<Run> {
+    t.db.api.run_children(parent).await.expect("the children")
+}
+
+async fn the_claim_takes_the_children_and_the_parent_ends_with_them(t: &TestDb) {
+    let setup = Setup::new(t, |_| {});
+    described_as_sharding(t).await;
+    let catalogue = &setup.settings.catalogue;
+    let parent = t.db.api.request_run(catalogue, request(json!({"shards": 4}))).await.expect("requested");
+    assert_eq!((parent.shards, parent.parent_id, parent.state), (Some(4), None, RunState::Queued));
+    assert!(parent.is_parent());
+
+    // One run in flight per worker holds at the parent, whatever its children do.
+    let refused = t.db.api.request_run(catalogue, request(json!({}))).await.expect_err("refused");
+    assert!(refused.to_string().contains(&parent.id.to_string()), "the refusal names the parent: {refused}");
+
+    let daemon = Uuid::now_v7();
+    let claimed = t.db.daemon.claim_runs(daemon, Duration::from_secs(60), 10, None).await.expect("claimed");
+    assert_eq!(claimed.len(), 4, "every child, and never the parent: {claimed:?}");
+    let shards: Vec<(Option<Uuid>, Option<i32>, Option<i32>)> =
+        claimed.iter().map(|c| (c.parent_id, c.shard, c.shards)).collect();
+    let expected: Vec<_> = (0..4).map(|i| (Some(parent.id), Some(i), Some(4))).collect();
+    let mut sorted = shards.clone();
+    sorted.sort();
+    assert_eq!(sorted, expected);
+    assert!(t.db.daemon.claim_runs(daemon, Duration::from_secs(60), 10, None).await.expect("claim").is_empty());
+    let queued = t.db.api.get_run(parent.id).await.expect("read").expect("the parent");
+    assert_eq!(queued.state, RunState::Queued, "claimed, but no child's worker has started yet");
+
+    t.db.daemon.mark_started(claimed[0].id, daemon, "log").await.expect("started");
+    let running = t.db.api.get_run(parent.id).await.expect("read").expect("the parent");
+    assert_eq!(running.state, RunState::Running, "a child started");
+    assert!(running.started_at.is_some());
+
+    for (i, child) in claimed.iter().enumerate() {
+        let finish = scrinalia_shared::runs::Finish {
+            reason: EndReason::ExitStatus,
+            exit_code: Some(0),
+            error: None,
+            result: Some(json!({"processed": i + 1, "model": format!("m{i}")})),
+            usage: None,
+        };
+        t.db.daemon.finish_run(child.id, daemon, &finish).await.expect("finished");
+        let now = t.db.api.get_run(parent.id).await.expect("read").expect("the parent");
+        let expected = if i < 3 { RunState::Running } else { RunState::Succeeded };
+        assert_eq!(now.state, expected, "after {} of 4 children ended", i + 1);
+    }
+    let ended = t.db.api.get_run(parent.id).await.expect("read").expect("the parent");
+    assert_eq!(
+        (ended.end_reason, ended.exit_code, ended.error.as_deref()),
+        (Some(EndReason::ExitStatus), Some(0), None)
+    );
+    assert!(ended.finished_at.is_some() && ended.duration_ms.is_some());
+    let result = ended.result.expect("a result");
+    assert_eq!(result["processed"], 10, "1 + 2 + 3 + 4: {result}");
+    let models: Vec<String> = claimed.iter().map(|c| format!("m{}", c.shard.expect("a shard"))).collect();
+    let listed: Vec<String> =
+        result["model"].as_array().expect("listed").iter().map(|m| m.as_str().expect("text").to_owned()).collect();
+    let mut order: Vec<(i32, usize)> = claimed.iter().enumerate().map(|(i, c)| (c.shard.unwrap_or(0), i)).collect();
+    order.sort();
+    let by_shard: Vec<String> = order.iter().map(|(_, i)| format!("m{i}")).collect();
+    assert_eq!(listed, by_shard, "the other fields listed per child, in shard order ({models:?})");
+    assert!(t.db.api.runs_in_flight().await.expect("in flight").is_empty());
+
+    // An audited override splits every run of the worker; a bad number is refused with the same sentence.
+    let change =
+        |n: i64| OverrideChange { shards: Some(Some(n)), reason: Some("a second GPU".into()), ..Default::default() };
+    let zero = t.db.api.change_override(catalogue, "probe-1", "ada", &change(0)).await.expect_err("refused");
+    assert!(zero.to_string().contains("shards must be at least 1"), "{zero}");
+    t.db.api.change_override(catalogue, "probe-1", "ada", &change(3)).await.expect("the override");
+    let split = t.db.api.request_run(catalogue, request(json!({}))).await.expect("requested");
+    let resolved = split.config.shards.as_ref().map(|s| (s.value, s.source));
+    assert_eq!((split.shards, resolved), (Some(3), Some((3, Source::Override))));
+    assert_eq!(children(t, split.id).await.len(), 3);
+}
+
+async fn children_of_one_parent_run_side_by_side_on_two_daemons(t: &TestDb) {
+    let setup = Setup::new(t, |d| d.capacity = 1);
+    let (one, two) = (setup.start_daemon("one", &[]), setup.start_daemon("two", &[]));
+    described(t).await;
+    let catalogue = &setup.settings.catalogue;
+    let arguments = json!({"shards": 2, "options": {"duration_ms": 1500}});
+    let parent = t.db.api.request_run(catalogue, request(arguments)).await.expect("requested");
+
+    // Each daemon has room for one run: the two children can only both run on different daemons.
+    let both = eventually(Duration::from_secs(30), "both children running at once", || async {
+        let children = children(t, parent.id).await;
+        let running: Vec<Uuid> =
+            children.iter().filter(|c| c.state == RunState::Running).filter_map(|c| c.daemon_id).collect();
+        (running.len() == 2).then_some(running)
+    })
+    .await;
+    assert_ne!(both[0], both[1], "two daemons");
+    let ended = wait_finished(&t.db.api, parent.id, Duration::from_secs(60)).await;
+    assert_eq!(ended.state, RunState::Succeeded, "{ended:?}");
+
+    let children = children(t, parent.id).await;
+    assert_eq!(children.len(), 2);
+    let events = setup.probe_events();
+    for child in &children {
+        let id = child.id.to_string();
+        let start = events.iter().find(|e| e.event == "start" && e.run_id.as_deref() == Some(&id)).expect("started");
+        let shard = format!("{}/2", child.shard.expect("a shard"));
+        assert_eq!(start.shard.as_deref(), Some(shard.as_str()), "the child was given its shard");
+    }
+    let sum: i64 = children.iter().map(|c| c.result.as_ref().map_or(0, |r| r["processed"].as_i64().unwrap_or(0))).sum();
+    assert_eq!(ended.result.expect("a result")["processed"].as_i64(), Some(sum));
+    one.stop(Duration::from_secs(10)).await;
+    two.stop(Duration::from_secs(10)).await;
+}
+
+async fn cancelling_a_parent_cancels_every_child(t: &TestDb) {
+    let setup = Setup::new(t, |d| d.capacity = 1);
+    let daemon = setup.start_daemon("one", &[]);
+    described(t).await;
+    let catalogue = &setup.settings.catalogue;
+    let arguments = json!({"shards": 3, "options": {"duration_ms": 60000}});
+    let parent = t.db.api.request_run(catalogue, request(arguments)).await.expect("requested");
+    let running = eventually(Duration::from_secs(30), "a child running", || async {
+        children(t, parent.id).await.into_iter().find(|c| c.state == RunState::Running && c.started_at.is_some())
+    })
+    .await;
+    let outcome = t.db.api.request_cancel(parent.id, "otto").await.expect("cancel").expect("an outcome");
+    let CancelOutcome::Requested(flagged) = outcome else { panic!("a parent with a running child: {outcome:?}") };
+    assert_eq!(flagged.cancel_requested_by.as_deref(), Some("otto"));
+    for child in children(t, parent.id).await.iter().filter(|c| c.id != running.id) {
+        assert_eq!(child.state, RunState::Cancelled, "a queued child is cancelled at once");
+    }
+    let ended = wait_finished(&t.db.api, parent.id, Duration::from_secs(30)).await;
+    assert_eq!((ended.state, ended.end_reason), (RunState::Cancelled, Some(EndReason::Cancelled)), "{ended:?}");
+    let error = ended.error.expect("a sentence");
+    assert!(error.contains("shard 0 of 3 cancelled") && error.contains("shard 2 of 3 cancelled"), "{error}");
+    let children = children(t, parent.id).await;
+    assert_eq!(children.len(), 3, "no child was retried or replaced");
+    assert!(children.iter().all(|c| c.state == RunState::Cancelled), "{children:?}");
+    daemon.stop(Duration::from_secs(10)).await;
+}
+
+async fn a_failed_shard_is_retried_and_a_restart_continues_the_shards_that_failed(t: &TestDb) {
+    let config = Setup::config(t, |_| {}).with(|f| {
+        let probe = f.workers.iter_mut().find(|w| w.name == "probe-1").expect("probe-1");
+        probe.retry = Some(scrinalia_shared::RetryPolicy {
+            max_attempts: 2,
+            initial_delay_seconds: 0.0,
+            factor: 1.0,
+            max_delay_seconds: 0.0,
+            jitter: 0.0,
+            on: vec![scrinalia_shared::RetryOn::Failed],
+            resume: false,
+        });
+    });
+    let setup = Setup::with(t, config);
+    let daemon = setup.start_daemon("one", &[]);
+    described(t).await;
+    let catalogue = &setup.settings.catalogue;
+    let parent = t.db.api.request_run(catalogue, request(json!({"shards": 2, "options": {"exit_code": 3}}))).await;
+    let parent = parent.expect("requested");
+    let ended = wait_finished(&t.db.api, parent.id, Duration::from_secs(60)).await;
+    assert_eq!(
+        (ended.state, ended.end_reason, ended.exit_code),
+        (RunState::Failed, Some(EndReason::ExitStatus), Some(3))
+    );
+    let error = ended.error.expect("a sentence");
+    assert!(error.contains("shard 0 of 2 failed") && error.contains("shard 1 of 2 failed"), "{error}");
+    let children = children(t, parent.id).await;
+    let attempts: Vec<(Option<i32>, i32)> = children.iter().map(|c| (c.shard, c.attempt)).collect();
+    assert_eq!(attempts, [(Some(0), 1), (Some(0), 2), (Some(1), 1), (Some(1), 2)], "each shard retried once");
+    assert!(children.iter().all(|c| c.state == RunState::Failed));
+    assert_eq!(t.db.api.run_chain(parent.id).await.expect("chain").len(), 1, "the parent itself is not retried");
+
+    // A shard is continued through its parent; the parent's restart restarts each shard's last child.
+    let shard = &children[3];
+    let refused = t.db.api.continue_run(catalogue, shard.id, scrinalia_shared::FollowKind::Restart, "ada").await;
+    let refused = refused.expect_err("a shard is not restarted alone");
+    assert!(refused.to_string().contains(&parent.id.to_string()), "{refused}");
+    let restart = t.db.api.continue_run(catalogue, parent.id, scrinalia_shared::FollowKind::Restart, "ada").await;
+    let restart = restart.expect("a restart of the parent");
+    assert_eq!((restart.follows, restart.shards), (Some(parent.id), Some(2)));
+    let again = wait_finished(&t.db.api, restart.id, Duration::from_secs(60)).await;
+    assert_eq!(again.state, RunState::Failed);
+    let restarted = t.db.api.run_children(restart.id).await.expect("children");
+    let firsts: Vec<&Run> = restarted.iter().filter(|c| c.attempt == 1).collect();
+    assert_eq!(firsts.len(), 2);
+    for child in firsts {
+        let earlier = children.iter().filter(|c| c.shard == child.shard).max_by_key(|c| c.attempt).expect("one");
+        assert_eq!(child.follows, Some(earlier.id), "shard {:?} restarts its last child", child.shard);
+    }
+    daemon.stop(Duration::from_secs(10)).await;
+}
+
+/// Over HTTP and the CLI: the request answers the parent, a second one the conflict naming it, a bad number of
+/// shards a sentence; the run page lists the children, whose items are every item once.
+async fn the_api_requests_a_sharded_run_and_shows_its_children(kind: Kind) {
+    let system = System::start(kind, |c| c.worker(probe(&demo_worker(), "probe-1", 120))).await;
+    eventually(Duration::from_secs(30), "the daemon to describe probe-1", || async {
+        let worker = system.http(Method::GET, "/api/workers/probe-1", VIEWER, None).await.ok()?.json();
+        worker["described"]["described_at"].as_str().map(drop)
+    })
+    .await;
+    let post = |body: Value| system.http(Method::POST, "/api/workers/probe-1/runs", OPERATOR, Some(body));
+    for (shards, sentence) in [(0, "shards must be at least 1"), (65, "shards must be at most 64")] {
+        let reply = post(json!({"shards": shards})).await.expect("answer");
+        let body = reply.expect(StatusCode::BAD_REQUEST, Some("invalid_arguments"));
+        assert!(body["message"].as_str().unwrap_or_default().contains(sentence), "{body}");
+    }
+    let body = json!({"shards": 3, "options": {"items": 12, "duration_ms": 300}});
+    let parent = post(body).await.expect("answer").expect(StatusCode::CREATED, None);
+    assert_eq!(parent["shards"], 3);
+    let id = parent["id"].as_str().expect("an id").to_owned();
+    let busy = post(json!({})).await.expect("answer").expect(StatusCode::CONFLICT, Some("run_in_flight"));
+    assert_eq!(busy["run_id"].as_str(), Some(id.as_str()), "{busy}");
+    let detail = eventually(Duration::from_secs(60), "the parent to end", || async {
+        let run = system.http(Method::GET, &format!("/api/runs/{id}"), VIEWER, None).await.ok()?.json();
+        (run["state"] == "succeeded").then_some(run)
+    })
+    .await;
+    let children = detail["children"].as_array().expect("children");
+    let shards: Vec<i64> = children.iter().map(|c| c["shard"].as_i64().expect("a shard")).collect();
+    assert_eq!(shards, [0, 1, 2]);
+    assert!(children.iter().all(|c| c["parent_id"] == json!(id) && c["state"] == "succeeded"), "{children:?}");
+    // The shards processed the 12 items between them, each once.
+    let mut items: BTreeMap<String, usize> = BTreeMap::new();
+    for child in children {
+        let path = format!("/api/runs/{}/items", child["id"].as_str().expect("an id"));
+        let page = system.http(Method::GET, &path, VIEWER, None).await.expect("answer").expect(StatusCode::OK, None);
+        for item in page["items"].as_array().expect("items") {
+            *items.entry(item["id"].as_str().expect("an id").to_owned()).or_default() += 1;
+        }
+    }
+    assert_eq!(items.len(), 12, "{items:?}");
+    assert!(items.values().all(|n| *n == 1), "each item once: {items:?}");
+
+    // The CLI: the run page lists the shards; a trigger splits a run, or says why it cannot.
+    let shown = system.cli(&["run", "show", &id]).await;
+    shown.expect(0).has(&["shard 0 succeeded", "shard 2 succeeded"]);
+    let child = children[1]["id"].as_str().expect("an id");
+    system.cli(&["run", "show", child]).await.expect(0).has(&[&format!("1 of 3, of run {id}")]);
+    let zero = system.cli(&["trigger", "probe-1", "--shards", "0"]).await;
+    zero.expect(7);
+    assert!(zero.stderr.contains("shards must be at least 1"), "{zero:#?}");
+    let split = system.cli(&["trigger", "probe-1", "--shards", "2", "-o", "duration_ms=0"]).await;
+    split.expect(0).has(&["split into 2 shards"]);
+    system.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_the_api_requests_a_sharded_run_and_shows_its_children() {
+    the_api_requests_a_sharded_run_and_shows_its_children(Kind::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_the_api_requests_a_sharded_run_and_shows_its_children() {
+    the_api_requests_a_sharded_run_and_shows_its_children(Kind::Sqlite).await;
+}
