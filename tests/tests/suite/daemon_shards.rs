@@ -2,21 +2,23 @@
 //! parent) and two daemons run children of one parent side by side; a second request of the worker is refused
 //! naming the parent; the parent's state follows its children's (each child's own retries included), its result
 //! sums theirs, and cancelling it cancels every child; a restart of a failed parent restarts the shards that
-//! did not succeed; a shard itself is not continued. Through the real API and daemons, the probe of
+//! did not succeed, and a resume of a parent whose shard's daemon was SIGKILLed resumes that shard alone from its
+//! checkpoint while its sibling had gone on; a shard itself is not continued. Through the real API and daemons, the probe of
 //! `scrinalia-demo-worker`, whose start lines record the `SCRINALIA_SHARD` each child was given.
 
 use std::{collections::BTreeMap, time::Duration};
 
+use nix::sys::signal::Signal;
 use reqwest::{Method, StatusCode};
 use scrinalia_shared::{
-    Description, EndReason, Run, RunState, Source,
+    Description, EndReason, FollowKind, Run, RunState, Source,
     descriptions::NewDescription,
     overrides::OverrideChange,
     runs::{CancelOutcome, RunRequest},
 };
 use scrinalia_tests::{
     Kind, TestDb, backend_tests,
-    daemon_harness::{Setup, probe, wait_finished},
+    daemon_harness::{Setup, probe, wait_finished, wait_run},
     demo_worker, eventually,
     system::{OPERATOR, System, VIEWER},
 };
@@ -28,6 +30,7 @@ backend_tests!(
     children_of_one_parent_run_side_by_side_on_two_daemons,
     cancelling_a_parent_cancels_every_child,
     a_failed_shard_is_retried_and_a_restart_continues_the_shards_that_failed,
+    a_shard_cut_by_a_dead_daemon_is_interrupted_and_the_parents_resume_resumes_only_it,
 );
 
 /// A request of probe-1 with `arguments` (`shards`, `options`), as `ada`.
@@ -234,10 +237,10 @@ async fn a_failed_shard_is_retried_and_a_restart_continues_the_shards_that_faile
 
     // A shard is continued through its parent; the parent's restart restarts each shard's last child.
     let shard = &children[3];
-    let refused = t.db.api.continue_run(catalogue, shard.id, scrinalia_shared::FollowKind::Restart, "ada").await;
+    let refused = t.db.api.continue_run(catalogue, shard.id, FollowKind::Restart, "ada").await;
     let refused = refused.expect_err("a shard is not restarted alone");
     assert!(refused.to_string().contains(&parent.id.to_string()), "{refused}");
-    let restart = t.db.api.continue_run(catalogue, parent.id, scrinalia_shared::FollowKind::Restart, "ada").await;
+    let restart = t.db.api.continue_run(catalogue, parent.id, FollowKind::Restart, "ada").await;
     let restart = restart.expect("a restart of the parent");
     assert_eq!((restart.follows, restart.shards), (Some(parent.id), Some(2)));
     let again = wait_finished(&t.db.api, restart.id, Duration::from_secs(60)).await;
@@ -315,4 +318,50 @@ async fn postgres_the_api_requests_a_sharded_run_and_shows_its_children() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_the_api_requests_a_sharded_run_and_shows_its_children() {
     the_api_requests_a_sharded_run_and_shows_its_children(Kind::Sqlite).await;
+}
+
+async fn a_shard_cut_by_a_dead_daemon_is_interrupted_and_the_parents_resume_resumes_only_it(t: &TestDb) {
+    let setup = Setup::new(t, |d| d.capacity = 1);
+    let mut daemons = vec![setup.start_daemon("daemon-a", &[]), setup.start_daemon("daemon-b", &[])];
+    described(t).await;
+    let catalogue = &setup.settings.catalogue;
+    let arguments = json!({"shards": 2, "options": {"duration_ms": 8000, "checkpoints": 8}});
+    let parent = t.db.api.request_run(catalogue, request(arguments)).await.expect("requested");
+    // Both children run, one on each daemon; the victim is shard 0's, once that shard has checkpointed.
+    let victim = eventually(Duration::from_secs(30), "both children running, shard 0 checkpointed", || async {
+        let children = children(t, parent.id).await;
+        let running = children.iter().filter(|c| c.state == RunState::Running && c.daemon_id.is_some()).count();
+        let first = children.iter().find(|c| c.shard == Some(0))?;
+        let step = first.checkpoint.as_ref().and_then(|c| c["step"].as_i64()).unwrap_or(0);
+        (running == 2 && step >= 2).then(|| first.clone())
+    })
+    .await;
+    let daemons_now = t.db.api.list_daemons(Duration::from_secs(60)).await.expect("daemons");
+    let owner = daemons_now.iter().find(|d| Some(d.id) == victim.daemon_id).expect("the owner");
+    daemons.iter_mut().find(|d| d.pid().as_raw() == owner.pid).expect("ours").signal(Signal::SIGKILL);
+
+    let cut = wait_run(&t.db.api, victim.id, Duration::from_secs(30), "recovery", |r| r.state.is_terminal()).await;
+    assert_eq!((cut.state, cut.end_reason), (RunState::Interrupted, Some(EndReason::OwnerLost)), "{cut:?}");
+    let ended = wait_finished(&t.db.api, parent.id, Duration::from_secs(60)).await;
+    let sibling = children(t, parent.id).await.into_iter().find(|c| c.shard == Some(1)).expect("shard 1");
+    assert_eq!(sibling.state, RunState::Succeeded, "the sibling went on: {sibling:?}");
+    assert_eq!((ended.state, ended.end_reason), (RunState::Interrupted, Some(EndReason::OwnerLost)));
+    assert!(ended.error.as_deref().is_some_and(|e| e.contains("shard 0 of 2 interrupted")), "{ended:?}");
+
+    let resumed = t.db.api.continue_run(catalogue, parent.id, FollowKind::Resume, "ada").await.expect("resume");
+    assert_eq!((resumed.follows, resumed.follows_as), (Some(parent.id), Some(FollowKind::Resume)));
+    let done = wait_finished(&t.db.api, resumed.id, Duration::from_secs(60)).await;
+    assert_eq!(done.state, RunState::Succeeded, "{done:?}");
+    let again = children(t, resumed.id).await;
+    assert_eq!(again.len(), 1, "only the shard that did not succeed runs again: {again:?}");
+    assert_eq!(
+        (again[0].shard, again[0].follows, again[0].follows_as),
+        (Some(0), Some(cut.id), Some(FollowKind::Resume))
+    );
+    let start = setup.probe_run(again[0].id).0.expect("the resumed shard started");
+    assert_eq!(start.checkpoint, cut.checkpoint, "it resumed from the cut shard's last checkpoint");
+    assert_eq!(start.shard.as_deref(), Some("0/2"));
+    for daemon in daemons {
+        daemon.stop(Duration::from_secs(10)).await;
+    }
 }
