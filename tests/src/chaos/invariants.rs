@@ -19,6 +19,7 @@ use super::{
     resources::{self, ResourceFigures},
     resumes,
     scheduling::{self, Scheduled, is_scheduled},
+    shards,
 };
 use crate::daemon_harness::{ProbeEvent, Setup, at_ns};
 
@@ -77,6 +78,8 @@ pub struct Figures {
     pub continuations: BTreeMap<String, usize>,
     /// Items printed and checked.
     pub items: BTreeMap<String, usize>,
+    /// Sharded runs: parents by state, and their children.
+    pub shards: BTreeMap<String, usize>,
 }
 
 impl fmt::Display for Figures {
@@ -109,7 +112,8 @@ impl fmt::Display for Figures {
         }
         writeln!(f, "| samples of run_resources | {} |", self.resource_samples)?;
         writeln!(f, "| resumes and restarts | {} |", list(&self.continuations))?;
-        write!(f, "| items | {} |", list(&self.items))
+        writeln!(f, "| items | {} |", list(&self.items))?;
+        write!(f, "| sharded runs | {} |", list(&self.shards))
     }
 }
 
@@ -141,6 +145,8 @@ pub fn check(evidence: Evidence<'_>) -> Verdict {
     violations.extend(every_interruption_has_its_reason_within_the_lease_after_its_owner_died(e, &mut figures));
     violations.extend(no_run_executed_twice_nor_outside_its_claim(&ledger, &executions, &mut figures));
     violations.extend(no_two_executions_of_one_worker_overlap(e, &ledger, &executions));
+    violations.extend(shards::a_parents_state_agrees_with_its_children(&e.runs, &mut figures.shards));
+    violations.extend(shards::no_document_in_two_shards(&e.runs, &e.items));
     violations.extend(no_worker_outlives_its_run_nor_runs_in_two_processes(e, &ledger, &mut figures));
     violations.extend(scheduling::never_two_runs_for_one_fire_and_no_fire_lost(&e.runs, &e.scheduled));
     violations.extend(scheduling::no_retry_of_a_cancelled_run_and_every_retry_by_its_policy(&e.runs));
@@ -255,7 +261,8 @@ fn every_201_has_its_row_and_every_row_a_201(
     }
     for r in &e.runs {
         *figures.runs.entry(r.state.to_string()).or_default() += 1;
-        if !created.contains_key(&r.id) && !is_scheduled(r) {
+        // A shard of a sharded run comes from its parent's 201.
+        if !created.contains_key(&r.id) && !is_scheduled(r) && r.parent_id.is_none() {
             v.push(format!("run {} of {} is in the ledger without a 201", r.id, r.worker));
         }
     }
@@ -319,7 +326,8 @@ fn every_interruption_has_its_reason_within_the_lease_after_its_owner_died(
 ) -> Vec<String> {
     let bound = i128::try_from((LEASE + SLACK).as_nanos()).unwrap_or(i128::MAX);
     let mut v = Vec::new();
-    for r in e.runs.iter().filter(|r| r.state == RunState::Interrupted) {
+    // A sharded run's parent runs nothing itself: its children are checked.
+    for r in e.runs.iter().filter(|r| r.state == RunState::Interrupted && !r.is_parent()) {
         let (finished, owner, error) = (ns(r.finished_at), r.daemon_id, r.error.as_deref().unwrap_or(""));
         let name = r.end_reason.map_or("none", Named::name);
         *figures.interruptions.entry(name.to_owned()).or_default() += 1;
@@ -415,6 +423,15 @@ fn no_run_executed_twice_nor_outside_its_claim(
     v
 }
 
+/// What one run in flight at a time is counted over: its worker, or, for a shard of a sharded run, its parent
+/// and shard (the shards of one parent run side by side; its parent counts for the worker).
+fn flight(run: &Run) -> String {
+    match (run.parent_id, run.shard) {
+        (Some(parent), Some(shard)) => format!("{} shard {shard} of {parent}", run.worker),
+        _ => run.worker.clone(),
+    }
+}
+
 /// Never two executions of one worker at once: neither by the probes' records (an execution killed by SIGKILL
 /// ended at the latest when its run ended in the ledger) nor by the ledger's claims (an interrupted run's
 /// `finished_at` is when recovery noticed, later than the worker's death, so this is conservative).
@@ -427,12 +444,12 @@ fn no_two_executions_of_one_worker_overlap(
     for (run, s) in &executions.starts {
         let Some(row) = Uuid::parse_str(run).ok().and_then(|id| ledger.get(&id)) else { continue };
         let until = executions.ends.get(run).copied().or(ns(row.finished_at)).unwrap_or(i128::MAX);
-        intervals.entry(row.worker.clone()).or_default().push((s[0].at_ns, until, run.clone()));
+        intervals.entry(flight(row)).or_default().push((s[0].at_ns, until, run.clone()));
     }
     for r in e.runs.iter().filter(|r| r.claimed_at.is_some()) {
         let (Some(c), f) = (ns(r.claimed_at), ns(r.finished_at)) else { continue };
         let claim = (c, f.unwrap_or(i128::MAX), r.id.to_string());
-        intervals.entry(format!("ledger:{}", r.worker)).or_default().push(claim);
+        intervals.entry(format!("ledger:{}", flight(r))).or_default().push(claim);
     }
     let mut v = Vec::new();
     for (worker, list) in &mut intervals {

@@ -2,7 +2,8 @@
 //! [`cluster`] of three API processes whose every answer is recorded, the [`fleet`] of three daemon slots that the
 //! suite kills, freezes, stops and drains (each fault recorded with its time), the [`watcher`] that looks for
 //! worker processes of runs the ledger already calls finished and samples who holds the shared [`resources`],
-//! the [`scheduling`], the checkpoints and [`resumes`] and the [`items`] under the faults, and the [`invariants`], each a
+//! the [`scheduling`], the checkpoints and [`resumes`], the [`items`] and the [`shards`] under the faults, and the
+//! [`invariants`], each a
 //! function named for what it checks, run on the evidence at the end.
 
 pub mod cluster;
@@ -12,6 +13,7 @@ pub mod items;
 pub mod resources;
 pub mod resumes;
 pub mod scheduling;
+pub mod shards;
 pub mod watcher;
 
 use std::{
@@ -60,6 +62,8 @@ pub fn setup(db: &TestDb) -> Setup {
     let config = Setup::config(db, |d| {
         (d.capacity, d.lease_seconds, d.heartbeat_seconds, d.gone_after_seconds) = (4, LEASE.as_secs(), 1, 3);
         (d.cancel_grace_seconds, d.poll_seconds, d.drain_seconds, d.queue_count_interval_seconds) = (1, 2, 2, 10);
+        // The demo's embeddings hold the daemon-scoped gpu: each daemon has one, as the demo's daemon does.
+        d.resources = [(resources::DEMO_GPU.to_owned(), 1)].into();
     })
     .with(|f| (f.api.request_timeout_seconds, f.api.events_poll_ms) = (10, 100))
     .token("vera-viewer", Role::Viewer, VIEWER)
@@ -185,7 +189,10 @@ pub fn request_body(worker: &str, rng: &mut impl Rng, note: &str) -> (Steer, Val
     if let (Some(o), Value::Object(extra)) = (options.as_object_mut(), extra) {
         o.extend(extra);
     }
-    (steer, json!({ "options": options }))
+    match shards::shards_for(worker, rng) {
+        Some(n) => (steer, json!({ "options": options, "shards": n })),
+        None => (steer, json!({ "options": options })),
+    }
 }
 
 /// A run request the suite made and got 201 for.

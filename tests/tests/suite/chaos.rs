@@ -54,6 +54,8 @@ async fn chaos_keeps_every_invariant() {
     let watcher = Watcher::start(db.db.clone());
     let mut cuts: Vec<(i128, i64)> = Vec::new();
 
+    // A request for shards is refused until a daemon described the worker: the traffic waits for that.
+    chaos::shards::wait_described(&db.db.api).await;
     let started = Instant::now();
     let end = started + Duration::from_secs(seconds);
     // Requests go on throughout, concurrently with the faults: triggers and cancels, and a panel's reads.
