@@ -19,6 +19,7 @@ mod report;
 mod resources;
 mod schedules;
 mod seed;
+mod shards;
 mod streams;
 
 use std::path::PathBuf;
@@ -85,6 +86,8 @@ enum Command {
     ClaimHistory(claim_history::Opts),
     /// Claim latency while a retention pass prunes 1,000,000 runs.
     ClaimDuringPrune(prune::Opts),
+    /// Sharded runs on 2 and 4 daemons against one run over the same corpus: wall time, speed-up, pickup.
+    Shards(shards::Opts),
     /// 1,000 live-event streams on one API: its memory, and an event's delivery to all of them.
     Streams(streams::Opts),
     /// Everything above but the ten-million-row benches (ledger, claim-history), with the default options.
@@ -114,6 +117,7 @@ fn all_options(quick: bool) -> AllBenches {
             resources: resources::Opts::quick(),
             prune: prune::Opts::quick(),
             streams: streams::Opts::quick(),
+            shards: shards::Opts::quick(),
         }
     } else {
         AllBenches {
@@ -128,6 +132,7 @@ fn all_options(quick: bool) -> AllBenches {
             resources: resources::Opts::default(),
             prune: prune::Opts::default(),
             streams: streams::Opts::default(),
+            shards: shards::Opts::default(),
         }
     }
 }
@@ -144,6 +149,7 @@ struct AllBenches {
     resources: resources::Opts,
     prune: prune::Opts,
     streams: streams::Opts,
+    shards: shards::Opts,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -181,6 +187,7 @@ fn main() -> anyhow::Result<()> {
             Command::ClaimHistory(o) => figures.extend(claim_history::run(&env, &o).await?),
             Command::ClaimDuringPrune(o) => figures.extend(prune::run(&env, &o).await?),
             Command::Streams(o) => figures.extend(streams::run(&env, &o).await?),
+            Command::Shards(o) => figures.extend(shards::run(&env, &o).await?),
             Command::All(o) => {
                 let started = std::time::Instant::now();
                 let all = all_options(o.quick);
@@ -195,6 +202,7 @@ fn main() -> anyhow::Result<()> {
                 figures.extend(resources::run(&env, &all.resources).await?);
                 figures.extend(prune::run(&env, &all.prune).await?);
                 figures.extend(streams::run(&env, &all.streams).await?);
+                figures.extend(shards::run(&env, &all.shards).await?);
                 eprintln!("all benches took {:.0} s", started.elapsed().as_secs_f64());
             }
         }

@@ -89,6 +89,10 @@ pub const OPTIONS: &[OptionSpec] = &[
         .default(Literal::Integer(0))
         .range(int(0), int(10_000_000))
         .about("Item lines for documents item-000001…, at full speed: at the start, or spread before the checkpoints."),
+    OptionSpec::integer("item_ms")
+        .default(Literal::Integer(0))
+        .range(int(0), int(60_000))
+        .about("A pause after each item of its share, as a model call per document takes (the shards bench)."),
     OptionSpec::integer("failed_every")
         .default(Literal::Integer(0))
         .range(int(0), int(10_000_000))
@@ -365,7 +369,8 @@ fn run(
         eprintln!("{name}: skips {} quarantined items", lists.skip.len());
     }
     let as_text = options.boolean("item_text");
-    let mut output = ItemOutput { lists, failed_every, as_text, times: WriteTimes::default() };
+    let pause = Duration::from_millis(u64::try_from(options.integer("item_ms")).unwrap_or(0));
+    let mut output = ItemOutput { lists, failed_every, as_text, times: WriteTimes::default(), pause };
     // A resume goes on after the items its checkpoint counts; the checkpoints behind it are not printed again.
     let resumed = if checkpoints > 0 { resumed_after(invocation.checkpoint.as_deref()).min(items) } else { 0 };
     let mut items_printed = resumed;

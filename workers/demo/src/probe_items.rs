@@ -3,7 +3,7 @@
 //! can hold the stored items against what the worker printed. A resumed probe goes on after the items its
 //! checkpoint counts (`{"step": j, "items": n}`), as a real worker resumes after its committed work.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -57,6 +57,8 @@ pub struct ItemOutput {
     pub as_text: bool,
     /// How long each line took to write.
     pub times: WriteTimes,
+    /// A pause after each item of its share, as a model call per document would take (`item_ms`).
+    pub pause: Duration,
 }
 
 impl ItemOutput {
@@ -97,6 +99,9 @@ impl ItemOutput {
             let started = Instant::now();
             out.text(&line)?;
             self.times.0.push(u32::try_from(started.elapsed().as_micros()).unwrap_or(u32::MAX));
+            if !self.pause.is_zero() {
+                std::thread::sleep(self.pause);
+            }
         }
         Ok(())
     }
@@ -124,7 +129,8 @@ mod tests {
             skip: ["item-000003".to_owned()].into(),
             shard: None,
         };
-        let output = ItemOutput { lists, failed_every: 2, as_text: false, times: WriteTimes::default() };
+        let output =
+            ItemOutput { lists, failed_every: 2, as_text: false, times: WriteTimes::default(), pause: Duration::ZERO };
         assert_eq!(
             output.record((1, 5)),
             json!({"from": 1, "to": 5, "succeeded": 0, "failed": ["item-000002", "item-000004"],

@@ -172,6 +172,7 @@ fn probes_describe_their_engine_and_declarations_and_have_nothing_pending() {
             "checkpoints",
             "oversized_checkpoint",
             "items",
+            "item_ms",
             "failed_every",
             "item_text",
             "burn_cpu_ms",
