@@ -70,7 +70,12 @@ async fn passes(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -> 
         ConfigSpec { probes: opts.claims, daemon, ..ConfigSpec::default() }.load(env, db, dir, "bench")?;
     let plain = Placement::of(&settings.catalogue, Vec::new());
     let mut holding = settings.catalogue.clone();
-    holding.resources = vec![ResourceSpec { name: "model-server".into(), capacity: 1_000_000, description: None }];
+    holding.resources = vec![ResourceSpec {
+        name: "model-server".into(),
+        capacity: 1_000_000,
+        description: None,
+        scope: Default::default(),
+    }];
     for worker in &mut holding.workers {
         worker.resources = vec!["model-server".into()];
     }

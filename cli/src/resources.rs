@@ -5,7 +5,8 @@
 use anyhow::Context;
 use clap::Subcommand;
 use scrinalia_wire::{
-    Reason, ResourceAudit, ResourceAuditEntry, ResourceChange, ResourceSource, ResourceView, ResourcesView,
+    Reason, ResourceAudit, ResourceAuditEntry, ResourceChange, ResourceScope, ResourceSource, ResourceView,
+    ResourcesView,
 };
 
 use crate::{
@@ -81,8 +82,17 @@ async fn list(client: &Client, out: Out) -> anyhow::Result<()> {
     out.text(&resources_table(&view.resources).render(out.colour))
 }
 
-/// Where a capacity comes from, in words: `catalogue`, or `override by ada at …`.
+/// Where a capacity comes from, in words: `catalogue`, `override by ada at …`, or, for a daemon-scoped resource,
+/// each live daemon that offers it with its count (`daemons: gpu-1 1, gpu-2 2`).
 fn source_text(r: &ResourceView) -> String {
+    if r.scope == ResourceScope::Daemon {
+        let each: Vec<String> = r.daemons.iter().map(|d| format!("{} {}", d.host, d.capacity)).collect();
+        return if each.is_empty() {
+            "daemons: none offers it".to_owned()
+        } else {
+            format!("daemons: {}", each.join(", "))
+        };
+    }
     match (r.source, &r.updated_by, r.updated_at) {
         (ResourceSource::Override, Some(by), Some(at)) => {
             format!("override by {by} at {} (catalogue: {})", when(at), r.catalogue_capacity)
@@ -200,7 +210,24 @@ mod tests {
             updated_by: overridden.then(|| "ada".to_owned()),
             updated_at: overridden.then(chrono::Utc::now),
             holders: (0..holders).map(|_| uuid::Uuid::nil()).collect(),
+            scope: Default::default(),
+            daemons: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_daemon_scoped_resource_names_each_daemon_with_its_count() {
+        let mut gpu = view(ResourceSource::Default, 3, 0);
+        gpu.scope = ResourceScope::Daemon;
+        assert_eq!(source_text(&gpu), "daemons: none offers it");
+        let on = |host: &str, capacity| scrinalia_wire::ResourceOnDaemon {
+            daemon: uuid::Uuid::nil(),
+            host: host.into(),
+            capacity,
+            holders: Vec::new(),
+        };
+        gpu.daemons = vec![on("gpu-1", 1), on("gpu-2", 2)];
+        assert_eq!(source_text(&gpu), "daemons: gpu-1 1, gpu-2 2");
     }
 
     #[test]

@@ -58,6 +58,14 @@ impl Invocation {
         self
     }
 
+    /// Tells the worker which slot of each daemon-scoped resource its run holds on this daemon (`slots`:
+    /// (resource, slot)): `SCRINALIA_RESOURCE_<NAME>=<slot>`, the name uppercased and `-` made `_`
+    /// (`SCRINALIA_RESOURCE_GPU=0`). Two runs on one daemon never hold the same slot.
+    pub fn holding(mut self, slots: &[(String, u32)]) -> Self {
+        self.env.extend(slots.iter().map(|(resource, slot)| (resource_env(resource), slot.to_string())));
+        self
+    }
+
     /// Tells the worker of a shard of a sharded run which one it is: `SCRINALIA_SHARD=i/N` (0-based).
     pub fn in_shard(mut self, run: &Run) -> Self {
         if let (Some(shard), Some(shards), Some(_)) = (run.shard, run.shards, run.parent_id) {
@@ -105,6 +113,12 @@ impl Invocation {
 }
 
 /// A bare program name is looked up beside the daemon's executable first, then in `PATH` (by the OS).
+/// The variable that gives a worker its slot of the daemon-scoped `resource`: `SCRINALIA_RESOURCE_` and the name,
+/// uppercased, each `-` made `_`.
+pub fn resource_env(resource: &str) -> String {
+    format!("SCRINALIA_RESOURCE_{}", resource.to_ascii_uppercase().replace('-', "_"))
+}
+
 fn locate(program: &str, exe_dir: &Path) -> PathBuf {
     if !program.contains('/') {
         let beside = exe_dir.join(program);
@@ -265,6 +279,23 @@ mod tests {
         assert_eq!(shard_of(&run), None, "a parent is never started");
         (run.parent_id, run.shard) = (Some(Uuid::now_v7()), Some(2));
         assert_eq!(shard_of(&run).as_deref(), Some("2/4"));
+    }
+
+    #[test]
+    fn each_slot_of_a_daemon_scoped_resource_is_given_by_its_name() {
+        let spec: WorkerSpec =
+            serde_json::from_value(serde_json::json!({"name": "w", "command": ["/bin/w"]})).expect("a worker");
+        let env = WorkerEnv::default();
+        let invocation =
+            Invocation::run(&spec, Path::new("/nowhere"), &env, Uuid::now_v7(), &ResolvedConfig::empty(), "tp")
+                .holding(&[("gpu".to_owned(), 0), ("fpga-card".to_owned(), 3)]);
+        let given: Vec<(&str, &str)> = invocation
+            .env
+            .iter()
+            .filter(|(k, _)| k.starts_with("SCRINALIA_RESOURCE_"))
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(given, [("SCRINALIA_RESOURCE_GPU", "0"), ("SCRINALIA_RESOURCE_FPGA_CARD", "3")]);
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod runlog;
 pub mod runner;
 pub mod scheduler;
 pub mod shutdown;
+pub mod slots;
 pub mod spare;
 pub mod stall;
 pub mod supervisor;
@@ -94,7 +95,7 @@ pub fn host_name() -> String {
 /// The placement of a daemon with `settings` on this host.
 pub fn placement_of(settings: &Settings) -> Placement {
     let labels = settings.daemon.labels.iter().cloned().chain([host_name()]);
-    Placement::of(&settings.catalogue, labels)
+    Placement::of_daemon(&settings.catalogue, labels, &settings.daemon.resources)
 }
 
 /// Runs the daemon until `shutdown` asks it to stop or it is drained through the database. `telemetry` says

@@ -21,6 +21,14 @@ pub async fn register(ctx: &Context) -> Result<Daemon, DbError> {
         workers: ctx.settings.daemon.workers.clone(),
         labels: ctx.placement.labels().iter().cloned().collect(),
         limits: ctx.cgroups.limits(),
+        resources: ctx
+            .settings
+            .daemon
+            .resources
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(r, n)| (r.clone(), *n))
+            .collect(),
     };
     ctx.db.register_daemon(&daemon).await
 }

@@ -35,6 +35,7 @@ use crate::{
     progress::{Progress, StdoutLine},
     run_limits::{self, Measured},
     runlog::RunLog,
+    slots,
     stall::Watchdog,
 };
 
@@ -73,9 +74,14 @@ async fn execute_in_span(
     // Without exported spans the stored context is passed on as it is, so the worker still joins the trace.
     let traceparent = telemetry::traceparent_of(&tracing::Span::current())
         .unwrap_or_else(|| invocation::traceparent(run.trace_context.as_deref()));
+    let slots = match slots::of(&ctx, &run, spec).await {
+        Ok(slots) => slots,
+        Err(error) => return write_ledger(&ctx, &run, &failed(EndReason::SpawnFailed, error)).await,
+    };
     let mut invocation = Invocation::run(spec, &ctx.exe_dir, &ctx.worker_env, run.id, &run.config, &traceparent)
         .continuing(&run)
-        .in_shard(&run);
+        .in_shard(&run)
+        .holding(&slots);
     let _item_files = match item_files::prepare(&ctx, &run, spec).await {
         Ok(files) => {
             invocation.env.extend(files.env.iter().cloned());

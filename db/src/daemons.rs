@@ -34,13 +34,15 @@ pub struct NewDaemon {
     pub labels: Vec<String>,
     /// What it can enforce of the workers' limits.
     pub limits: scrinalia_wire::DaemonLimits,
+    /// Its capacity of each daemon-scoped resource (`daemon.resources`).
+    pub resources: std::collections::BTreeMap<String, u32>,
 }
 
 /// The columns of a daemon, with `$state` as its state.
 macro_rules! daemon_columns {
     ($d:ident; $($state:tt)+) => {
         concat!(
-            "id, host, pid, version, capacity, workers, labels, limits, started_at, heartbeat_at, \
+            "id, host, pid, version, capacity, workers, labels, limits, resources, started_at, heartbeat_at, \
              drain_requested_at, drain_requested_by, stopped_at, ",
             $crate::dialect::fragment!($d; seconds_since(heartbeat_at)),
             " as heartbeat_age_seconds, (select count(*) from worker_runs r where r.state = 'running' \
@@ -72,8 +74,8 @@ macro_rules! effective_state {
 /// Inserts a daemon's row; again with the same id (a retry after a cut connection) it is the same row.
 pub async fn register(on: impl Into<On<'_>>, d: &NewDaemon) -> Result<Daemon> {
     const REGISTER: Sql = sql!(
-        "insert into daemons (id, host, pid, version, capacity, workers, labels, limits) \
-         values ($1, $2, $3, $4, $5, $6, $7, $8) \
+        "insert into daemons (id, host, pid, version, capacity, workers, labels, limits, resources) \
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
          on conflict (id) do update set host = excluded.host returning ",
         stored_state!()
     );
@@ -86,6 +88,7 @@ pub async fn register(on: impl Into<On<'_>>, d: &NewDaemon) -> Result<Daemon> {
         .bind(Json(&d.workers))
         .bind(Json(&d.labels))
         .bind(Json(&d.limits))
+        .bind(Json(&d.resources))
         .fetch_one(pool)
         .await)?)
 }

@@ -58,10 +58,47 @@ pub async fn claim_one(on: impl Into<On<'_>>, id: Uuid, daemon: Uuid, lease: Dur
         .await)
 }
 
-/// Records that run `run` holds a slot of `resource`.
-pub async fn hold(on: impl Into<On<'_>>, run: Uuid, resource: &str) -> Result<()> {
-    const HOLD: Sql = sql!("insert into run_resources (run_id, resource) values ($1, $2)");
-    run!(on, HOLD, |pool, sql| sqlx::query(sql).bind(run).bind(resource).execute(pool).await.map(drop))
+/// Records that run `run` holds a slot of `resource`: of the global one, or (`on_daemon`: the daemon and the
+/// slot) of the daemon-scoped one on that daemon.
+pub async fn hold(on: impl Into<On<'_>>, run: Uuid, resource: &str, on_daemon: Option<(Uuid, u32)>) -> Result<()> {
+    const HOLD: Sql = sql!("insert into run_resources (run_id, resource, daemon_id, slot) values ($1, $2, $3, $4)");
+    let (daemon, slot) = (on_daemon.map(|(d, _)| d), on_daemon.map(|(_, s)| i32::try_from(s).unwrap_or(i32::MAX)));
+    run!(on, HOLD, |pool, sql| sqlx::query(sql)
+        .bind(run)
+        .bind(resource)
+        .bind(daemon)
+        .bind(slot)
+        .execute(pool)
+        .await
+        .map(drop))
+}
+
+/// The slots of the daemon-scoped `resource` held on `daemon`, lowest first.
+pub async fn slots_on(on: impl Into<On<'_>>, resource: &str, daemon: Uuid) -> Result<Vec<u32>> {
+    const SLOTS: Sql = sql!(
+        "select slot from run_resources where resource = $1 and daemon_id = $2 and slot is not null order by slot"
+    );
+    let slots: Vec<i32> =
+        run!(on, SLOTS, |pool, sql| sqlx::query_scalar(sql).bind(resource).bind(daemon).fetch_all(pool).await)?;
+    Ok(slots.into_iter().filter_map(|s| u32::try_from(s).ok()).collect())
+}
+
+/// The slots of daemon-scoped resources run `run` holds: (resource, slot), by resource.
+pub async fn slots_of(on: impl Into<On<'_>>, run: Uuid) -> Result<Vec<(String, u32)>> {
+    const SLOTS: Sql =
+        sql!("select resource, slot from run_resources where run_id = $1 and slot is not null order by resource");
+    let slots: Vec<(String, i32)> = run!(on, SLOTS, |pool, sql| sqlx::query_as(sql).bind(run).fetch_all(pool).await)?;
+    Ok(slots.into_iter().filter_map(|(r, s)| Some((r, u32::try_from(s).ok()?))).collect())
+}
+
+/// Every slot of a daemon-scoped resource held now: (resource, daemon, slot, run), by resource, daemon and slot.
+pub async fn daemon_slots(on: impl Into<On<'_>>) -> Result<Vec<(String, Uuid, u32, Uuid)>> {
+    const ALL: Sql = sql!(
+        "select resource, daemon_id, slot, run_id from run_resources where daemon_id is not null \
+         and slot is not null order by resource, daemon_id, slot"
+    );
+    let rows: Vec<(String, Uuid, i32, Uuid)> = run!(on, ALL, |pool, sql| sqlx::query_as(sql).fetch_all(pool).await)?;
+    Ok(rows.into_iter().filter_map(|(r, d, s, run)| Some((r, d, u32::try_from(s).ok()?, run))).collect())
 }
 
 /// Which of `workers` have a queued run that is due now, in one statement, so that a claim opens a transaction

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use scrinalia_wire::choice::limits;
-pub use scrinalia_wire::{Engine, OptionSpec, OptionType, RetryPolicy, choice::MemoryMax};
+pub use scrinalia_wire::{Engine, OptionSpec, OptionType, RetryPolicy, choice::MemoryMax, resource::ResourceScope};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -83,17 +83,27 @@ pub struct WorkerSpec {
 }
 
 /// A resource that runs of several workers share, such as one model server: at most `capacity` runs hold it
-/// at once, across all daemons.
+/// at once, across all daemons; or, of scope `daemon`, such as a GPU, at most as many on each daemon as that
+/// daemon's `daemon.resources` gives.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResourceSpec {
     /// Unique name (lowercase letters, digits, `-`, `_`).
     pub name: String,
-    /// How many runs may hold it at once (an audited override may change it).
+    /// How many runs may hold it at once (an audited override may change it). A global resource needs one of
+    /// at least 1; a daemon-scoped one takes none (0, the default when absent): each daemon gives its own.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub capacity: u32,
     /// A sentence for people.
     #[serde(default)]
     pub description: Option<String>,
+    /// Whether its capacity is shared by all daemons (`global`, the default) or each daemon's own (`daemon`).
+    #[serde(default)]
+    pub scope: ResourceScope,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 fn default_timeout() -> u64 {
@@ -223,8 +233,22 @@ impl Catalogue {
             if !resource_names.insert(resource.name.as_str()) {
                 push(format!("{at}.name"), format!("the resource name {:?} is declared twice", resource.name));
             }
-            if resource.capacity == 0 {
-                push(format!("{at}.capacity"), "a resource's capacity must be at least 1".to_owned());
+            match resource.scope {
+                ResourceScope::Global if resource.capacity == 0 => push(
+                    format!("{at}.capacity"),
+                    "a resource's capacity must be at least 1 (or give it scope = \"daemon\" for a capacity on \
+                     each daemon)"
+                        .to_owned(),
+                ),
+                ResourceScope::Daemon if resource.capacity != 0 => push(
+                    format!("{at}.capacity"),
+                    format!(
+                        "the daemon-scoped resource {:?} takes no capacity here: each daemon gives its own in \
+                         daemon.resources",
+                        resource.name
+                    ),
+                ),
+                _ => {}
             }
         }
         let mut seen = BTreeSet::new();

@@ -37,7 +37,7 @@ pub mod tokens;
 pub mod usage;
 pub mod webhooks;
 
-pub use catalogue::{Catalogue, Engine, OptionSpec, OptionType, ResourceSpec, WorkerSpec};
+pub use catalogue::{Catalogue, Engine, OptionSpec, OptionType, ResourceScope, ResourceSpec, WorkerSpec};
 pub use config::{ConfigError, Settings};
 #[doc(hidden)]
 pub use db::plans::{ExplainedRead, PlanSample};

@@ -2,17 +2,18 @@
 //! reason, in an append-only audit trail. The override lives in the database rather than the configuration so
 //! that every daemon's next claim uses it at once, without a restart or a reload, and so that who changed it, when
 //! and why is kept. Claims read it under the resource's lock (`db::resources::claim_holding`); the views and the
-//! "why is this waiting" reasons read it here.
+//! "why is this waiting" reasons read it here. A daemon-scoped resource (a GPU) has no such capacity: each daemon
+//! gives its own (`daemon.resources`), so it cannot be overridden here, and its view lists the daemons.
 
-use std::borrow::Cow;
+use std::{borrow::Cow, time::Duration};
 
 pub use scrinalia_wire::resource::{
-    ResourceAudit, ResourceAuditEntry, ResourceChange, ResourceSource, ResourceView, ResourcesView,
+    ResourceAudit, ResourceAuditEntry, ResourceChange, ResourceOnDaemon, ResourceSource, ResourceView, ResourcesView,
 };
 
 use scrinalia_wire::{Reason, ReasonError};
 
-use crate::{Catalogue, Database, DbError, ResourceSpec, Store, db};
+use crate::{Catalogue, Daemon, DaemonState, Database, DbError, ResourceScope, ResourceSpec, Store, db};
 
 /// The largest capacity an override may set: far above any resource a run holds (a model server, a GPU, an
 /// API's rate), so a larger number is a typo rather than a limit.
@@ -24,6 +25,15 @@ pub enum ResourceError {
     /// The catalogue declares no such resource.
     #[error("There is no resource {resource:?}; GET /api/resources lists the resources.")]
     UnknownResource {
+        /// The name given.
+        resource: String,
+    },
+    /// The resource's capacity is each daemon's own.
+    #[error(
+        "Resource {resource:?} is daemon-scoped: its capacity is each daemon's daemon.resources, set in that \
+         daemon's settings, so there is none to change here."
+    )]
+    DaemonScoped {
         /// The name given.
         resource: String,
     },
@@ -76,7 +86,12 @@ fn view(
         updated_by: None,
         updated_at: None,
         holders,
+        scope: spec.scope,
+        daemons: Vec::new(),
     };
+    if spec.scope == ResourceScope::Daemon {
+        return view;
+    }
     // The column's check keeps a stored capacity at 1 or more, so the conversion only guards against a hand edit.
     if let Some((_, capacity, by, at)) = stored
         && let Ok(capacity) = u32::try_from(*capacity)
@@ -129,6 +144,9 @@ impl Store {
     ) -> Result<ResourceView, ResourceError> {
         let spec =
             catalogue.resource(name).ok_or_else(|| ResourceError::UnknownResource { resource: name.to_owned() })?;
+        if spec.scope == ResourceScope::Daemon {
+            return Err(ResourceError::DaemonScoped { resource: spec.name.clone() });
+        }
         let capacity = capacity.map(|c| check_capacity(&spec.name, c)).transpose()?;
         let reason = Reason::new(reason, "the capacity")?;
         let stored = set_capacity(&self.db, &spec.name, capacity, actor, &reason).await?;
@@ -144,23 +162,47 @@ impl Store {
         actor: &str,
         change: &ResourceChange,
     ) -> Result<ResourceView, ResourceError> {
-        if catalogue.resource(name).is_none() {
-            return Err(ResourceError::UnknownResource { resource: name.to_owned() });
+        match catalogue.resource(name) {
+            None => return Err(ResourceError::UnknownResource { resource: name.to_owned() }),
+            Some(spec) if spec.scope == ResourceScope::Daemon => {
+                return Err(ResourceError::DaemonScoped { resource: spec.name.clone() });
+            }
+            Some(_) => {}
         }
         let capacity = change.capacity.ok_or(ResourceError::CapacityRequired)?;
         self.set_resource_capacity(catalogue, name, capacity, actor, change.reason.as_deref()).await
     }
 
     /// Every catalogue resource, in catalogue order, with its effective capacity, where that comes from and its
-    /// holders.
-    pub(crate) async fn resources(&self, catalogue: &Catalogue) -> Result<Vec<ResourceView>, DbError> {
+    /// holders; a daemon-scoped one with each live daemon (as of `gone_after`) that offers it. The daemons and
+    /// their slots are read only when the catalogue has a daemon-scoped resource.
+    pub(crate) async fn resources(
+        &self,
+        catalogue: &Catalogue,
+        gone_after: Duration,
+    ) -> Result<Vec<ResourceView>, DbError> {
         let stored = async { self.db.retrying(|| db::resource_overrides::list(&self.db)).await };
         let holders = async { self.db.retrying(|| db::resources::holders(&self.db)).await };
         let (stored, holders) = tokio::try_join!(stored, holders)?;
+        let per_daemon = catalogue.resources.iter().any(|r| r.scope == ResourceScope::Daemon);
+        let (daemons, slots) = if per_daemon {
+            let daemons = async { self.db.retrying(|| db::daemons::list(&self.db, gone_after)).await };
+            let slots = async { self.db.retrying(|| db::resources::daemon_slots(&self.db)).await };
+            tokio::try_join!(daemons, slots)?
+        } else {
+            Default::default()
+        };
         Ok(catalogue
             .resources
             .iter()
-            .map(|spec| view(spec, stored.iter().find(|s| s.0 == spec.name), &holders))
+            .map(|spec| {
+                let mut view = view(spec, stored.iter().find(|s| s.0 == spec.name), &holders);
+                if spec.scope == ResourceScope::Daemon {
+                    view.daemons = on_daemons(&spec.name, &daemons, &slots);
+                    view.capacity = view.daemons.iter().map(|d| d.capacity).sum();
+                }
+                view
+            })
             .collect())
     }
 
@@ -191,13 +233,32 @@ impl Store {
             return Ok(Cow::Borrowed(catalogue));
         }
         let mut effective = catalogue.clone();
-        for spec in &mut effective.resources {
+        for spec in effective.resources.iter_mut().filter(|r| r.scope == ResourceScope::Global) {
             if let Some(capacity) = stored.iter().find(|s| s.0 == spec.name).and_then(|s| u32::try_from(s.1).ok()) {
                 spec.capacity = capacity;
             }
         }
         Ok(Cow::Owned(effective))
     }
+}
+
+/// The live daemons that offer the daemon-scoped `resource`, each with its capacity and the holders of its slots
+/// (`slots`: (resource, daemon, slot, run)).
+fn on_daemons(
+    resource: &str,
+    daemons: &[Daemon],
+    slots: &[(String, uuid::Uuid, u32, uuid::Uuid)],
+) -> Vec<ResourceOnDaemon> {
+    daemons
+        .iter()
+        .filter(|d| d.state != DaemonState::Gone)
+        .filter_map(|d| {
+            let capacity = d.resources.get(resource).copied().filter(|n| *n > 0)?;
+            let holders =
+                slots.iter().filter(|(r, on, ..)| r == resource && *on == d.id).map(|(.., slot, run)| (*slot, *run));
+            Some(ResourceOnDaemon { daemon: d.id, host: d.host.clone(), capacity, holders: holders.collect() })
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -84,6 +84,10 @@ pub struct ProbeEvent {
     /// `SCRINALIA_SHARD`, the shard it was given, `i/N` (start lines).
     #[serde(default)]
     pub shard: Option<String>,
+    /// Each `SCRINALIA_RESOURCE_<NAME>` it was given, the slot of a daemon-scoped resource, by variable (start
+    /// lines; `{"SCRINALIA_RESOURCE_GPU": "0"}`).
+    #[serde(default)]
+    pub resources: std::collections::BTreeMap<String, String>,
     /// `SCRINALIA_RESTART_OF`, the run a restart starts over (start lines).
     #[serde(default)]
     pub restart_of: Option<String>,

@@ -78,6 +78,10 @@ pub struct Daemon {
     #[serde(default)]
     #[cfg_attr(feature = "sqlx", sqlx(json))]
     pub limits: DaemonLimits,
+    /// Its capacity of each daemon-scoped resource (`daemon.resources`, e.g. `{"gpu": 1}`).
+    #[serde(default)]
+    #[cfg_attr(feature = "sqlx", sqlx(json))]
+    pub resources: std::collections::BTreeMap<String, u32>,
 }
 
 /// What a daemon can enforce of the workers' limits (`memory_max`, `cpu_max`) on its host.

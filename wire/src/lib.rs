@@ -44,7 +44,10 @@ pub use overrides::{AuditEntry, AuditView, Override, OverrideAction, OverrideCha
 pub use pipeline::{PipelineRun, PipelineRunView, PipelineState, PipelineView, StartPipeline};
 pub use queue::QueueCount;
 pub use reason::{MAX_REASON, Reason, ReasonBody, ReasonError};
-pub use resource::{ResourceAudit, ResourceAuditEntry, ResourceChange, ResourceSource, ResourceView, ResourcesView};
+pub use resource::{
+    ResourceAudit, ResourceAuditEntry, ResourceChange, ResourceOnDaemon, ResourceScope, ResourceSource, ResourceView,
+    ResourcesView,
+};
 pub use run::{
     CancelKind, CancelView, EndReason, FollowKind, MAX_CHECKPOINT_BYTES, ProgressEntry, ProgressPage, Run, RunDetail,
     RunPage, RunState,

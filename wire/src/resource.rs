@@ -33,6 +33,47 @@ impl Named for ResourceSource {
 }
 named!(ResourceSource);
 
+/// Where a resource's capacity lives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum ResourceScope {
+    /// One capacity across all daemons (one model server): the catalogue's `capacity`, or an audited override.
+    #[default]
+    Global,
+    /// A capacity on each daemon (a host's GPUs): its `daemon.resources`. A run holds a numbered slot of the
+    /// daemon that claimed it, given to its worker as `SCRINALIA_RESOURCE_<NAME>`.
+    Daemon,
+}
+
+impl Named for ResourceScope {
+    const ALL: &'static [Self] = &[Self::Global, Self::Daemon];
+    const NOUN: &'static str = "a resource scope";
+    const PLURAL: &'static str = "the resource scopes";
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Global => "global",
+            Self::Daemon => "daemon",
+        }
+    }
+}
+named!(ResourceScope);
+
+/// A daemon-scoped resource on one live daemon: its capacity there and the runs holding its slots.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ResourceOnDaemon {
+    /// The daemon.
+    pub daemon: Uuid,
+    /// Its host.
+    pub host: String,
+    /// Its `daemon.resources` count of the resource.
+    pub capacity: u32,
+    /// The runs holding a slot there, by slot: (slot, run).
+    pub holders: Vec<(u32, Uuid)>,
+}
+
 /// One catalogue resource, its capacity now and who holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -57,6 +98,13 @@ pub struct ResourceView {
     /// The runs holding a slot now, oldest hold first; there may be more than `capacity` right after it was
     /// lowered (runs already holding are never stopped).
     pub holders: Vec<Uuid>,
+    /// `global` (one capacity for all daemons) or `daemon` (each daemon's own; `capacity` is then the sum over the
+    /// live daemons, and `catalogue_capacity` 0).
+    #[serde(default)]
+    pub scope: ResourceScope,
+    /// For a daemon-scoped resource, each live daemon that offers it, with its capacity and holders.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub daemons: Vec<ResourceOnDaemon>,
 }
 
 /// `GET /api/resources`.

@@ -1,6 +1,7 @@
 //! Shared resources: each catalogue resource with the capacity claims count against now, where it comes from and
 //! the runs holding it; changing that capacity as an audited override (or back to the catalogue's); and the
-//! audit trail of every change. A change applies from the next claim on; runs already holding are not stopped.
+//! audit trail of every change. A change applies from the next claim on; runs already holding are not stopped. A
+//! daemon-scoped resource's capacity is each daemon's `daemon.resources`: a change of it is refused (409).
 
 use axum::{
     Json, Router,
@@ -32,6 +33,9 @@ impl From<ResourceError> for ApiError {
                 "unknown_resource",
                 format!("There is no resource {}; GET /api/resources lists the resources.", quote(&resource)),
             ),
+            refused @ ResourceError::DaemonScoped { .. } => {
+                Self::conflict("daemon_scoped_resource", refused.to_string())
+            }
             ResourceError::Reason(e) => e.into(),
             ResourceError::Database(e) => e.into(),
             refused @ (ResourceError::CapacityRequired | ResourceError::InvalidCapacity(_)) => {
@@ -45,7 +49,7 @@ impl From<ResourceError> for ApiError {
     responses((status = 200, body = ResourcesView), (status = 401, body = ErrorBody)),
     security(("bearer" = [])))]
 pub(crate) async fn list_resources(_: Viewer, State(state): State<AppState>) -> ApiResult<Json<ResourcesView>> {
-    Ok(Json(ResourcesView { resources: state.db().resources(state.catalogue()).await? }))
+    Ok(Json(ResourcesView { resources: state.db().resources(state.catalogue(), state.gone_after()).await? }))
 }
 
 #[utoipa::path(put, path = "/api/resources/{name}", tag = "resources",
@@ -54,6 +58,7 @@ pub(crate) async fn list_resources(_: Viewer, State(state): State<AppState>) -> 
     responses((status = 200, body = ResourceView, description = "The resource with its capacity now"),
         (status = 400, body = ErrorBody, description = "Missing reason, missing capacity, or a capacity out of range"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "A daemon-scoped resource: its capacity is each daemon's daemon.resources"),
         (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
 pub(crate) async fn set_capacity(

@@ -19,6 +19,7 @@ use crate::{
 };
 
 mod auth_oidc;
+mod daemon_resources;
 mod database;
 mod edges;
 mod items;
@@ -160,6 +161,9 @@ pub struct DaemonSettings {
     /// What this daemon advertises (`gpu`, …; its host name is always one): it takes runs only of workers whose
     /// `labels` it has.
     pub labels: Vec<String>,
+    /// This daemon's capacity of each daemon-scoped resource (`{ gpu = 1 }`): how many of its runs may hold one at
+    /// once, each given its slot number. A resource it does not name (or names with 0) it never claims a run for.
+    pub resources: BTreeMap<String, u32>,
     /// Length of a run's lease; renewed about every third of it.
     pub lease_seconds: u64,
     /// On shutdown, how long in-flight runs may take to finish before they are stopped.
@@ -202,6 +206,7 @@ impl Default for DaemonSettings {
             capacity: 3,
             workers: Vec::new(),
             labels: Vec::new(),
+            resources: BTreeMap::new(),
             lease_seconds: 30,
             drain_seconds: 60,
             poll_seconds: 10,
@@ -442,7 +447,7 @@ impl Settings {
 
     /// Validates a configuration read from `origin` (a sentence for messages, e.g. "file /etc/…").
     pub fn validate(origin: String, raw: SettingsFile) -> Result<Self, ConfigError> {
-        let mut problems: Vec<(String, String)> = Vec::new();
+        let mut problems: Vec<(String, String)> = daemon_resources::problems(&raw.daemon.resources, &raw.resources);
         let catalogue = match Catalogue::with_resources(raw.workers, raw.engines, raw.pipelines, raw.resources) {
             Ok(c) => c,
             Err(found) => {

@@ -326,3 +326,36 @@ fn a_configured_token_name_with_a_bidi_control_is_refused() {
             .to_string();
     assert!(err.contains("auth.tokens[0].name") && err.contains("U+202E"), "{err}");
 }
+
+#[test]
+fn a_daemon_gives_its_own_capacity_of_a_daemon_scoped_resource() {
+    let toml = "
+        [daemon]
+        resources = { gpu = 2 }
+        [[resources]]
+        name = \"gpu\"
+        scope = \"daemon\"
+        [[workers]]
+        name = \"embed\"
+        command = [\"embed\"]
+        resources = [\"gpu\"]
+        ";
+    let settings = load(toml, &[]).expect("loads");
+    assert_eq!(settings.daemon.resources.get("gpu"), Some(&2));
+    assert_eq!(settings.catalogue.resources[0].scope, crate::ResourceScope::Daemon);
+    let env = load(toml, &[("SCRINALIA__DAEMON__RESOURCES__GPU", "4")]).expect("loads");
+    assert_eq!(env.daemon.resources.get("gpu"), Some(&4), "the environment overrides it like other settings");
+
+    let capacity = toml.replace("scope = \"daemon\"", "scope = \"daemon\"\ncapacity = 2");
+    let err = load(&capacity, &[]).expect_err("a capacity on a daemon-scoped resource").to_string();
+    assert!(
+        err.contains("`resources[0].capacity`: the daemon-scoped resource \"gpu\" takes no capacity here"),
+        "{err}"
+    );
+    let global = toml.replace("scope = \"daemon\"", "capacity = 1");
+    let err = load(&global, &[]).expect_err("a global resource in daemon.resources").to_string();
+    assert!(err.contains("`daemon.resources.gpu`: \"gpu\" is a global resource"), "{err}");
+    let missing = toml.replace("scope = \"daemon\"", "");
+    let err = load(&missing, &[]).expect_err("a global resource without a capacity").to_string();
+    assert!(err.contains("`resources[0].capacity`: a resource's capacity must be at least 1"), "{err}");
+}

@@ -1,13 +1,17 @@
 //! Which queued runs a daemon may take: those of workers whose required labels it advertises, and, for a worker
-//! that holds shared resources, only when every one of them has room across all daemons. Computed once from the
-//! catalogue and the daemon's labels; the claim itself is decided by the database.
+//! that holds shared resources, only when every one of them has room: a global resource across all daemons, a
+//! daemon-scoped one (a GPU) on this daemon, which then gives the run the lowest free slot of it. Computed once
+//! from the catalogue, the daemon's labels and its `daemon.resources`; the claim itself is decided by the database.
 
-use std::{collections::BTreeSet, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
 
 use uuid::Uuid;
 
 use crate::{
-    Catalogue, Database, DbError, Run, Store,
+    Catalogue, Database, DbError, ResourceScope, Run, Store,
     db::{self, Tx},
 };
 
@@ -17,14 +21,37 @@ pub struct Placement {
     labels: BTreeSet<String>,
     /// Workers claimed in the plain, batched claim: none of these.
     exclude: Vec<String>,
-    /// Workers that hold resources, each with its resources' (name, catalogue capacity), claimed one by one; a
-    /// capacity override stored in the database wins over the catalogue's at each claim.
-    holding: Vec<(String, Vec<(String, u32)>)>,
+    /// Workers that hold resources, each with its resources, claimed one by one.
+    holding: Vec<(String, Vec<Need>)>,
+}
+
+/// A resource a worker holds one slot of while it runs, as this daemon counts it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Need {
+    /// Its name.
+    resource: String,
+    /// Global: the catalogue's capacity (a capacity override stored in the database wins at each claim). Daemon-
+    /// scoped: this daemon's own (`daemon.resources`), at least 1.
+    capacity: u32,
+    /// Whether it is daemon-scoped: counted on this daemon only, under a lock of its own, with a numbered slot.
+    per_daemon: bool,
 }
 
 impl Placement {
-    /// The placement of a daemon with `labels` (its host name is one of them) over `catalogue`.
+    /// The placement of a daemon with `labels` (its host name is one of them) over `catalogue`, with no
+    /// daemon-scoped resource: it never claims a worker that holds one.
     pub fn of(catalogue: &Catalogue, labels: impl IntoIterator<Item = String>) -> Self {
+        Self::of_daemon(catalogue, labels, &BTreeMap::new())
+    }
+
+    /// The placement of a daemon with `labels` and `resources` (its `daemon.resources`: its capacity of each
+    /// daemon-scoped resource) over `catalogue`. A worker whose labels it lacks, or that holds a daemon-scoped
+    /// resource of which it has no slot, it never claims.
+    pub fn of_daemon(
+        catalogue: &Catalogue,
+        labels: impl IntoIterator<Item = String>,
+        resources: &BTreeMap<String, u32>,
+    ) -> Self {
         let labels: BTreeSet<String> = labels.into_iter().collect();
         let mut placement = Self { labels, ..Self::default() };
         for worker in &catalogue.workers {
@@ -32,12 +59,25 @@ impl Placement {
                 placement.exclude.push(worker.name.clone());
             } else if !worker.resources.is_empty() {
                 placement.exclude.push(worker.name.clone());
-                let resources = worker
+                let needs: Option<Vec<Need>> = worker
                     .resources
                     .iter()
-                    .filter_map(|r| catalogue.resource(r).map(|spec| (spec.name.clone(), spec.capacity)))
+                    .filter_map(|r| catalogue.resource(r))
+                    .map(|spec| match spec.scope {
+                        ResourceScope::Global => {
+                            Some(Need { resource: spec.name.clone(), capacity: spec.capacity, per_daemon: false })
+                        }
+                        ResourceScope::Daemon => resources.get(&spec.name).filter(|n| **n > 0).map(|n| Need {
+                            resource: spec.name.clone(),
+                            capacity: *n,
+                            per_daemon: true,
+                        }),
+                    })
                     .collect();
-                placement.holding.push((worker.name.clone(), resources));
+                // A daemon-scoped resource this daemon has none of: excluded, like a missing label.
+                if let Some(needs) = needs {
+                    placement.holding.push((worker.name.clone(), needs));
+                }
             }
         }
         placement
@@ -111,6 +151,11 @@ impl Store {
     pub(crate) async fn resource_holders(&self) -> Result<Vec<(String, Uuid)>, DbError> {
         db::resources::holders(&self.db).await
     }
+
+    /// The slots of daemon-scoped resources run `run` holds: (resource, slot), by resource.
+    pub(crate) async fn resource_slots(&self, run: Uuid) -> Result<Vec<(String, u32)>, DbError> {
+        self.db.retrying(|| db::resources::slots_of(&self.db, run)).await
+    }
 }
 
 /// How often, and how far apart, a claim tries a resource that another transaction holds locked: a claim holds
@@ -142,18 +187,34 @@ fn has_room(holders: usize, capacity: usize) -> bool {
     holders < capacity
 }
 
+/// The slot a new holder of a daemon-scoped resource of `capacity` slots takes on a daemon where `taken` are held:
+/// the lowest free one, from 0; `None` when all of 0..capacity are taken (slots above the capacity, held since
+/// before it was lowered, leave no room either).
+fn free_slot(taken: &[u32], capacity: u32) -> Option<u32> {
+    if taken.len() >= capacity as usize {
+        return None;
+    }
+    (0..capacity).find(|slot| !taken.contains(slot))
+}
+
+/// The key of the advisory lock of the daemon-scoped `resource` on `daemon`: claims of it on other daemons
+/// never wait for one another.
+fn daemon_lock_key(resource: &str, daemon: Uuid) -> String {
+    format!("resource.{resource}.daemon.{daemon}")
+}
+
 /// [`claim_holding_once`], tried again a few times while the resource is locked by another claim.
 async fn claim_holding(
     db: &Database,
     daemon: Uuid,
     lease: Duration,
     worker: &str,
-    resources: &[(String, u32)],
+    needs: &[Need],
 ) -> Result<Held, DbError> {
     let mut tries = 1;
     loop {
         let mut tx = db.begin_write().await?;
-        let held = claim_holding_once(&mut tx, daemon, lease, worker, resources).await?;
+        let held = claim_holding_once(&mut tx, daemon, lease, worker, needs).await?;
         match held {
             Held::Claimed(_) => tx.commit().await?,
             _ => tx.rollback().await?,
@@ -168,47 +229,70 @@ async fn claim_holding(
     }
 }
 
-/// In the transaction `tx`, claims the oldest queued, due run of `worker` for `daemon` if every one of
-/// `resources` (name, catalogue capacity) has a free slot, taking one of each; the caller commits only a claim.
-/// The run is locked first (PostgreSQL: `skip locked`, so a daemon never waits for another's claim of it); then
-/// each resource, in name order (so two claims never deadlock), under a transaction-scoped advisory lock, so
-/// that the count of its holders and the insert of the new one cannot interleave with another daemon's (SQLite
-/// serialises writers anyway). The lock is only tried: a daemon never waits for another's claim (one frozen
-/// mid-claim would hold every claim round of the others, and the runs they claimed before it would lose their
-/// leases before their workers start); the worker is tried again at the next claim round. A resource's
-/// capacity is read under that lock, which a change of capacity also takes.
+/// In the transaction `tx`, claims the oldest queued, due run of `worker` for `daemon` if every one of `needs`
+/// has a free slot, taking one of each; the caller commits only a claim. The run is locked first (PostgreSQL:
+/// `skip locked`, so a daemon never waits for another's claim of it); then each resource, in name order (so two
+/// claims never deadlock), under a transaction-scoped advisory lock, so that the count of its holders and the
+/// insert of the new one cannot interleave with another claim's (SQLite serialises writers anyway): a global
+/// resource's lock is one for all daemons, and its holders are counted everywhere; a daemon-scoped resource's
+/// lock is one per (resource, daemon), its holders counted on `daemon` only, and the run takes the lowest free
+/// slot there (the unique index on (daemon, resource, slot) is the last word). The lock is only tried: a daemon
+/// never waits for another's claim (one frozen mid-claim would hold every claim round of the others, and the
+/// runs they claimed before it would lose their leases before their workers start); the worker is tried again at
+/// the next claim round. A global resource's capacity is read under that lock, which a change of capacity also
+/// takes.
 async fn claim_holding_once(
     tx: &mut Tx,
     daemon: Uuid,
     lease: Duration,
     worker: &str,
-    resources: &[(String, u32)],
+    needs: &[Need],
 ) -> Result<Held, DbError> {
-    let mut sorted: Vec<&(String, u32)> = resources.iter().collect();
-    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut sorted: Vec<&Need> = needs.iter().collect();
+    sorted.sort_by(|a, b| a.resource.cmp(&b.resource));
     let Some(id) = db::resources::first_due(&mut *tx, worker).await? else { return Ok(Held::NothingQueued) };
-    for (resource, catalogue_capacity) in &sorted {
-        if !tx.try_lock(&db::resource_overrides::lock_key(resource)).await? {
-            return Ok(Held::Busy { resource: resource.clone() });
-        }
-        let capacity = capacity(db::resource_overrides::capacity(&mut *tx, resource).await?, *catalogue_capacity);
-        let holders = db::resources::holders_of(&mut *tx, resource).await?;
-        if !has_room(holders.len(), capacity) {
-            return Ok(Held::Full { resource: resource.clone(), holders });
+    let mut slots: Vec<Option<u32>> = Vec::with_capacity(sorted.len());
+    for need in &sorted {
+        let resource = &need.resource;
+        if need.per_daemon {
+            if !tx.try_lock(&daemon_lock_key(resource, daemon)).await? {
+                return Ok(Held::Busy { resource: resource.clone() });
+            }
+            let taken = db::resources::slots_on(&mut *tx, resource, daemon).await?;
+            match free_slot(&taken, need.capacity) {
+                Some(slot) => slots.push(Some(slot)),
+                None => {
+                    let holders = db::resources::holders_of(&mut *tx, resource).await?;
+                    return Ok(Held::Full { resource: resource.clone(), holders });
+                }
+            }
+        } else {
+            if !tx.try_lock(&db::resource_overrides::lock_key(resource)).await? {
+                return Ok(Held::Busy { resource: resource.clone() });
+            }
+            let capacity = capacity(db::resource_overrides::capacity(&mut *tx, resource).await?, need.capacity);
+            let holders = db::resources::holders_of(&mut *tx, resource).await?;
+            if !has_room(holders.len(), capacity) {
+                return Ok(Held::Full { resource: resource.clone(), holders });
+            }
+            slots.push(None);
         }
     }
     let Some(run) = db::resources::claim_one(&mut *tx, id, daemon, lease).await? else {
         return Ok(Held::NothingQueued);
     };
-    for (resource, _) in &sorted {
-        db::resources::hold(&mut *tx, run.id, resource).await?;
+    for (need, slot) in sorted.iter().zip(slots) {
+        db::resources::hold(&mut *tx, run.id, &need.resource, slot.map(|s| (daemon, s))).await?;
     }
     Ok(Held::Claimed(Box::new(run)))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{capacity, has_room};
+    use std::collections::BTreeMap;
+
+    use super::{Need, Placement, capacity, free_slot, has_room};
+    use crate::{Catalogue, ResourceScope, ResourceSpec};
 
     #[test]
     fn a_stored_capacity_wins_over_the_catalogues_and_a_full_resource_has_no_room() {
@@ -219,5 +303,45 @@ mod tests {
         assert!(has_room(1, 2));
         assert!(!has_room(2, 2));
         assert!(!has_room(0, 0));
+    }
+
+    #[test]
+    fn a_daemon_slot_is_the_lowest_free_one_below_the_capacity() {
+        assert_eq!(free_slot(&[], 1), Some(0));
+        assert_eq!(free_slot(&[0], 1), None);
+        assert_eq!(free_slot(&[0, 2], 4), Some(1), "a slot freed in the middle is taken again first");
+        assert_eq!(free_slot(&[1], 2), Some(0));
+        assert_eq!(free_slot(&[0, 1], 2), None);
+        assert_eq!(free_slot(&[3], 2), Some(0), "a slot above a lowered capacity still leaves the lower ones");
+        assert_eq!(free_slot(&[2, 3], 2), None, "but counts as a holder");
+        assert_eq!(free_slot(&[], 0), None);
+    }
+
+    #[test]
+    fn a_daemon_without_a_slot_of_a_daemon_scoped_resource_never_claims_its_workers() {
+        let mut catalogue: Catalogue = serde_json::from_value::<Vec<crate::WorkerSpec>>(serde_json::json!([
+            {"name": "embed", "command": ["e"], "resources": ["gpu", "model"]},
+            {"name": "plain", "command": ["p"]}
+        ]))
+        .map(|workers| Catalogue { workers, ..Catalogue::default() })
+        .expect("workers");
+        catalogue.resources = vec![
+            ResourceSpec { name: "gpu".into(), capacity: 0, description: None, scope: ResourceScope::Daemon },
+            ResourceSpec { name: "model".into(), capacity: 3, description: None, scope: ResourceScope::Global },
+        ];
+        let none = Placement::of(&catalogue, Vec::new());
+        assert_eq!((none.exclude.as_slice(), none.holding.len()), (["embed".to_owned()].as_slice(), 0));
+        let zero: BTreeMap<String, u32> = [("gpu".into(), 0)].into();
+        assert!(Placement::of_daemon(&catalogue, Vec::new(), &zero).holding.is_empty(), "0 is none");
+        let two: BTreeMap<String, u32> = [("gpu".into(), 2)].into();
+        let gpu = Placement::of_daemon(&catalogue, Vec::new(), &two);
+        let needs = &gpu.holding[0].1;
+        assert_eq!(
+            needs,
+            &[
+                Need { resource: "gpu".into(), capacity: 2, per_daemon: true },
+                Need { resource: "model".into(), capacity: 3, per_daemon: false },
+            ]
+        );
     }
 }

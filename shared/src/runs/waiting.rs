@@ -1,7 +1,8 @@
 //! "Why is this waiting?": the one reason a queued run has not started, or a pipeline's step has not been
 //! requested, computed when it is read, from the same facts a claim looks at: its not-before time, the live
-//! daemons (their state, the workers they take, their labels, their capacity and their runs), the holders of the
-//! resources its worker holds and, for a pipeline, the runs in flight of its step's worker. The facts are read
+//! daemons (their state, the workers they take, their labels, their capacity, their daemon-scoped resources and
+//! their runs), the holders of the resources its worker holds and, for a pipeline, the runs in flight of its step's
+//! worker. The facts are read
 //! once ([`WaitFacts`]) and each reason is a pure function of them, so a list of runs costs one read.
 //!
 //! Sentences name runs and daemons by their whole ids: UUIDv7 ids made within a minute of each other share their
@@ -13,7 +14,8 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use uuid::Uuid;
 
 use crate::{
-    Catalogue, Daemon, DaemonState, DbError, PipelineRunView, PipelineState, Run, RunState, Store, WaitCode, Waiting,
+    Catalogue, Daemon, DaemonState, DbError, PipelineRunView, PipelineState, ResourceScope, ResourceSpec, Run,
+    RunState, Store, WaitCode, Waiting,
 };
 
 fn waiting(code: WaitCode, message: String) -> Waiting {
@@ -81,6 +83,13 @@ fn explain(
             )
         };
     }
+    let held = catalogue.worker(&run.worker).map(|w| w.resources.as_slice()).unwrap_or_default();
+    let specs: Vec<&ResourceSpec> = held.iter().filter_map(|r| catalogue.resource(r)).collect();
+    let per_daemon: Vec<&ResourceSpec> = specs.iter().copied().filter(|r| r.scope == ResourceScope::Daemon).collect();
+    let capable = match offering(&run.worker, &capable, &per_daemon) {
+        Ok(offering) => offering,
+        Err(not_offered) => return not_offered,
+    };
     let full = |d: &&Daemon| d.runs_in_flight >= i64::from(d.capacity);
     if capable.iter().all(full) {
         let theirs: Vec<&Run> = in_flight
@@ -99,8 +108,8 @@ fn explain(
             )
         };
     }
-    for resource in catalogue.worker(&run.worker).map(|w| w.resources.as_slice()).unwrap_or_default() {
-        let Some(spec) = catalogue.resource(resource) else { continue };
+    for spec in specs.iter().filter(|r| r.scope == ResourceScope::Global) {
+        let resource = &spec.name;
         let held: Vec<Uuid> = holders.iter().filter(|(r, _)| r == resource).map(|(_, id)| *id).collect();
         if held.len() >= spec.capacity as usize {
             let names = held
@@ -120,7 +129,74 @@ fn explain(
             };
         }
     }
+    for spec in &per_daemon {
+        if let Some(full) = full_on_every_daemon(&spec.name, &capable, in_flight, holders) {
+            return full;
+        }
+    }
     waiting(WaitCode::Claimable, "Nothing holds it back: a daemon should claim it within moments.".to_owned())
+}
+
+/// Of the `capable` daemons, those that offer every daemon-scoped resource of `per_daemon` (a capacity of at
+/// least 1 in their `daemon.resources`); or, when none does, the reason naming a resource no running daemon
+/// offers.
+fn offering<'a>(
+    worker: &str,
+    capable: &[&'a Daemon],
+    per_daemon: &[&ResourceSpec],
+) -> Result<Vec<&'a Daemon>, Waiting> {
+    let offers = |d: &Daemon, r: &ResourceSpec| d.resources.get(&r.name).is_some_and(|n| *n > 0);
+    let offering: Vec<&Daemon> = capable.iter().copied().filter(|d| per_daemon.iter().all(|r| offers(d, r))).collect();
+    if !offering.is_empty() {
+        return Ok(offering);
+    }
+    let missing = per_daemon.iter().find(|r| !capable.iter().any(|d| offers(d, r)));
+    let message = match missing {
+        Some(r) => format!(
+            "No running daemon offers resource {} (daemon.resources), which worker {worker} holds while it runs.",
+            r.name
+        ),
+        None => format!(
+            "No running daemon offers every one of the resources {} (daemon.resources), which worker {worker} holds \
+             while it runs.",
+            per_daemon.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+    };
+    Err(Waiting { daemons: capable.iter().map(|d| d.id).collect(), ..waiting(WaitCode::NoCapableDaemon, message) })
+}
+
+/// The reason when the daemon-scoped `resource` is full on every one of `offering` (daemons that offer it): each
+/// daemon with its holders of it (`holders` (resource, run); a holder's daemon is the one running it).
+fn full_on_every_daemon(
+    resource: &str,
+    offering: &[&Daemon],
+    in_flight: &[Run],
+    holders: &[(String, Uuid)],
+) -> Option<Waiting> {
+    let mut runs = Vec::new();
+    let mut each = Vec::new();
+    for d in offering {
+        let capacity = d.resources.get(resource).copied().unwrap_or_default();
+        let theirs: Vec<&Run> = holders
+            .iter()
+            .filter(|(r, _)| r == resource)
+            .filter_map(|(_, id)| in_flight.iter().find(|run| run.id == *id && run.daemon_id == Some(d.id)))
+            .collect();
+        if theirs.len() < capacity as usize {
+            return None;
+        }
+        let names = theirs.iter().map(|r| format!("run {} ({})", r.id, r.worker)).collect::<Vec<_>>().join(", ");
+        each.push(format!("daemon {} on {} ({} of {capacity}, {names})", d.id, d.host, theirs.len()));
+        runs.extend(theirs.iter().map(|r| r.id));
+    }
+    Some(Waiting {
+        daemons: offering.iter().map(|d| d.id).collect(),
+        runs,
+        ..waiting(
+            WaitCode::ResourceFull,
+            format!("Resource {resource} is full on every daemon that has it: {}.", each.join("; ")),
+        )
+    })
 }
 
 /// What every reason is computed from, read at once.

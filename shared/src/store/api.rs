@@ -180,7 +180,8 @@ impl ApiStore {
         ) -> Result<Vec<ResourceAuditEntry>, ResourceError>;
         /// Every catalogue resource, in catalogue order, with its effective capacity, where that comes from and its
         /// holders.
-        pub async fn resources(&self, catalogue: &Catalogue) -> Result<Vec<ResourceView>, DbError>;
+        /// A daemon-scoped one lists each live daemon (as of `gone_after`) that offers it.
+        pub async fn resources(&self, catalogue: &Catalogue, gone_after: Duration) -> Result<Vec<ResourceView>, DbError>;
 
         // Retention.
         /// Up to `limit` runs that a prune pass with `settings` would delete now, oldest finished first (the export).

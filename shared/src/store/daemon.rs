@@ -176,6 +176,9 @@ impl DaemonStore {
         ) -> Result<Vec<Run>, DbError>;
         /// Every resource held now: (resource, run), oldest hold first.
         pub async fn resource_holders(&self) -> Result<Vec<(String, Uuid)>, DbError>;
+        /// The slots of daemon-scoped resources run `run` holds: (resource, slot), by resource; its worker is
+        /// given each as `SCRINALIA_RESOURCE_<NAME>`.
+        pub async fn resource_slots(&self, run: Uuid) -> Result<Vec<(String, u32)>, DbError>;
 
         // Firing schedules.
         /// Fires every schedule due now (database clock), as `daemon`, in one transaction.

@@ -9,7 +9,7 @@ use std::{
     fmt,
 };
 
-use scrinalia_shared::{ResourceSpec, Run, config::SettingsFile};
+use scrinalia_shared::{ResourceScope, ResourceSpec, Run, config::SettingsFile};
 use uuid::Uuid;
 
 use crate::daemon_harness::{ProbeEvent, at_ns};
@@ -23,11 +23,25 @@ pub const RESOURCES: [(&str, u32, &[&str]); 2] = [
     ("chaos-pool", 2, &["probe-6", "probe-8", "probe-10", "probe-14"]),
 ];
 
-/// Adds the resources to the cluster's configuration and makes their workers hold them.
+/// The daemon-scoped resource of `deploy/demo.toml` that its embeddings worker holds: each of the suite's daemons
+/// offers one (`daemon.resources`, in the daemons' settings of [`super::setup`]). Its slots are numbered per
+/// daemon and kept apart by the unique index on (daemon, resource, slot); a sample of `run_resources` counts it
+/// only as held or not.
+pub const DEMO_GPU: &str = "gpu";
+
+/// Adds the resources to the cluster's configuration and makes their workers hold them; declares the demo's
+/// daemon-scoped `gpu`.
 pub fn configure(file: &mut SettingsFile) {
+    let gpu = Some("a GPU of the daemon's host (deploy/demo.toml)".to_owned());
+    file.resources.push(ResourceSpec {
+        name: DEMO_GPU.into(),
+        capacity: 0,
+        description: gpu,
+        scope: ResourceScope::Daemon,
+    });
     for (name, capacity, workers) in RESOURCES {
         let description = Some(format!("the chaos suite's {capacity}-slot resource"));
-        file.resources.push(ResourceSpec { name: name.into(), capacity, description });
+        file.resources.push(ResourceSpec { name: name.into(), capacity, description, scope: Default::default() });
         for worker in file.workers.iter_mut().filter(|w| workers.contains(&w.name.as_str())) {
             worker.resources.push(name.into());
         }
@@ -74,6 +88,9 @@ impl Holds {
         for (resource, runs) in by_resource {
             let most = self.most.entry(resource.to_owned()).or_default();
             *most = (*most).max(runs.len());
+            if resource == DEMO_GPU {
+                continue;
+            }
             let capacity = RESOURCES.iter().find(|(name, ..)| *name == resource).map(|(_, c, _)| *c as usize);
             if capacity.is_some_and(|c| runs.len() <= c) || !self.reported.insert((resource.to_owned(), runs.clone())) {
                 continue;

@@ -141,6 +141,7 @@ fn new_daemon(host: &str) -> NewDaemon {
         workers: vec![],
         labels: vec![],
         limits: Default::default(),
+        resources: Default::default(),
     }
 }
 

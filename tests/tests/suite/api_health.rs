@@ -79,6 +79,7 @@ async fn register_daemon(t: &TestDb) -> Uuid {
         workers: vec![],
         labels: vec![],
         limits: Default::default(),
+        resources: Default::default(),
     };
     t.db.daemon.register_daemon(&new).await.expect("register").id
 }

@@ -27,7 +27,12 @@ backend_tests!(
 
 /// The resource every test shares: one model server.
 fn model_server() -> ResourceSpec {
-    ResourceSpec { name: "model-server".into(), capacity: 1, description: Some("one GPU".into()) }
+    ResourceSpec {
+        name: "model-server".into(),
+        capacity: 1,
+        description: Some("one GPU".into()),
+        scope: Default::default(),
+    }
 }
 
 /// The in-process API over the API tests' catalogue, with `tagger` and `transfer` sharing `model-server`.
@@ -65,7 +70,7 @@ async fn a_capacity_override_is_listed_and_each_change_is_audited(t: &TestDb) {
     assert_eq!(
         before,
         json!({"name": "model-server", "description": "one GPU", "catalogue_capacity": 1, "capacity": 1,
-            "source": "default", "updated_by": null, "updated_at": null, "holders": []})
+            "source": "default", "updated_by": null, "updated_at": null, "holders": [], "scope": "global"})
     );
 
     let raised = put(&api, "model-server", ADMIN, json!({"capacity": 3, "reason": "a second GPU is in"}))

@@ -79,6 +79,7 @@ async fn every_endpoint_needs_a_token_and_the_right_role(t: &TestDb) {
         workers: vec![],
         labels: vec![],
         limits: Default::default(),
+        resources: Default::default(),
     };
     t.db.daemon.register_daemon(&new).await.expect("register");
     let override_body = Some(json!({"preset": "big", "reason": "role test"}));

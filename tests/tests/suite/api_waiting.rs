@@ -33,7 +33,12 @@ fn config(t: &TestDb, port: u16, capacity: u32) -> ConfigFile {
             f.api.listen = ([127, 0, 0, 1], port).into();
             f.workers.push(probe(&bin, "probe-4", 120));
             f.workers.push(probe(&bin, "probe-5", 120));
-            f.resources = vec![ResourceSpec { name: "model-server".into(), capacity: 1, description: None }];
+            f.resources = vec![ResourceSpec {
+                name: "model-server".into(),
+                capacity: 1,
+                description: None,
+                scope: Default::default(),
+            }];
             for w in &mut f.workers {
                 match w.name.as_str() {
                     "probe-1" => {

@@ -63,6 +63,7 @@ async fn start_api(t: &TestDb) -> (Process, String) {
                 name: "model-server".into(),
                 capacity: 1,
                 description: Some("the archive's one Ollama server".into()),
+                scope: Default::default(),
             }];
         })
         .token("ada", Role::Admin, ADMIN)

@@ -76,6 +76,7 @@ async fn start(kind: Kind) -> System {
                     name: "model-server".into(),
                     capacity: 1,
                     description: Some("One model server.".into()),
+                    scope: Default::default(),
                 }];
                 let engine = Engine {
                     kind: "none".into(),

@@ -19,8 +19,12 @@ backend_tests!(a_resource_of_capacity_one_never_has_two_holders, a_worker_that_n
 /// The tests' configuration with `probe-1` and `probe-2` sharing one `model-server` slot.
 fn shared_model_server(t: &TestDb) -> ConfigFile {
     Setup::config(t, |d| d.capacity = 2).with(|f| {
-        f.resources =
-            vec![ResourceSpec { name: "model-server".into(), capacity: 1, description: Some("one GPU".into()) }];
+        f.resources = vec![ResourceSpec {
+            name: "model-server".into(),
+            capacity: 1,
+            description: Some("one GPU".into()),
+            scope: Default::default(),
+        }];
         for w in f.workers.iter_mut().filter(|w| w.name == "probe-1" || w.name == "probe-2") {
             w.resources = vec!["model-server".into()];
         }

@@ -59,6 +59,7 @@ fn daemon(id: Uuid) -> NewDaemon {
         workers: Vec::new(),
         labels: Vec::new(),
         limits: Default::default(),
+        resources: Default::default(),
     }
 }
 

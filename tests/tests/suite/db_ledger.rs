@@ -207,6 +207,7 @@ async fn daemons_register_heartbeat_drain_and_go(t: &TestDb) {
         workers: vec!["embed".into()],
         labels: vec!["gpu".into(), "host-a".into()],
         limits: Default::default(),
+        resources: Default::default(),
     };
     let registered = t.db.daemon.register_daemon(&new).await.expect("register");
     assert_eq!(

@@ -149,6 +149,7 @@ async fn a_pass_prunes_what_the_policy_and_the_export_say_with_logs_progress_and
             workers: vec![],
             labels: vec![],
             limits: Default::default(),
+            resources: Default::default(),
         };
         t.db.daemon.register_daemon(&new).await.expect("register");
         t.db.daemon.mark_daemon_stopped(id).await.expect("stopped");

@@ -88,3 +88,57 @@ fn a_queued_step_gives_its_own_reason_and_a_running_one_none() {
     over.pipeline_run.state = PipelineState::Succeeded;
     assert!(facts.pipeline(&Catalogue::default(), &over).is_none());
 }
+
+/// A catalogue whose worker `embed` holds the daemon-scoped resource `gpu`.
+fn gpu_catalogue() -> Catalogue {
+    let workers = serde_json::from_value(json!([{"name": "embed", "command": ["e"], "resources": ["gpu"]}]));
+    let mut catalogue = Catalogue { workers: workers.expect("a worker"), ..Catalogue::default() };
+    catalogue.resources = vec![crate::ResourceSpec {
+        name: "gpu".into(),
+        capacity: 0,
+        description: None,
+        scope: crate::ResourceScope::Daemon,
+    }];
+    catalogue
+}
+
+#[test]
+fn a_daemon_scoped_resource_no_daemon_offers_is_named_with_its_setting() {
+    let queued = run("embed", RunState::Queued);
+    let plain = daemon(DaemonState::Active);
+    let facts = facts(vec![plain.clone()], vec![queued.clone()]);
+    let waiting = facts.run(&gpu_catalogue(), &queued).expect("a reason");
+    assert_eq!((waiting.code, waiting.daemons.as_slice()), (WaitCode::NoCapableDaemon, [plain.id].as_slice()));
+    assert_eq!(
+        waiting.message,
+        "No running daemon offers resource gpu (daemon.resources), which worker embed holds while it runs."
+    );
+}
+
+#[test]
+fn a_daemon_scoped_resource_full_on_every_daemon_names_each_with_its_holders() {
+    let queued = run("embed", RunState::Queued);
+    let mut gpu_daemons = [daemon(DaemonState::Active), daemon(DaemonState::Active)];
+    for d in &mut gpu_daemons {
+        d.resources = [("gpu".to_owned(), 1)].into();
+    }
+    let mut holder = run("embed", RunState::Running);
+    holder.daemon_id = Some(gpu_daemons[0].id);
+    let mut facts = facts(gpu_daemons.to_vec(), vec![queued.clone(), holder.clone()]);
+    facts.holders = vec![("gpu".into(), holder.id)];
+    let waiting = facts.run(&gpu_catalogue(), &queued).expect("a reason");
+    assert_eq!(waiting.code, WaitCode::Claimable, "the second daemon's gpu is free: {waiting:?}");
+
+    let mut other = run("embed", RunState::Running);
+    other.daemon_id = Some(gpu_daemons[1].id);
+    facts.in_flight.push(other.clone());
+    facts.holders.push(("gpu".into(), other.id));
+    let waiting = facts.run(&gpu_catalogue(), &queued).expect("a reason");
+    assert_eq!((waiting.code, waiting.runs.as_slice()), (WaitCode::ResourceFull, [holder.id, other.id].as_slice()));
+    let expected = format!(
+        "Resource gpu is full on every daemon that has it: daemon {} on h (1 of 1, run {} (embed)); daemon {} on h \
+         (1 of 1, run {} (embed)).",
+        gpu_daemons[0].id, holder.id, gpu_daemons[1].id, other.id
+    );
+    assert_eq!(waiting.message, expected);
+}
