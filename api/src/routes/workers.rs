@@ -13,8 +13,9 @@ use axum::{
 use chrono::{DateTime, Utc};
 use scrinalia_shared::{EffectiveWorker, WorkerSpec, daemons, overrides::OverrideState};
 use scrinalia_wire::{
-    Daemon, Engine, Override, QueueCount, Readiness, Run, RunState, WorkerDescription, WorkerView, WorkersView,
+    Daemon, Engine, Override, QueueCount, Readiness, Run, RunState, Waiting, WorkerDescription, WorkerView, WorkersView,
 };
+use uuid::Uuid;
 
 use crate::{
     auth::Viewer,
@@ -80,6 +81,7 @@ pub async fn worker_views(
     let items = async { if running { db.running_items().await } else { Ok(HashMap::new()) } };
     let waits = db.why_each_waits(state.catalogue(), &in_flight, &names, state.gone_after());
     let (mut waiting, mut running_items) = tokio::try_join!(waits, items)?;
+    let mut shards_notes = shards_notes(&in_flight, &waiting);
     let mut overrides: HashMap<String, Override> = overrides.into_iter().map(|o| (o.worker.clone(), o)).collect();
     let mut counts: HashMap<String, QueueCount> = counts.into_iter().map(|c| (c.worker.clone(), c)).collect();
     // A worker's run in flight is a plain run or a sharded run's parent, never one of its children.
@@ -127,6 +129,7 @@ pub async fn worker_views(
                 waiting: in_flight.get(&spec.name).and_then(|r| waiting.remove(&r.id)),
                 // Only the figures of the run the card shows (not of a run that has ended since).
                 running_items: in_flight.get(&spec.name).and_then(|r| running_items.remove(&r.id)),
+                shards_note: in_flight.get(&spec.name).and_then(|r| shards_notes.remove(&r.id)),
                 in_flight: in_flight.remove(&spec.name),
                 last_finished: finished.remove(&spec.name),
                 quarantined: quarantined.remove(&spec.name).unwrap_or(0),
@@ -135,6 +138,28 @@ pub async fn worker_views(
         })
         .collect();
     Ok((views, engines, now))
+}
+
+/// Where the shards of each sharded run in flight stand, by parent: "4 shards: 3 running, 1 queued", and why a
+/// queued one waits, from the children among `in_flight` (a shard that has ended is no longer in flight).
+fn shards_notes(in_flight: &[Run], waiting: &HashMap<Uuid, Waiting>) -> HashMap<Uuid, String> {
+    let mut notes = HashMap::new();
+    for parent in in_flight.iter().filter(|r| r.is_parent()) {
+        let children: Vec<&Run> = in_flight.iter().filter(|c| c.parent_id == Some(parent.id)).collect();
+        let running = children.iter().filter(|c| c.state == RunState::Running).count();
+        let queued: Vec<&&Run> = children.iter().filter(|c| c.state == RunState::Queued).collect();
+        let shards = parent.shards.unwrap_or_default();
+        let ended = usize::try_from(shards).unwrap_or(0).saturating_sub(children.len());
+        let mut note = format!("{shards} shards: {running} running, {} queued", queued.len());
+        if ended > 0 {
+            note.push_str(&format!(", {ended} ended"));
+        }
+        if let Some(why) = queued.iter().find_map(|c| waiting.get(&c.id)) {
+            note.push_str(&format!(" (a queued shard waits: {})", why.message));
+        }
+        notes.insert(parent.id, note);
+    }
+    notes
 }
 
 /// What the live daemons say of `spec`'s limits, its override's (`memory_max`, `cpu_max`) over the catalogue's.

@@ -307,6 +307,21 @@ async fn the_api_requests_a_sharded_run_and_shows_its_children(kind: Kind) {
     assert!(zero.stderr.contains("shards must be at least 1"), "{zero:#?}");
     let split = system.cli(&["trigger", "probe-1", "--shards", "2", "-o", "duration_ms=0"]).await;
     split.expect(0).has(&["split into 2 shards"]);
+
+    // The worker card says where the shards stand: the daemon has room for three of four.
+    let four = json!({"shards": 4, "options": {"duration_ms": 4000}});
+    eventually(Duration::from_secs(30), "the split run to end and four shards to be requested", || async {
+        let reply = post(four.clone()).await.ok()?;
+        (reply.status == StatusCode::CREATED).then_some(())
+    })
+    .await;
+    let note = eventually(Duration::from_secs(30), "three shards running", || async {
+        let worker = system.http(Method::GET, "/api/workers/probe-1", VIEWER, None).await.ok()?.json();
+        let note = worker["shards_note"].as_str()?.to_owned();
+        note.starts_with("4 shards: 3 running, 1 queued").then_some(note)
+    })
+    .await;
+    assert!(note.contains("(a queued shard waits: "), "{note}");
     system.cleanup().await;
 }
 

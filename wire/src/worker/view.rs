@@ -62,6 +62,10 @@ pub struct WorkerView {
     pub queue: Option<QueueCount>,
     /// The run queued or running, if any.
     pub in_flight: Option<Run>,
+    /// When that run is split into shards, where its shards stand, as a sentence: "4 shards: 3 running, 1 queued
+    /// (a queued shard waits: …)".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards_note: Option<String>,
     /// Why that run has not started, while it is queued (the same reason as on the run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<Waiting>,
