@@ -37,6 +37,7 @@ mod daemon_checkpoints;
 mod daemon_chores;
 mod daemon_costs;
 mod daemon_fencing;
+mod daemon_gpu;
 mod daemon_items;
 mod daemon_items_faults;
 mod daemon_lifecycle;
