@@ -13,6 +13,7 @@
 //! (`SCRINALIA_ITEMS_ONLY`) and reports those it must skip (`SCRINALIA_ITEMS_SKIP`) as skipped, untouched. `check` answers ready unless
 //! `$SCRINALIA_PROBE_NOT_READY` holds a sentence, which is then the reason. A probe declares the `shards`
 //! capability: given `SCRINALIA_SHARD`, it reports only the items of that shard, and its start line records it.
+//! The start line also records every `SCRINALIA_RESOURCE_<NAME>` it was given (its slots of daemon-scoped resources).
 
 use std::{
     fs::OpenOptions,
@@ -205,7 +206,11 @@ pub fn execute(invocation: &Invocation, out: &mut Protocol) -> anyhow::Result<i3
     let args: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
     let traceparent = std::env::var("TRACEPARENT").ok();
     let shard = invocation.shard.map(|shard| shard.to_string());
-    let mut start = json!({ "traceparent": traceparent, "args": args, "shard": shard });
+    let resources: serde_json::Map<String, Value> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("SCRINALIA_RESOURCE_"))
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    let mut start = json!({ "traceparent": traceparent, "args": args, "shard": shard, "resources": resources });
     start.as_object_mut().into_iter().for_each(|line| line.extend(continued(invocation)));
     ledger.record("start", start)?;
     let mut writes = Value::Null;
