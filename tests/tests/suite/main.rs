@@ -51,6 +51,7 @@ mod daemon_retries;
 mod daemon_runs;
 mod daemon_schedules;
 mod daemon_shards;
+mod daemon_shards_embed;
 mod daemon_stall;
 mod daemon_supervisor;
 mod daemon_usage;
