@@ -77,12 +77,15 @@ async fn the_claim_takes_the_children_and_the_parent_ends_with_them(t: &TestDb) 
     assert_eq!((parent.shards, parent.parent_id, parent.state), (Some(4), None, RunState::Queued));
     assert!(parent.is_parent());
 
-    // One run in flight per worker holds at the parent, whatever its children do.
+    // One run in flight per worker holds at the parent, whatever its children do; another worker is not held.
     let refused = t.db.api.request_run(catalogue, request(json!({}))).await.expect_err("refused");
     assert!(refused.to_string().contains(&parent.id.to_string()), "the refusal names the parent: {refused}");
+    let other = RunRequest { worker: "probe-2".into(), ..request(json!({})) };
+    let other = t.db.api.request_run(catalogue, other).await.expect("another worker is unaffected");
 
     let daemon = Uuid::now_v7();
-    let claimed = t.db.daemon.claim_runs(daemon, Duration::from_secs(60), 10, None).await.expect("claimed");
+    let only = ["probe-1".to_owned()];
+    let claimed = t.db.daemon.claim_runs(daemon, Duration::from_secs(60), 10, Some(&only)).await.expect("claimed");
     assert_eq!(claimed.len(), 4, "every child, and never the parent: {claimed:?}");
     let shards: Vec<(Option<Uuid>, Option<i32>, Option<i32>)> =
         claimed.iter().map(|c| (c.parent_id, c.shard, c.shards)).collect();
@@ -90,7 +93,8 @@ async fn the_claim_takes_the_children_and_the_parent_ends_with_them(t: &TestDb) 
     let mut sorted = shards.clone();
     sorted.sort();
     assert_eq!(sorted, expected);
-    assert!(t.db.daemon.claim_runs(daemon, Duration::from_secs(60), 10, None).await.expect("claim").is_empty());
+    let again = t.db.daemon.claim_runs(daemon, Duration::from_secs(60), 10, None).await.expect("claim");
+    assert_eq!(again.iter().map(|r| r.id).collect::<Vec<_>>(), [other.id], "nothing of the sharded run is left");
     let queued = t.db.api.get_run(parent.id).await.expect("read").expect("the parent");
     assert_eq!(queued.state, RunState::Queued, "claimed, but no child's worker has started yet");
 
@@ -127,7 +131,8 @@ async fn the_claim_takes_the_children_and_the_parent_ends_with_them(t: &TestDb) 
     order.sort();
     let by_shard: Vec<String> = order.iter().map(|(_, i)| format!("m{i}")).collect();
     assert_eq!(listed, by_shard, "the other fields listed per child, in shard order ({models:?})");
-    assert!(t.db.api.runs_in_flight().await.expect("in flight").is_empty());
+    let in_flight = t.db.api.runs_in_flight().await.expect("in flight");
+    assert_eq!(in_flight.iter().map(|r| r.id).collect::<Vec<_>>(), [other.id], "only the other worker's run");
 
     // An audited override splits every run of the worker; a bad number is refused with the same sentence.
     let change =
@@ -258,14 +263,29 @@ async fn a_failed_shard_is_retried_and_a_restart_continues_the_shards_that_faile
 /// Over HTTP and the CLI: the request answers the parent, a second one the conflict naming it, a bad number of
 /// shards a sentence; the run page lists the children, whose items are every item once.
 async fn the_api_requests_a_sharded_run_and_shows_its_children(kind: Kind) {
-    let system = System::start(kind, |c| c.worker(probe(&demo_worker(), "probe-1", 120))).await;
-    eventually(Duration::from_secs(30), "the daemon to describe probe-1", || async {
-        let worker = system.http(Method::GET, "/api/workers/probe-1", VIEWER, None).await.ok()?.json();
-        worker["described"]["described_at"].as_str().map(drop)
-    })
-    .await;
+    // A worker whose code describes itself without the shards capability.
+    let script = r#"echo '{"capabilities": {"items": true}}'"#;
+    let plain = scrinalia_testkit::config::worker("plain", &["/bin/sh", "-c", script, "plain"]);
+    let system = System::start(kind, |c| c.worker(probe(&demo_worker(), "probe-1", 120)).worker(plain)).await;
+    for worker in ["probe-1", "plain"] {
+        eventually(Duration::from_secs(30), "the daemon to describe the workers", || async {
+            let view = system.http(Method::GET, &format!("/api/workers/{worker}"), VIEWER, None).await.ok()?.json();
+            view["described"]["described_at"].as_str().map(drop)
+        })
+        .await;
+    }
+    let body = Some(json!({"shards": 4}));
+    let refused = system.http(Method::POST, "/api/workers/plain/runs", OPERATOR, body).await.expect("answer");
+    let refused = refused.expect(StatusCode::BAD_REQUEST, Some("invalid_arguments"));
+    let sentence = refused["message"].as_str().unwrap_or_default();
+    assert!(
+        sentence.contains("cannot be split into shards: its code does not declare the `shards` capability"),
+        "{refused}"
+    );
     let post = |body: Value| system.http(Method::POST, "/api/workers/probe-1/runs", OPERATOR, Some(body));
-    for (shards, sentence) in [(0, "shards must be at least 1"), (65, "shards must be at most 64")] {
+    for (shards, sentence) in
+        [(0, "shards must be at least 1"), (-2, "shards must be at least 1"), (65, "shards must be at most 64")]
+    {
         let reply = post(json!({"shards": shards})).await.expect("answer");
         let body = reply.expect(StatusCode::BAD_REQUEST, Some("invalid_arguments"));
         assert!(body["message"].as_str().unwrap_or_default().contains(sentence), "{body}");
