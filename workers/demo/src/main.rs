@@ -12,6 +12,7 @@ mod options;
 mod pipeline;
 mod probe;
 mod probe_items;
+mod probe_options;
 mod probe_usage;
 mod protocol;
 mod registry;
@@ -51,7 +52,7 @@ fn main() {
 fn accepted_options(name: &str) -> Option<&'static [OptionSpec]> {
     match Task::named(name) {
         Some(task) => Some(task.options()),
-        None => probe::is_probe(name).then_some(probe::OPTIONS),
+        None => probe::is_probe(name).then_some(probe_options::OPTIONS),
     }
 }
 
