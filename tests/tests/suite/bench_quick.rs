@@ -14,7 +14,7 @@ use serde_json::Value;
 use tokio::process::Command;
 
 /// Each bench of `all` and the backends it measures.
-const BENCHES: [(&str, &[&str]); 11] = [
+const BENCHES: [(&str, &[&str]); 12] = [
     ("latency", &["PostgreSQL", "SQLite"]),
     ("drain", &["PostgreSQL", "SQLite"]),
     ("http", &["PostgreSQL"]),
@@ -26,6 +26,7 @@ const BENCHES: [(&str, &[&str]); 11] = [
     ("resources", &["PostgreSQL", "SQLite"]),
     ("claim-during-prune", &["PostgreSQL"]),
     ("streams", &["PostgreSQL"]),
+    ("shards", &["PostgreSQL"]),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

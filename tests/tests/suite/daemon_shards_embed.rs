@@ -1,11 +1,12 @@
 //! The demo's embeddings split into four shards over two daemons with one GPU each, on both backends: two
 //! children run at a time (never two on one daemon), all four succeed, the embeddings' results journal holds every
 //! document of the archive exactly once, each written by the child of its shard, and the parent's result sums the
-//! children's.
+//! children's. A transfer in two shards whose daemon for shard 0 is SIGKILLed half-way: the parent's resume
+//! resumes shard 0 alone, and across the cut child and its resume the journal holds each document once.
 
 use std::{collections::BTreeMap, path::Path, time::Duration};
 
-use scrinalia_shared::{OptionType, ResourceScope, ResourceSpec, Run, RunState, runs::RunRequest};
+use scrinalia_shared::{FollowKind, OptionType, ResourceScope, ResourceSpec, Run, RunState, runs::RunRequest};
 use scrinalia_testkit::config::{option, worker};
 use scrinalia_tests::{
     TestDb, backend_tests,
@@ -15,11 +16,14 @@ use scrinalia_tests::{
 use scrinalia_wire::shard::shard_of;
 use serde_json::{Value, json};
 
-backend_tests!(four_shards_of_the_embeddings_on_two_gpus_embed_each_document_once);
+backend_tests!(
+    four_shards_of_the_embeddings_on_two_gpus_embed_each_document_once,
+    a_resumed_parent_transfers_each_document_once_across_its_shards,
+);
 
 /// The transfer, the language detection and the embeddings of the demo (20 documents staged at the start), the
-/// embeddings holding the daemon-scoped `gpu`; each daemon has one.
-fn setup(t: &TestDb) -> Setup {
+/// embeddings holding the daemon-scoped `gpu`; each daemon has one, and room for `capacity` runs.
+fn setup(t: &TestDb, capacity: u32) -> Setup {
     let bin = demo_worker().display().to_string();
     let archive = |name: &str| {
         let mut spec = worker(name, &[&bin, name]);
@@ -33,7 +37,7 @@ fn setup(t: &TestDb) -> Setup {
     let mut embed = archive("embed");
     embed.resources = vec!["gpu".into()];
     let config = Setup::config(t, |d| {
-        d.capacity = 4;
+        d.capacity = capacity;
         d.resources = [("gpu".to_owned(), 1)].into();
     })
     .with(|f| {
@@ -61,9 +65,9 @@ async fn run_to_success(t: &TestDb, setup: &Setup, worker: &str, arguments: Valu
     run
 }
 
-/// Each line of the embeddings' results journal: (document, run).
-fn journal(data: &Path) -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(data.join("results/embed.jsonl")).unwrap_or_default();
+/// Each line of `worker`'s results journal: (document, run).
+fn journal(data: &Path, worker: &str) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(data.join(format!("results/{worker}.jsonl"))).unwrap_or_default();
     text.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .map(|v| {
@@ -73,7 +77,7 @@ fn journal(data: &Path) -> Vec<(String, String)> {
 }
 
 async fn four_shards_of_the_embeddings_on_two_gpus_embed_each_document_once(t: &TestDb) {
-    let setup = setup(t);
+    let setup = setup(t, 4);
     let data = setup.dir.join("demo");
     let daemons = [setup.start_daemon("gpu-host-a", &[]), setup.start_daemon("gpu-host-b", &[])];
     run_to_success(t, &setup, "transfer", json!({})).await;
@@ -102,7 +106,7 @@ async fn four_shards_of_the_embeddings_on_two_gpus_embed_each_document_once(t: &
     }
     assert_eq!(most, 2, "two children at once with two GPUs, never more");
 
-    let entries = journal(&data);
+    let entries = journal(&data, "embed");
     let by_shard: BTreeMap<String, i32> =
         children.iter().map(|c| (c.id.to_string(), c.shard.expect("a shard"))).collect();
     let mut times: BTreeMap<&str, usize> = BTreeMap::new();
@@ -127,6 +131,60 @@ async fn four_shards_of_the_embeddings_on_two_gpus_embed_each_document_once(t: &
     for (key, value) in numeric {
         assert_eq!(value.as_i64(), Some(sum(key)), "{key} is the children's sum: {result}");
     }
+    for daemon in daemons {
+        daemon.stop(Duration::from_secs(10)).await;
+    }
+}
+
+async fn a_resumed_parent_transfers_each_document_once_across_its_shards(t: &TestDb) {
+    // One run per daemon: the two shards run on different daemons, and the kill cuts shard 0 alone.
+    let setup = setup(t, 1);
+    let data = setup.dir.join("demo");
+    let mut daemons = vec![setup.start_daemon("host-a", &[]), setup.start_daemon("host-b", &[])];
+    eventually(Duration::from_secs(30), "a daemon to describe transfer", || async {
+        t.db.api.description("transfer").await.ok()??.description.map(drop)
+    })
+    .await;
+    let request = RunRequest {
+        worker: "transfer".into(),
+        requested_by: "ada".into(),
+        arguments: serde_json::from_value(json!({"shards": 2, "options": {"batch_size": 1, "delay_ms": 300}}))
+            .expect("arguments"),
+        trace_context: None,
+    };
+    let catalogue = &setup.settings.catalogue;
+    let parent = t.db.api.request_run(catalogue, request).await.expect("requested");
+    // Shard 0's child, once it has checkpointed two documents; its daemon is killed.
+    let victim = eventually(Duration::from_secs(30), "shard 0 checkpointed twice", || async {
+        let children = t.db.api.run_children(parent.id).await.ok()?;
+        let first = children.into_iter().find(|c| c.shard == Some(0))?;
+        first.checkpoint.as_ref().and_then(|c| c["done"].as_u64()).is_some_and(|d| d >= 2).then_some(first)
+    })
+    .await;
+    let owners = t.db.api.list_daemons(Duration::from_secs(60)).await.expect("daemons");
+    let owner = owners.iter().find(|d| Some(d.id) == victim.daemon_id).expect("registered");
+    let killed = daemons.iter().position(|d| d.pid().as_raw() == owner.pid).expect("ours");
+    daemons.remove(killed).signal(nix::sys::signal::Signal::SIGKILL);
+    let ended = wait_finished(&t.db.api, parent.id, Duration::from_secs(60)).await;
+    assert_eq!(ended.state, RunState::Interrupted, "{ended:?}");
+
+    let resumed = t.db.api.continue_run(catalogue, parent.id, FollowKind::Resume, "ada").await.expect("resume");
+    let resumed = wait_finished(&t.db.api, resumed.id, Duration::from_secs(90)).await;
+    assert_eq!(resumed.state, RunState::Succeeded, "{resumed:?}");
+    let again = t.db.api.run_children(resumed.id).await.expect("children");
+    assert_eq!(again.len(), 1, "only shard 0 again: {again:?}");
+    assert_eq!((again[0].follows, again[0].follows_as), (Some(victim.id), Some(FollowKind::Resume)));
+
+    let entries = journal(&data, "transfer");
+    let mut times: BTreeMap<&str, usize> = BTreeMap::new();
+    for (document, _) in &entries {
+        *times.entry(document.as_str()).or_default() += 1;
+    }
+    assert_eq!(times.len(), 20, "the 20 staged documents: {times:?}");
+    assert!(times.values().all(|n| *n == 1), "each transferred once across the cut and its resume: {entries:?}");
+    let cut = victim.id.to_string();
+    assert!(entries.iter().any(|(_, run)| *run == cut), "the cut child journaled what it finished");
+    assert!(entries.iter().any(|(_, run)| *run == again[0].id.to_string()), "its resume journaled the rest");
     for daemon in daemons {
         daemon.stop(Duration::from_secs(10)).await;
     }
