@@ -1,4 +1,5 @@
-// The resources view: each shared resource of the catalogue with the capacity claims count against now, where it
+// The resources view: each shared resource of the catalogue with the capacity claims count against now (for a
+// daemon-scoped one, such as a GPU of a host, each daemon's slots and their holders), where it
 // comes from (the catalogue, or an override with who and when), and the runs holding it (linked to each run).
 // Admins change the capacity with a required reason, or put it back to the catalogue's; each card's audit trail
 // opens beneath it. Runs starting and ending change the holders, so a `run` event reads the list again.
@@ -63,9 +64,17 @@ export function mount(root, _params, ctx) {
   function update(card) {
     const r = card.data;
     const held = r.holders.length;
-    const source = r.source === "override"
-      ? ["override by ", r.updated_by, " at ", timeEl(r.updated_at), ` (the catalogue says ${r.catalogue_capacity})`]
-      : "the catalogue's";
+    const perDaemon = r.scope === "daemon";
+    const source = perDaemon ? "each daemon's daemon.resources (the sum over the running daemons)"
+      : r.source === "override"
+        ? ["override by ", r.updated_by, " at ", timeEl(r.updated_at), ` (the catalogue says ${r.catalogue_capacity})`]
+        : "the catalogue's";
+    // A daemon-scoped resource (a GPU of a host): each daemon's slots, numbered as its workers are told them.
+    const daemons = perDaemon
+      ? h("ul", { class: "resource-daemons" }, (r.daemons ?? []).map((d) => h("li", { dataset: { daemon: d.daemon } },
+        `${d.host} (`, shortId(d.daemon), `): ${d.holders.length} of ${d.capacity} held`,
+        d.holders.map(([slot, run]) => [` · slot ${slot}: `, h("a", { href: `#/runs/${run}` }, shortId(run))]))))
+      : null;
     const holders = held
       ? h("ul", { class: "holders" }, r.holders.map((run) =>
         h("li", null, h("a", { href: `#/runs/${run}` }, shortId(run)))))
@@ -74,11 +83,19 @@ export function mount(root, _params, ctx) {
       r.description ? h("p", { class: "description" }, r.description) : null,
       h("dl", { class: "facts" },
         h("dt", null, "Capacity"),
-        h("dd", { class: "capacity", dataset: { capacity: r.capacity } }, String(r.capacity), " ", sourceBadge(
-          r.source)),
+        h("dd", { class: "capacity", dataset: { capacity: r.capacity } }, String(r.capacity),
+          perDaemon ? null : [" ", sourceBadge(r.source)]),
         h("dt", null, "Source"), h("dd", null, source),
         h("dt", null, "Held"), h("dd", { class: "held" }, `${held} of ${r.capacity}`),
-        h("dt", null, "Holders"), h("dd", null, holders)));
+        h("dt", null, "Holders"), h("dd", null, holders),
+        perDaemon ? [h("dt", null, "Per daemon"), h("dd", null, daemons.childNodes.length ? daemons
+          : h("span", { class: "muted" }, "no running daemon offers it"))] : null));
+    if (perDaemon) {
+      replace(card.editor, h("p", { class: "muted" },
+        "Its capacity is each daemon's daemon.resources (one daemon per GPU host), set in that daemon's settings."));
+      card.form = { reset: {} };
+      return;
+    }
     // The form is built once and kept, so a refresh while someone types does not lose the reason.
     if (!card.form) renderEditor(card);
     else card.form.reset.disabled = r.source !== "override";

@@ -1,10 +1,11 @@
 //! A sharded run in the panel, against the real API and daemon (SQLite) with an operator's token: the parent's page
 //! lists a row per shard with its state and a bar of its progress, each linking to the child, whose page says which
-//! shard of which run it is.
+//! shard of which run it is; the resources view shows the daemon-scoped GPU the shards took, per daemon.
 
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
+use scrinalia_shared::{ResourceScope, ResourceSpec};
 use scrinalia_tests::{
     Kind,
     browser::Browser,
@@ -18,7 +19,21 @@ use super::sign_in;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parents_page_has_a_row_per_shard_and_a_childs_page_names_its_parent() {
-    let system = System::start(Kind::Sqlite, |c| c.worker(probe(&demo_worker(), "probe-1", 120))).await;
+    // The probe needs a GPU of the daemon, which has one: the shards run one after another.
+    let mut needs_gpu = probe(&demo_worker(), "probe-1", 120);
+    needs_gpu.resources = vec!["gpu".into()];
+    let system = System::start(Kind::Sqlite, |c| {
+        c.worker(needs_gpu).with(|f| {
+            f.resources = vec![ResourceSpec {
+                name: "gpu".into(),
+                capacity: 0,
+                description: Some("a GPU of the host".into()),
+                scope: ResourceScope::Daemon,
+            }];
+            f.daemon.resources = [("gpu".to_owned(), 1)].into();
+        })
+    })
+    .await;
     eventually(Duration::from_secs(30), "the daemon to describe probe-1", || async {
         let worker = system.http(Method::GET, "/api/workers/probe-1", VIEWER, None).await.ok()?.json();
         worker["described"]["described_at"].as_str().map(drop)
@@ -47,6 +62,14 @@ async fn a_parents_page_has_a_row_per_shard_and_a_childs_page_names_its_parent()
     browser.wait_for_text("#run-shard-of", "Shard 2 of 3").await;
     let parent = format!("#run-shard-of a[href=\"#/runs/{id}\"]");
     assert!(browser.find(&parent).await.is_some(), "the child links its parent");
+
+    // The GPU, a resource of each daemon: its slots per daemon, and no capacity form.
+    browser.goto(&format!("{}/#/resources", system.api_url)).await;
+    let line = browser.wait_for_text("article[data-resource=\"gpu\"] .resource-daemons li", "of 1 held").await;
+    assert!(line.contains("0 of 1 held"), "every shard ended, the slot is free: {line}");
+    browser.wait_for_text("article[data-resource=\"gpu\"]", "Its capacity is each daemon's daemon.resources").await;
+    assert!(browser.find("article[data-resource=\"gpu\"] form").await.is_none(), "no capacity form");
+    browser.screenshot("resources-gpu").await;
     browser.assert_no_console_errors(&[401]).await;
     browser.close().await;
     system.cleanup().await;
