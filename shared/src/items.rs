@@ -309,6 +309,19 @@ impl Store {
         })
     }
 
+    /// A sharded run's items in figures: its children's, each shard's newest child counted (a retried shard's
+    /// earlier attempts are not added again); `None` when no child reported any.
+    pub async fn shards_item_summary(&self, children: &[crate::Run]) -> Result<Option<ItemSummary>, DbError> {
+        let mut merged: BTreeMap<(String, String), i64> = BTreeMap::new();
+        for child in crate::runs::shards::current(children).into_values() {
+            for count in db::items::counts(&self.db, child.id).await? {
+                *merged.entry((count.outcome, count.class)).or_default() += count.count;
+            }
+        }
+        let counts = merged.into_iter().map(|((outcome, class), count)| ItemCount { outcome, class, count }).collect();
+        Ok(ItemSummary::of(counts))
+    }
+
     /// One page of a run's items in id order: of one outcome (all when `None`), whose id contains `search`
     /// (without regard to case), after the id `after`, at most `limit`.
     pub async fn run_items(

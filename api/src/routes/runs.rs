@@ -184,6 +184,11 @@ pub(crate) async fn get_run(
         state.db().run_children(id)
     )?;
     let run = run.ok_or_else(|| ApiError::unknown_run(id))?;
+    // A sharded run's items are its children's.
+    let items = match items {
+        None if !children.is_empty() => state.db().shards_item_summary(&children).await?,
+        items => items,
+    };
     let (waiting, changed_since) = tokio::try_join!(
         state.db().why_waiting(state.catalogue(), &run, state.gone_after()),
         state.db().rerun_changes(&run)

@@ -76,7 +76,7 @@ fn continuing(earlier: &Run, how: FollowKind) -> Links<'_> {
 }
 
 /// Each shard's newest child among `children` (a retry is newer than the child it retries).
-fn current(children: &[Run]) -> BTreeMap<i32, &Run> {
+pub(crate) fn current(children: &[Run]) -> BTreeMap<i32, &Run> {
     let mut current: BTreeMap<i32, &Run> = BTreeMap::new();
     for child in children {
         let shard = child.shard.unwrap_or_default();

@@ -301,6 +301,7 @@ async fn the_api_requests_a_sharded_run_and_shows_its_children(kind: Kind) {
         (run["state"] == "succeeded").then_some(run)
     })
     .await;
+    assert_eq!(detail["items"]["succeeded"], 12, "the parent's items are its children's: {detail}");
     let children = detail["children"].as_array().expect("children");
     let shards: Vec<i64> = children.iter().map(|c| c["shard"].as_i64().expect("a shard")).collect();
     assert_eq!(shards, [0, 1, 2]);
