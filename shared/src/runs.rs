@@ -26,6 +26,7 @@ pub use resolved::ResolveCache;
 use resolved::Resolved;
 pub(crate) use resolver::Resolver;
 pub use scrinalia_db::ledger::{Cursor, IdRange, RunFilter, contains_pattern};
+pub use shards::live_progress;
 
 use crate::{
     Catalogue, DbError, EndReason, ExplicitArgs, ProgressEntry, ProgressPage, ResolveError, Run, RunPage, RunState,

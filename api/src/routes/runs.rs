@@ -183,8 +183,11 @@ pub(crate) async fn get_run(
         state.db().item_summary(id),
         state.db().run_children(id)
     )?;
-    let run = run.ok_or_else(|| ApiError::unknown_run(id))?;
-    // A sharded run's items are its children's.
+    let mut run = run.ok_or_else(|| ApiError::unknown_run(id))?;
+    // A sharded run's progress, while it runs, and its items are its children's.
+    if run.is_parent() && !run.state.is_terminal() {
+        run.progress = scrinalia_shared::runs::live_progress(&children);
+    }
     let items = match items {
         None if !children.is_empty() => state.db().shards_item_summary(&children).await?,
         items => items,

@@ -75,6 +75,12 @@ fn continuing(earlier: &Run, how: FollowKind) -> Links<'_> {
     Links { follows: Some((earlier.id, how)), checkpoint, ..Links::default() }
 }
 
+/// A parent's progress now, from its children (`children`, every child it has had): each field of their last
+/// progress reports summed (or listed per shard), each shard's newest child counted.
+pub fn live_progress(children: &[Run]) -> Option<Value> {
+    sum(current(children).values().map(|c| c.progress.as_ref()))
+}
+
 /// Each shard's newest child among `children` (a retry is newer than the child it retries).
 pub(crate) fn current(children: &[Run]) -> BTreeMap<i32, &Run> {
     let mut current: BTreeMap<i32, &Run> = BTreeMap::new();

@@ -343,6 +343,18 @@ async fn the_api_requests_a_sharded_run_and_shows_its_children(kind: Kind) {
     })
     .await;
     assert!(note.contains("(a queued shard waits: "), "{note}");
+    // While it runs, the parent's progress is its children's, summed.
+    let parent = eventually(Duration::from_secs(30), "the running parent's progress", || async {
+        let runs = system.http(Method::GET, "/api/runs?worker=probe-1&limit=10", VIEWER, None).await.ok()?.json();
+        let parent = runs["runs"].as_array()?.iter().find(|r| r["shards"] == 4 && r["parent_id"].is_null())?.clone();
+        let id = parent["id"].as_str()?.to_owned();
+        let run = system.http(Method::GET, &format!("/api/runs/{id}"), VIEWER, None).await.ok()?.json();
+        (run["state"] == "running" && run["progress"]["total"].as_i64().is_some()).then_some(run)
+    })
+    .await;
+    let totals: i64 =
+        parent["children"].as_array().expect("children").iter().filter_map(|c| c["progress"]["total"].as_i64()).sum();
+    assert_eq!(parent["progress"]["total"].as_i64(), Some(totals), "{parent}");
     system.cleanup().await;
 }
 
