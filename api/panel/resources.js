@@ -73,7 +73,7 @@ export function mount(root, _params, ctx) {
     const daemons = perDaemon
       ? h("ul", { class: "resource-daemons" }, (r.daemons ?? []).map((d) => h("li", { dataset: { daemon: d.daemon } },
         `${d.host} (`, shortId(d.daemon), `): ${d.holders.length} of ${d.capacity} held`,
-        d.holders.map(([slot, run]) => [` · slot ${slot}: `, h("a", { href: `#/runs/${run}` }, shortId(run))]))))
+        d.holders.map(({ slot, run_id: run }) => [` · slot ${slot}: `, h("a", { href: `#/runs/${run}` }, shortId(run))]))))
       : null;
     const holders = held
       ? h("ul", { class: "holders" }, r.holders.map((run) =>

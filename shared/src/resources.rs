@@ -9,6 +9,7 @@ use std::{borrow::Cow, time::Duration};
 
 pub use scrinalia_wire::resource::{
     ResourceAudit, ResourceAuditEntry, ResourceChange, ResourceOnDaemon, ResourceSource, ResourceView, ResourcesView,
+    SlotHolder,
 };
 
 use scrinalia_wire::{Reason, ReasonError};
@@ -254,8 +255,10 @@ fn on_daemons(
         .filter(|d| d.state != DaemonState::Gone)
         .filter_map(|d| {
             let capacity = d.resources.get(resource).copied().filter(|n| *n > 0)?;
-            let holders =
-                slots.iter().filter(|(r, on, ..)| r == resource && *on == d.id).map(|(.., slot, run)| (*slot, *run));
+            let holders = slots
+                .iter()
+                .filter(|(r, on, ..)| r == resource && *on == d.id)
+                .map(|(.., slot, run)| SlotHolder { slot: *slot, run_id: *run });
             Some(ResourceOnDaemon { daemon: d.id, host: d.host.clone(), capacity, holders: holders.collect() })
         })
         .collect()

@@ -46,7 +46,7 @@ pub use queue::QueueCount;
 pub use reason::{MAX_REASON, Reason, ReasonBody, ReasonError};
 pub use resource::{
     ResourceAudit, ResourceAuditEntry, ResourceChange, ResourceOnDaemon, ResourceScope, ResourceSource, ResourceView,
-    ResourcesView,
+    ResourcesView, SlotHolder,
 };
 pub use run::{
     CancelKind, CancelView, EndReason, FollowKind, MAX_CHECKPOINT_BYTES, ProgressEntry, ProgressPage, Run, RunDetail,

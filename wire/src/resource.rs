@@ -70,8 +70,18 @@ pub struct ResourceOnDaemon {
     pub host: String,
     /// Its `daemon.resources` count of the resource.
     pub capacity: u32,
-    /// The runs holding a slot there, by slot: (slot, run).
-    pub holders: Vec<(u32, Uuid)>,
+    /// The runs holding a slot there, by slot.
+    pub holders: Vec<SlotHolder>,
+}
+
+/// A slot of a daemon-scoped resource and the run holding it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SlotHolder {
+    /// The slot's number (the worker's `SCRINALIA_RESOURCE_<NAME>`).
+    pub slot: u32,
+    /// The run holding it.
+    pub run_id: Uuid,
 }
 
 /// One catalogue resource, its capacity now and who holds it.
