@@ -75,12 +75,12 @@ macro_rules! cancel_set {
 }
 
 /// Cancels a queued run at once, or flags a running one for its daemon, as `actor`; the run as changed, or
-/// `None` when it is not in flight.
+/// `None` when it is not in flight or is a sharded run's parent (see `crate::shards::flag_cancel`).
 pub async fn cancel(on: impl Into<On<'_>>, run: Uuid, actor: &str) -> Result<Option<Run>> {
     const CANCEL: Sql = sql!(
         "update worker_runs set ",
         cancel_set!(),
-        " where id = $1 and state in ('queued', 'running') returning ",
+        " where id = $1 and state in ('queued', 'running') and (shards is null or parent_id is not null) returning ",
         run_columns!()
     );
     run!(on, CANCEL, |pool, sql| sqlx::query_as(sql).bind(run).bind(actor).fetch_optional(pool).await)

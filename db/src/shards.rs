@@ -85,13 +85,13 @@ pub async fn settle(on: impl Into<On<'_>>, parent: Uuid, settled: &Settled) -> R
 }
 
 /// Flags parent run `parent` as asked to be cancelled by `actor` (its children are cancelled one by one; it
-/// ends when they have); `None` when it is not in flight.
+/// ends when they have); `None` when it is not in flight or not a parent.
 pub async fn flag_cancel(on: impl Into<On<'_>>, parent: Uuid, actor: &str) -> Result<Option<Run>> {
     const FLAG: Sql = sql!(
         "update worker_runs set cancel_requested_at = coalesce(cancel_requested_at, ",
         now,
         "), cancel_requested_by = coalesce(cancel_requested_by, $2) \
-         where id = $1 and state in ('queued', 'running') returning ",
+         where id = $1 and state in ('queued', 'running') and shards is not null and parent_id is null returning ",
         run_columns!()
     );
     run!(on, FLAG, |pool, sql| sqlx::query_as(sql).bind(parent).bind(actor).fetch_optional(pool).await)

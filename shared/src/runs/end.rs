@@ -33,28 +33,20 @@ pub(crate) async fn finish(db: &Database, run: Uuid, daemon: Uuid, finish: &Fini
 
 /// Cancels run `run` as `actor`: at once when it is queued (and what follows it, its pipeline's end, with it),
 /// or flags it for its daemon when it is running. The parent of a sharded run is flagged and each of its
-/// children cancelled so; it ends when they have. The run as changed; `None` when it is not in flight.
+/// children cancelled so; it ends when they have. One transaction, whichever it is. The run as changed; `None`
+/// when it is not in flight.
 pub(crate) async fn cancel(db: &Database, run: Uuid, actor: &str) -> db::Result<Option<Run>> {
     let mut tx = db.begin_write().await?;
-    let Some(flagged) = db::shards::flag_cancel(&mut tx, run, actor).await? else { return Ok(None) };
-    if !flagged.is_parent() {
-        tx.rollback().await?;
-        return cancel_one(db, run, actor).await;
-    }
-    for child in db::shards::children(&mut tx, run).await? {
-        if matches!(child.state, RunState::Queued | RunState::Running) {
-            cancel_in(&mut tx, child.id, actor).await?;
+    let mut changed = cancel_in(&mut tx, run, actor).await?;
+    if changed.is_none() && db::shards::flag_cancel(&mut tx, run, actor).await?.is_some() {
+        for child in db::shards::children(&mut tx, run).await? {
+            if matches!(child.state, RunState::Queued | RunState::Running) {
+                cancel_in(&mut tx, child.id, actor).await?;
+            }
         }
+        // Read again: its children's ends may have ended it.
+        changed = db::runs::get(&mut tx, run).await?;
     }
-    let parent = db::runs::get(&mut tx, run).await?;
-    tx.commit().await?;
-    Ok(parent)
-}
-
-/// Cancels one run that is not a parent, in a transaction of its own.
-async fn cancel_one(db: &Database, run: Uuid, actor: &str) -> db::Result<Option<Run>> {
-    let mut tx = db.begin_write().await?;
-    let changed = cancel_in(&mut tx, run, actor).await?;
     tx.commit().await?;
     Ok(changed)
 }
