@@ -146,3 +146,14 @@ pub fn realtime_ns() -> i128 {
 pub fn at_ns(t: chrono::DateTime<chrono::Utc>) -> i128 {
     i128::from(t.timestamp_nanos_opt().unwrap_or_default())
 }
+
+/// The daemon-scoped `gpu` resource, as a catalogue declares a GPU of each host (each daemon gives its count in
+/// `daemon.resources`).
+pub fn daemon_gpu() -> scrinalia_shared::ResourceSpec {
+    scrinalia_shared::ResourceSpec {
+        name: "gpu".into(),
+        capacity: 0,
+        description: Some("a GPU of the host".into()),
+        scope: scrinalia_shared::ResourceScope::Daemon,
+    }
+}

@@ -9,12 +9,12 @@ use std::{net::SocketAddr, time::Duration};
 
 use axum::http::{Method, StatusCode};
 use scrinalia_api::{AppState, app};
-use scrinalia_shared::{ResourceScope, ResourceSpec, Role, Run, RunState, WaitCode, runs::RunRequest};
+use scrinalia_shared::{Role, Run, RunState, WaitCode, runs::RunRequest};
 use scrinalia_tests::{
     ConfigFile, TestDb,
     api_harness::{ADMIN, TestApi, VIEWER},
     backend_tests,
-    daemon_harness::{ProbeEvent, Setup, wait_finished},
+    daemon_harness::{ProbeEvent, Setup, daemon_gpu, wait_finished},
     eventually,
 };
 use serde_json::{Value, json};
@@ -38,12 +38,7 @@ fn needs_gpu(t: &TestDb, gpus: u32) -> ConfigFile {
         }
     })
     .with(|f| {
-        f.resources = vec![ResourceSpec {
-            name: "gpu".into(),
-            capacity: 0,
-            description: Some("a GPU of the host".into()),
-            scope: ResourceScope::Daemon,
-        }];
+        f.resources = vec![daemon_gpu()];
         let probe = f.workers.iter_mut().find(|w| w.name == "probe-1").expect("probe-1");
         probe.resources = vec!["gpu".into()];
     })

@@ -6,11 +6,11 @@
 
 use std::{collections::BTreeMap, path::Path, time::Duration};
 
-use scrinalia_shared::{FollowKind, OptionType, ResourceScope, ResourceSpec, Run, RunState, runs::RunRequest};
+use scrinalia_shared::{FollowKind, OptionType, Run, RunState, runs::RunRequest};
 use scrinalia_testkit::config::{option, worker};
 use scrinalia_tests::{
     TestDb, backend_tests,
-    daemon_harness::{Setup, at_ns, wait_finished},
+    daemon_harness::{Setup, at_ns, daemon_gpu, wait_finished},
     demo_worker, eventually,
 };
 use scrinalia_wire::shard::shard_of;
@@ -41,12 +41,7 @@ fn setup(t: &TestDb, capacity: u32) -> Setup {
         d.resources = [("gpu".to_owned(), 1)].into();
     })
     .with(|f| {
-        f.resources = vec![ResourceSpec {
-            name: "gpu".into(),
-            capacity: 0,
-            description: Some("a GPU of the host".into()),
-            scope: ResourceScope::Daemon,
-        }];
+        f.resources = vec![daemon_gpu()];
         f.workers.extend([archive("transfer"), archive("language-detect"), embed]);
     });
     Setup::with(t, config)

@@ -5,11 +5,10 @@
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
-use scrinalia_shared::{ResourceScope, ResourceSpec};
 use scrinalia_tests::{
     Kind,
     browser::Browser,
-    daemon_harness::probe,
+    daemon_harness::{daemon_gpu, probe},
     demo_worker, eventually,
     system::{OPERATOR, System, VIEWER},
 };
@@ -24,12 +23,7 @@ async fn a_parents_page_has_a_row_per_shard_and_a_childs_page_names_its_parent()
     needs_gpu.resources = vec!["gpu".into()];
     let system = System::start(Kind::Sqlite, |c| {
         c.worker(needs_gpu).with(|f| {
-            f.resources = vec![ResourceSpec {
-                name: "gpu".into(),
-                capacity: 0,
-                description: Some("a GPU of the host".into()),
-                scope: ResourceScope::Daemon,
-            }];
+            f.resources = vec![daemon_gpu()];
             f.daemon.resources = [("gpu".to_owned(), 1)].into();
         })
     })
