@@ -48,9 +48,9 @@ pub async fn run(ctx: Arc<Context>, wakes: Wakes, stop: CancellationToken) {
     let mut settle = true;
     loop {
         settle |= has_permit(&wakes.ended);
-        if settle {
-            settle_waiting(&ctx).await;
-        }
+        // A settle that failed (a busy SQLite file, a cut connection) is tried again after RETRY: nothing
+        // else would wake it, and a pipeline step would wait for a run that has long ended.
+        let unsettled = settle && !settle_waiting(&ctx).await;
         let wait = match look(&ctx, &wakes).await {
             Ok(wait) => wait,
             Err(e) => {
@@ -58,6 +58,7 @@ pub async fn run(ctx: Arc<Context>, wakes: Wakes, stop: CancellationToken) {
                 RETRY
             }
         };
+        let wait = if unsettled { wait.min(RETRY) } else { wait };
         let deadline = Instant::now() + wait;
         let woken = tokio::select! {
             () = stop.cancelled() => return,
@@ -65,7 +66,7 @@ pub async fn run(ctx: Arc<Context>, wakes: Wakes, stop: CancellationToken) {
             () = wakes.due.notified() => Some(false),
             () = wakes.ended.notified() => Some(true),
         };
-        settle = woken == Some(true);
+        settle = unsettled || woken == Some(true);
         if woken.is_some() {
             // A change: let the burst it belongs to arrive (SQLite wakes on every write), then take it as one;
             // never past the due time the daemon slept for.
@@ -116,13 +117,15 @@ async fn look(ctx: &Context, wakes: &Wakes) -> Result<Duration, scrinalia_shared
     Ok(Duration::ZERO)
 }
 
-async fn settle_waiting(ctx: &Context) {
-    match ctx.db.release_waiting_fires(&ctx.settings.catalogue).await {
-        Ok(_) => {}
-        Err(e) => tracing::warn!(error = %e, "could not start the fires waiting for their targets"),
+/// Starts what waited for a worker; whether all of it could be looked at.
+async fn settle_waiting(ctx: &Context) -> bool {
+    let fires = ctx.db.release_waiting_fires(&ctx.settings.catalogue).await;
+    if let Err(e) = &fires {
+        tracing::warn!(error = %e, "could not start the fires waiting for their targets; trying again");
     }
-    match ctx.db.settle_pipelines().await {
-        Ok(_) => {}
-        Err(e) => tracing::warn!(error = %e, "could not move the waiting pipeline runs on"),
+    let pipelines = ctx.db.settle_pipelines().await;
+    if let Err(e) = &pipelines {
+        tracing::warn!(error = %e, "could not move the waiting pipeline runs on; trying again");
     }
+    fires.is_ok() && pipelines.is_ok()
 }

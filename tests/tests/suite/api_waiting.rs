@@ -93,7 +93,7 @@ async fn each_waiting_reason_is_read_back_through_the_api(t: &TestDb) {
 
     // One daemon of capacity 1, busy with that long run.
     let small = start_daemon(t.dir.path(), "small", &stack.config, &[]).await;
-    eventually(Duration::from_secs(20), "the long run starts", || async {
+    eventually(Duration::from_secs(30), "the long run starts", || async {
         (state_of(&stack, &long).await == "running").then_some(())
     })
     .await;
@@ -196,7 +196,7 @@ async fn a_pipeline_step_and_a_worker_card_say_why_they_wait(t: &TestDb) {
 
     // A daemon takes both; step 1 ends and step 2 cannot be requested: its worker runs the long run.
     let daemon = start_daemon(t.dir.path(), "daemon", &stack.config, &[]).await;
-    eventually(Duration::from_secs(20), "the long run starts", || async {
+    eventually(Duration::from_secs(30), "the long run starts", || async {
         (state_of(&stack, &long).await == "running").then_some(())
     })
     .await;
