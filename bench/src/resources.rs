@@ -75,6 +75,7 @@ async fn passes(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -> 
         capacity: 1_000_000,
         description: None,
         scope: Default::default(),
+        starts_per_minute: None,
     }];
     for worker in &mut holding.workers {
         worker.resources = vec!["model-server".into()];

@@ -172,6 +172,8 @@ fn explicit(given: RunArguments) -> Result<ExplicitArgs, Verdict> {
         preset: given.preset,
         options,
         shards: given.shards,
+        priority: given.priority,
+        expires_after_seconds: given.expires_after_seconds,
         ..ExplicitArgs::default()
     })
 }

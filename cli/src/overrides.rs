@@ -73,8 +73,14 @@ pub struct SetArgs {
     /// Split its runs into this many shards (its code must declare that it takes a shard); 1 is one plain run.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub shards: Option<i64>,
+    /// The priority of its runs, 0 to 100 (higher goes first among runs waiting for the same resource or slots).
+    #[arg(long, value_name = "0-100", allow_negative_numbers = true)]
+    pub priority: Option<i64>,
+    /// A queued request not claimed this many seconds after it is due is cancelled (`expired`).
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub expires_after_seconds: Option<i64>,
     /// Give a field back to the default: `engine`, `preset`, `retry`, `memory_max`, `cpu_max`, `stall_seconds`,
-    /// `shards` or an option's name. Repeat for several.
+    /// `shards`, `priority`, `expires_after_seconds` or an option's name. Repeat for several.
     #[arg(long, value_name = "FIELD")]
     pub unset: Vec<String>,
     /// Why (required; kept in the audit trail).
@@ -119,6 +125,8 @@ pub fn change_body(args: SetArgs) -> Result<OverrideChange, Verdict> {
         cpu_max: args.cpu_max.map(Some),
         stall_seconds: args.stall_seconds.map(Some),
         shards: args.shards.map(Some),
+        priority: args.priority.map(Some),
+        expires_after_seconds: args.expires_after_seconds.map(Some),
         reason: None,
     };
     for field in args.unset {
@@ -130,6 +138,8 @@ pub fn change_body(args: SetArgs) -> Result<OverrideChange, Verdict> {
             "cpu_max" => change.cpu_max.replace(None).is_some(),
             "stall_seconds" => change.stall_seconds.replace(None).is_some(),
             "shards" => change.shards.replace(None).is_some(),
+            "priority" => change.priority.replace(None).is_some(),
+            "expires_after_seconds" => change.expires_after_seconds.replace(None).is_some(),
             name => change.options.insert(name.to_owned(), Value::Null).is_some(),
         };
         if taken {
@@ -139,7 +149,7 @@ pub fn change_body(args: SetArgs) -> Result<OverrideChange, Verdict> {
     if change == OverrideChange::default() {
         return Err(usage(
             "nothing to change: give --engine, --preset, --option NAME=VALUE, --memory-max, --cpu-max, \
-             --stall-seconds or --unset FIELD."
+             --stall-seconds, --shards, --priority, --expires-after-seconds or --unset FIELD."
                 .to_owned(),
         ));
     }
@@ -287,6 +297,8 @@ mod tests {
             cpu_max: None,
             stall_seconds: None,
             shards: None,
+            priority: None,
+            expires_after_seconds: None,
             unset: unset.iter().map(|s| (*s).to_owned()).collect(),
             reason: parse_reason("why").expect("a reason"),
         }

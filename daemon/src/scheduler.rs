@@ -1,8 +1,9 @@
 //! The daemon's part in scheduling, with no leader: every daemon sleeps until the earliest due time (a
 //! schedule's next fire, or the end of a queued retry's backoff; asked on the database clock) and is woken
 //! early when a schedule changes or a run is requested. Then it fires what is due (the database lets exactly
-//! one daemon fire each (schedule, fire time)), tells the main loop to claim when a backoff ended, and, when a
-//! run ended, starts what waited for its worker: a schedule's queued fire, a pipeline's step.
+//! one daemon fire each (schedule, fire time)), ends the queued requests that expired, tells the main loop to
+//! claim when a backoff ended, and, when a run ended, starts what waited for its worker: a schedule's queued
+//! fire, a pipeline's step.
 
 use std::{sync::Arc, time::Duration};
 
@@ -92,12 +93,19 @@ async fn look(ctx: &Context, wakes: &Wakes) -> Result<Duration, scrinalia_shared
     let catalogue = &ctx.settings.catalogue;
     // Fires that came due while firing (a schedule every second) are fired in the same look.
     for _ in 0..10 {
-        let (fire, not_before) = ctx.db.next_due().await?;
+        let due = ctx.db.next_due().await?;
+        let (fire, not_before) = (due.fire, due.not_before);
         if not_before == Some(Duration::ZERO) {
             wakes.claim.notify_one();
         }
+        let mut expiry = due.expiry;
+        if expiry == Some(Duration::ZERO) {
+            expire(ctx).await;
+            // What expired next is not known until the next look: soon.
+            expiry = Some(RACE_WAIT);
+        }
         if fire != Some(Duration::ZERO) {
-            let next = [fire, not_before.filter(|d| !d.is_zero())].into_iter().flatten().min();
+            let next = [fire, not_before.filter(|d| !d.is_zero()), expiry].into_iter().flatten().min();
             let longest = longest_wait(ctx);
             return Ok(next.map_or(longest, |d| (d + DUE_MARGIN).min(longest)));
         }
@@ -115,6 +123,18 @@ async fn look(ctx: &Context, wakes: &Wakes) -> Result<Duration, scrinalia_shared
         }
     }
     Ok(Duration::ZERO)
+}
+
+/// Ends the queued requests whose expiry has passed, each with what follows it.
+async fn expire(ctx: &Context) {
+    match ctx.db.expire_requests().await {
+        Ok(runs) => {
+            for run in runs {
+                tracing::info!(run_id = %run.id, worker = %run.worker, expires_at = ?run.expires_at, "a request expired before a daemon claimed it");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "could not end the expired requests; trying again"),
+    }
 }
 
 /// Starts what waited for a worker; whether all of it could be looked at.

@@ -100,6 +100,43 @@ macro_rules! owner_lost {
     };
 }
 
+/// What an expiry writes on a queued request that no daemon claimed in time.
+macro_rules! expired {
+    ($d:ident;) => {
+        $crate::dialect::sql_text!($d; []
+            "state = 'cancelled', end_reason = 'expired', finished_at = ", now, ", duration_ms = 0, \
+             error = 'expired: no daemon claimed it by ' || ", time_text(expires_at), " || ' (its \
+                 expires_after_seconds)'"
+        )
+    };
+}
+
+/// Ends one queued request whose `expires_at` has passed (the one expired longest) as `cancelled` with end
+/// reason `expired`; `None` when there is none. The parent of a sharded run is left alone: it follows its
+/// children, which expire themselves. PostgreSQL skips a row another daemon holds rather than waiting for it.
+/// `seconds` is the request's `expires_after_seconds` as the sentence gives it (read from its configuration).
+pub async fn expire_one(on: impl Into<On<'_>>) -> Result<Option<Run>> {
+    const POSTGRES: Sql = sql!(
+        "update worker_runs set ",
+        expired!(),
+        " where id = (select id from worker_runs where state = 'queued' and expires_at < now() \
+             and (shards is null or parent_id is not null) \
+             order by expires_at limit 1 for update skip locked) \
+         returning ",
+        run_columns!()
+    );
+    const SQLITE: Sql = sql!(
+        "update worker_runs set ",
+        expired!(),
+        " where id = (select id from worker_runs where state = 'queued' and expires_at < ",
+        now,
+        " and (shards is null or parent_id is not null) order by expires_at limit 1) returning ",
+        run_columns!()
+    );
+    const EXPIRE: Sql = Sql { postgres: POSTGRES.postgres, sqlite: SQLITE.sqlite };
+    run!(on, EXPIRE, |pool, sql| sqlx::query_as(sql).fetch_optional(pool).await)
+}
+
 /// Interrupts one running run whose lease has expired (the one expired longest), as recovery writes it; `None`
 /// when there is none. A run with a live lease is never touched. PostgreSQL skips a row another recoverer holds
 /// (it is ending it already) rather than waiting for it.

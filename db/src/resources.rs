@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use scrinalia_wire::Run;
 use uuid::Uuid;
 
@@ -11,7 +12,7 @@ use crate::{
     On, Result,
     dialect::{Sql, sql},
     run,
-    runs::run_columns,
+    runs::{QueueKey, run_columns},
 };
 
 /// Releases every resource slot run `run` held.
@@ -20,17 +21,57 @@ pub async fn release(on: impl Into<On<'_>>, run: Uuid) -> Result<()> {
     run!(on, RELEASE, |pool, sql| sqlx::query(sql).bind(run).execute(pool).await.map(drop))
 }
 
-/// The oldest queued run of `worker` that is due now (PostgreSQL: locked, skipping one another transaction
+/// The first queued run of `worker` in the claim's order (see [`crate::runs::QueueKey`]) that is due now (PostgreSQL: locked, skipping one another transaction
 /// holds, so that a daemon never waits for another's claim of it).
 pub async fn first_due(on: impl Into<On<'_>>, worker: &str) -> Result<Option<Uuid>> {
     const CANDIDATE: Sql = sql!(
         "select id from worker_runs where state = 'queued' and worker = $1 and (shards is null or parent_id is not null) \
              and (not_before is null or not_before <= ",
         now,
-        ") order by requested_at, id limit 1",
+        ") order by priority desc, requested_at, id limit 1",
         skip_locked
     );
     run!(on, CANDIDATE, |pool, sql| sqlx::query_scalar(sql).bind(worker).fetch_optional(pool).await)
+}
+
+/// How many runs started holding `resource` in the last minute (database clock), as [`record_start`] counts
+/// them.
+pub async fn starts_in_last_minute(on: impl Into<On<'_>>, resource: &str) -> Result<u64> {
+    const COUNT: Sql = sql!("select count(*) from resource_starts where resource = $1 and started_at > ", now_minus(2));
+    let n: i64 =
+        run!(on, COUNT, |pool, sql| sqlx::query_scalar(sql).bind(resource).bind(60.0_f64).fetch_one(pool).await)?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+/// When the next run may start holding `resource` under a limit of `most` starts a minute: a minute after the
+/// oldest of the last `most` starts, when there were that many in the last minute; `None` when one may start now.
+pub async fn next_start_at(on: impl Into<On<'_>>, resource: &str, most: u32) -> Result<Option<DateTime<Utc>>> {
+    const NEXT: Sql = sql!(
+        "select ",
+        plus_secs(started_at, 3),
+        " from resource_starts where resource = $1 and started_at > ",
+        now_minus(3),
+        " order by started_at desc limit 1 offset $2"
+    );
+    let offset = i64::from(most.max(1)) - 1;
+    Ok(run!(on, NEXT, |pool, sql| sqlx::query_scalar(sql)
+        .bind(resource)
+        .bind(offset)
+        .bind(60.0_f64)
+        .fetch_optional(pool)
+        .await)?)
+}
+
+/// Records that run `run` started holding the rate-limited `resource` now.
+pub async fn record_start(on: impl Into<On<'_>>, resource: &str, run: Uuid) -> Result<()> {
+    const RECORD: Sql = sql!("insert into resource_starts (resource, started_at, run_id) values ($1, ", now, ", $2)");
+    run!(on, RECORD, |pool, sql| sqlx::query(sql).bind(resource).bind(run).execute(pool).await.map(drop))
+}
+
+/// Forgets the starts of `resource` older than a minute, which no claim counts again.
+pub async fn forget_starts(on: impl Into<On<'_>>, resource: &str) -> Result<()> {
+    const FORGET: Sql = sql!("delete from resource_starts where resource = $1 and started_at <= ", now_minus(2));
+    run!(on, FORGET, |pool, sql| sqlx::query(sql).bind(resource).bind(60.0_f64).execute(pool).await.map(drop))
 }
 
 /// The runs holding a slot of `resource`, oldest hold first.
@@ -101,18 +142,24 @@ pub async fn daemon_slots(on: impl Into<On<'_>>) -> Result<Vec<(String, Uuid, u3
     Ok(rows.into_iter().filter_map(|(r, d, s, run)| Some((r, d, u32::try_from(s).ok()?, run))).collect())
 }
 
-/// Which of `workers` have a queued run that is due now, in one statement, so that a claim opens a transaction
-/// only for the workers with something to claim.
-pub async fn queued_among(on: impl Into<On<'_>>, workers: &[String]) -> Result<Vec<String>> {
+/// Which of `workers` have a queued run that is due now, each with its first such run's place in the claim's
+/// order, first first: one statement, so that a claim opens a transaction only for the workers with something
+/// to claim, in the order their runs go.
+pub async fn queued_among(on: impl Into<On<'_>>, workers: &[String]) -> Result<Vec<(String, QueueKey)>> {
     const QUEUED: Sql = sql!(
-        "select distinct worker from worker_runs where state = 'queued' and (shards is null or parent_id is not null) \
+        "select worker, priority, requested_at, id from (select worker, priority, requested_at, id, \
+             row_number() over (partition by worker order by priority desc, requested_at, id) as n \
+             from worker_runs where state = 'queued' and (shards is null or parent_id is not null) \
              and worker in (select value from ",
         json_list(1, w),
         ") and (not_before is null or not_before <= ",
         now,
-        ")"
+        ")) ranked where n = 1 order by priority desc, requested_at, id"
     );
-    Ok(run!(on, QUEUED, |pool, sql| sqlx::query_scalar(sql).bind(sqlx::types::Json(workers)).fetch_all(pool).await)?)
+    type Row = (String, i16, chrono::DateTime<chrono::Utc>, Uuid);
+    let rows: Vec<Row> =
+        run!(on, QUEUED, |pool, sql| sqlx::query_as(sql).bind(sqlx::types::Json(workers)).fetch_all(pool).await)?;
+    Ok(rows.into_iter().map(|(w, priority, requested_at, id)| (w, QueueKey { priority, requested_at, id })).collect())
 }
 
 /// Every resource held now: (resource, run), oldest hold first.

@@ -23,7 +23,7 @@ macro_rules! run_columns {
          lease_expires_at, started_at, finished_at, duration_ms, exit_code, end_reason, error, progress, result, \
          cancel_requested_at, cancel_requested_by, trace_context, log_key, attempt, retry_of, not_before, schedule_id, \
          fire_at, pipeline_run_id, pipeline_step, checkpoint, checkpoint_at, follows, follows_as, usage, parent_id, shard, \
-         shards"
+         shards, priority, expires_at"
     };
 }
 
@@ -43,6 +43,17 @@ pub struct NewRun<'a> {
     /// configuration resolved against a cached override is never queued once that override was replaced.
     /// `None` inserts whatever the override is now (the caller read it in the same transaction).
     pub override_version: Option<i64>,
+}
+
+impl NewRun<'_> {
+    /// Seconds from the request to its expiry, when its configuration says it may expire: counted from when it
+    /// is due (after a retry's backoff).
+    fn expires_after_seconds(&self) -> Option<f64> {
+        let seconds = self.config.expires_after_seconds.as_ref()?.value;
+        // u64 seconds within a year: exact as f64.
+        #[allow(clippy::cast_precision_loss)]
+        Some(seconds as f64 + self.links.delay_seconds.unwrap_or(0.0))
+    }
 }
 
 /// How a run is linked to what made it.
@@ -97,14 +108,16 @@ pub async fn insert(on: impl Into<On<'_>>, new: &NewRun<'_>) -> Result<Option<Ru
     const INSERT: Sql = sql!(
         "insert into worker_runs (id, worker, requested_by, arguments, config, trace_context, schedule_id, fire_at, \
              retry_of, attempt, not_before, pipeline_run_id, pipeline_step, follows, follows_as, checkpoint, \
-             checkpoint_at, requested_at, parent_id, shard, shards) \
+             checkpoint_at, requested_at, parent_id, shard, shards, priority, expires_at) \
          select $1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, 1), ",
         now_plus(11),
         ", $12, $13, $14, $15, $16, $17, case when $18 then ",
         clock,
         " else ",
         now,
-        " end, $20, $21, $22 where cast($19 as bigint) is null \
+        " end, $20, $21, $22, $23, ",
+        now_plus(24),
+        " where cast($19 as bigint) is null \
              or coalesce((select max(id) from worker_override_audit where worker = $2), 0) = $19 \
          on conflict do nothing returning ",
         run_columns!()
@@ -133,6 +146,8 @@ pub async fn insert(on: impl Into<On<'_>>, new: &NewRun<'_>) -> Result<Option<Ru
         .bind(shard.and_then(|s| s.0))
         .bind(shard.and_then(|s| s.1))
         .bind(shard.map(|s| s.2))
+        .bind(i16::from(new.config.priority.value))
+        .bind(new.expires_after_seconds())
         .fetch_optional(pool)
         .await);
     match inserted {
@@ -159,8 +174,44 @@ pub async fn retry_of(on: impl Into<On<'_>>, id: Uuid) -> Result<Option<Uuid>> {
     run!(on, RETRY_OF, |pool, sql| sqlx::query_scalar(sql).bind(id).fetch_optional(pool).await)
 }
 
-/// Claims up to `limit` of the oldest queued requests (of `workers` only, when given; never of `exclude`) for
-/// `daemon`, with a lease of `lease` from now. One autocommitted statement: no transaction is held for the run.
+/// Where a queued run stands in the claim's order: higher priority first, then the oldest request, then the
+/// lowest id (ids are UUIDv7, so a tie of times still goes by request order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueKey {
+    /// The run's priority, 0 to 100.
+    pub priority: i16,
+    /// When it was requested.
+    pub requested_at: chrono::DateTime<chrono::Utc>,
+    /// The run.
+    pub id: Uuid,
+}
+
+impl QueueKey {
+    fn order(&self) -> (std::cmp::Reverse<i16>, chrono::DateTime<chrono::Utc>, Uuid) {
+        (std::cmp::Reverse(self.priority), self.requested_at, self.id)
+    }
+
+    /// The key of `run`.
+    pub fn of(run: &Run) -> Self {
+        Self { priority: run.priority, requested_at: run.requested_at, id: run.id }
+    }
+}
+
+impl Ord for QueueKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.order().cmp(&other.order())
+    }
+}
+
+impl PartialOrd for QueueKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Claims up to `limit` queued requests, first in the claim's order (see [`QueueKey`]; of `workers` only, when
+/// given; never of `exclude`; only those ahead of `ahead_of`, when given) for `daemon`, with a lease of `lease`
+/// from now. One autocommitted statement: no transaction is held for the run.
 pub async fn claim(
     db: &Database,
     daemon: Uuid,
@@ -168,8 +219,11 @@ pub async fn claim(
     limit: u32,
     workers: Option<&[String]>,
     exclude: Option<&[String]>,
+    ahead_of: Option<QueueKey>,
 ) -> Result<Vec<Run>> {
     let (lease, limit) = (lease.as_secs_f64(), i64::from(limit));
+    let (priority, requested_at, id) =
+        (ahead_of.map(|k| k.priority), ahead_of.map(|k| DbTime(k.requested_at)), ahead_of.map(|k| k.id));
     let claimed = match db.pool() {
         Pool::Postgres(pool) => {
             sqlx::query_as::<_, Run>(CLAIM_POSTGRES.postgres)
@@ -178,6 +232,9 @@ pub async fn claim(
                 .bind(limit)
                 .bind(workers)
                 .bind(exclude)
+                .bind(priority)
+                .bind(requested_at)
+                .bind(id)
                 .fetch_all(pool)
                 .await
         }
@@ -188,6 +245,9 @@ pub async fn claim(
                 .bind(limit)
                 .bind(workers.map(Json))
                 .bind(exclude.map(Json))
+                .bind(priority)
+                .bind(requested_at)
+                .bind(id)
                 .fetch_all(pool)
                 .await
         }
@@ -204,7 +264,9 @@ pub(crate) const CLAIM_POSTGRES: Sql = sql!(
          where id = any(array(select id from worker_runs where state = 'queued' \
              and ($4::text[] is null or worker = any($4)) and ($5::text[] is null or worker <> all($5)) \
              and (not_before is null or not_before <= now()) and (shards is null or parent_id is not null) \
-             order by requested_at, id for update skip locked limit $3)) \
+             and ($6::smallint is null or priority > $6 or (priority = $6 and (requested_at < $7 \
+                 or (requested_at = $7 and id < $8)))) \
+             order by priority desc, requested_at, id for update skip locked limit $3)) \
          returning ",
     run_columns!()
 );
@@ -222,7 +284,9 @@ pub(crate) const CLAIM_SQLITE: Sql = sql!(
              and (not_before is null or not_before <= ",
     now,
     ") and (shards is null or parent_id is not null) \
-             order by requested_at, id limit $3) \
+             and ($6 is null or priority > $6 or (priority = $6 and (requested_at < $7 \
+                 or (requested_at = $7 and id < $8)))) \
+             order by priority desc, requested_at, id limit $3) \
          returning ",
     run_columns!()
 );

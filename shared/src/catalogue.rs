@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use scrinalia_wire::choice::limits;
+use scrinalia_wire::choice::{self, limits};
 pub use scrinalia_wire::{Engine, OptionSpec, OptionType, RetryPolicy, choice::MemoryMax, resource::ResourceScope};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -80,6 +80,14 @@ pub struct WorkerSpec {
     /// watchdog.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stall_seconds: Option<i64>,
+    /// The priority of its runs, 0 to 100, higher first (50 when absent): among runs waiting for the same
+    /// resource or a daemon's slots, the higher goes first. An audited override may change it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
+    /// A queued request of it not claimed this many seconds after it is due ends `cancelled` (end reason
+    /// `expired`). None: requests wait as long as it takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_after_seconds: Option<i64>,
 }
 
 /// A resource that runs of several workers share, such as one model server: at most `capacity` runs hold it
@@ -100,6 +108,10 @@ pub struct ResourceSpec {
     /// Whether its capacity is shared by all daemons (`global`, the default) or each daemon's own (`daemon`).
     #[serde(default)]
     pub scope: ResourceScope,
+    /// At most this many runs start holding it in any minute, across all daemons (a paid API's rate limit); at
+    /// least 1. Only for a global resource. None: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starts_per_minute: Option<i64>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -250,6 +262,21 @@ impl Catalogue {
                 ),
                 _ => {}
             }
+            match (resource.starts_per_minute, resource.scope) {
+                (Some(n), _) if n < 1 => push(
+                    format!("{at}.starts_per_minute"),
+                    format!("starts_per_minute must be at least 1 (leave it out for no limit), not {n}"),
+                ),
+                (Some(_), ResourceScope::Daemon) => push(
+                    format!("{at}.starts_per_minute"),
+                    format!(
+                        "starts_per_minute limits starts across all daemons, so only a global resource takes it, \
+                         not the daemon-scoped {:?}",
+                        resource.name
+                    ),
+                ),
+                _ => {}
+            }
         }
         let mut seen = BTreeSet::new();
         for (i, worker) in self.workers.iter().enumerate() {
@@ -378,7 +405,12 @@ fn limit_problems(worker: &WorkerSpec) -> Vec<(&'static str, String)> {
     let memory = worker.memory_max.as_ref().and_then(|m| m.bytes().err()).map(|p| (limits::MEMORY_MAX, p));
     let cpu = worker.cpu_max.and_then(limits::cpu_problem).map(|p| (limits::CPU_MAX, p));
     let stall = worker.stall_seconds.and_then(limits::stall_problem).map(|p| (limits::STALL_SECONDS, p));
-    [memory, cpu, stall].into_iter().flatten().collect()
+    let priority = worker.priority.and_then(|p| choice::priority(p).err()).map(|p| ("priority", p));
+    let expires = worker
+        .expires_after_seconds
+        .and_then(|s| choice::expires_after_seconds(s).err())
+        .map(|p| ("expires_after_seconds", p));
+    [memory, cpu, stall, priority, expires].into_iter().flatten().collect()
 }
 
 /// What is wrong with an option's bounds, as (key, sentence): bounds only on numbers, the minimum not above the

@@ -90,6 +90,8 @@ pub(crate) fn catalogue() -> crate::Catalogue {
         memory_max: None,
         cpu_max: None,
         stall_seconds: None,
+        priority: None,
+        expires_after_seconds: None,
     };
     crate::Catalogue::new(vec![worker], Default::default()).expect("a valid catalogue")
 }

@@ -8,8 +8,11 @@ use serde_json::Value;
 
 use scrinalia_wire::choice::limits::{self, CPU_MAX, MEMORY_MAX, STALL_SECONDS};
 
+mod priority;
 mod shards;
 
+pub use priority::worker_priority;
+use priority::{expires_of, priority_of};
 use shards::shards_of;
 
 use crate::{
@@ -118,6 +121,14 @@ pub enum ResolveError {
         /// The limit's key.
         key: &'static str,
     },
+    /// A per-run setting (`priority`, `expires_after_seconds`) is not valid.
+    #[error("{problem}")]
+    InvalidSetting {
+        /// The setting's key.
+        key: &'static str,
+        /// What is wrong, as a sentence naming the key.
+        problem: String,
+    },
     /// `shards` is not a number of shards (below 1, above the maximum).
     #[error("{problem}")]
     InvalidShards {
@@ -208,6 +219,8 @@ pub fn resolve(
     };
     let (memory_max_bytes, cpu_max, stall_seconds) = limits_of(spec, overrides)?;
     let shards = shards_of(worker, explicit, overrides)?;
+    let priority = priority_of(spec, explicit, overrides)?;
+    let expires_after_seconds = expires_of(spec, explicit, overrides)?;
     Ok(ResolvedConfig {
         engine,
         preset,
@@ -222,6 +235,8 @@ pub fn resolve(
         cpu_max,
         stall_seconds,
         shards,
+        priority,
+        expires_after_seconds,
     })
 }
 
@@ -424,6 +439,8 @@ mod tests {
             memory_max: (name == "tag-suggest").then(|| "4GiB".into()),
             cpu_max: None,
             stall_seconds: (name == "tag-suggest").then_some(600),
+            priority: None,
+            expires_after_seconds: None,
         };
         Catalogue::new(
             vec![worker("tag-suggest", None), worker("quality-validator", Some("It comes from the LLM_CHECK rule."))],

@@ -20,6 +20,7 @@ pub(crate) mod shards;
 mod waiting;
 
 pub use diff::config_changes;
+pub(crate) use end::expire_requests;
 pub use follow::FollowError;
 pub use placement::Placement;
 pub use resolved::ResolveCache;
@@ -295,7 +296,7 @@ impl Store {
         Ok(Resolver::new(overrides, descriptions))
     }
 
-    /// Claims up to `limit` of the oldest queued requests for `daemon`, with a lease of `lease` from now
+    /// Claims up to `limit` queued requests, highest priority then oldest first, for `daemon`, with a lease of `lease` from now
     /// (database clock), optionally only for `workers`. Committed at once; no transaction is held for the run.
     pub(crate) async fn claim_runs(
         &self,
@@ -307,8 +308,8 @@ impl Store {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let mut runs = db::runs::claim(&self.db, daemon, lease, limit, workers, None).await?;
-        runs.sort_by_key(|r| (r.requested_at, r.id));
+        let mut runs = db::runs::claim(&self.db, daemon, lease, limit, workers, None, None).await?;
+        runs.sort_by_key(db::runs::QueueKey::of);
         Ok(runs)
     }
 

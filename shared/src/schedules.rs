@@ -23,6 +23,18 @@ mod tests;
 
 pub use firing::FirePass;
 
+/// How long until what the daemons' scheduler waits for comes due (zero when due already; `None` when there is
+/// none): the next schedule fire, the end of the first queued run's backoff, the first queued request's expiry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NextDue {
+    /// The next fire of any schedule.
+    pub fire: Option<std::time::Duration>,
+    /// The end of the first queued run's backoff.
+    pub not_before: Option<std::time::Duration>,
+    /// The first queued request's expiry.
+    pub expiry: Option<std::time::Duration>,
+}
+
 /// How many fire times a preview and a schedule's view show.
 pub const UPCOMING: usize = 3;
 /// The most fires one pass records for one schedule (a schedule that fires every second and was down for a day

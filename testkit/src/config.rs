@@ -121,6 +121,8 @@ pub fn worker(name: &str, command: &[&str]) -> WorkerSpec {
         memory_max: None,
         cpu_max: None,
         stall_seconds: None,
+        priority: None,
+        expires_after_seconds: None,
     }
 }
 

@@ -155,5 +155,6 @@ pub fn daemon_gpu() -> scrinalia_shared::ResourceSpec {
         capacity: 0,
         description: Some("a GPU of the host".into()),
         scope: scrinalia_shared::ResourceScope::Daemon,
+        starts_per_minute: None,
     }
 }

@@ -53,6 +53,43 @@ pub struct Choices {
     /// arguments (a schedule's, a pipeline step's) or an override set it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shards: Option<i64>,
+    /// Who goes first among runs waiting for the same resource or daemon slots: 0 to 100, higher first (the
+    /// worker's default is its catalogue `priority`, else 50). A run's arguments may lower it; raising it above
+    /// the worker's default needs the admin role. Retries, resumes and shard children keep their run's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
+    /// A queued request not claimed this many seconds after it was made ends `cancelled` (end reason
+    /// `expired`). At least 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_after_seconds: Option<i64>,
+}
+
+/// The priority of a run nothing else sets.
+pub const DEFAULT_PRIORITY: u8 = 50;
+/// The highest priority.
+pub const MAX_PRIORITY: u8 = 100;
+
+/// A priority as the catalogue, an override or a run's arguments give it, checked: 0 to [`MAX_PRIORITY`];
+/// otherwise a sentence naming `priority`.
+pub fn priority(n: i64) -> Result<u8, String> {
+    match u8::try_from(n) {
+        Ok(p) if p <= MAX_PRIORITY => Ok(p),
+        _ => Err(format!("priority must be a whole number from 0 to {MAX_PRIORITY} (higher goes first), not {n}.")),
+    }
+}
+
+/// The longest `expires_after_seconds`: a year.
+pub const MAX_EXPIRES_AFTER_SECONDS: u64 = 366 * 86_400;
+
+/// An `expires_after_seconds` checked: at least 1, at most a year; otherwise a sentence naming the key.
+pub fn expires_after_seconds(n: i64) -> Result<u64, String> {
+    match u64::try_from(n) {
+        Ok(s @ 1..=MAX_EXPIRES_AFTER_SECONDS) => Ok(s),
+        _ if n < 1 => Err(format!(
+            "expires_after_seconds must be at least 1 (a queued request not claimed by then is cancelled), not {n}."
+        )),
+        _ => Err(format!("expires_after_seconds must be at most {MAX_EXPIRES_AFTER_SECONDS} (a year), not {n}.")),
+    }
 }
 
 /// The most shards a run may be split into.
@@ -82,6 +119,8 @@ impl Choices {
             && self.retry.is_none()
             && !self.has_limits()
             && self.shards.is_none()
+            && self.priority.is_none()
+            && self.expires_after_seconds.is_none()
     }
 
     /// Whether a limit (`memory_max`, `cpu_max`, `stall_seconds`) is chosen.
@@ -160,6 +199,24 @@ pub struct ResolvedConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub shards: Option<Resolved<u32>>,
+    /// The run's priority, 0 to 100, higher first (see [`Choices::priority`]). A configuration stored before
+    /// priorities existed reads as the default.
+    #[serde(default = "default_priority")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub priority: Resolved<u8>,
+    /// How long a queued request of the run waits to be claimed before it ends `expired`, when it may expire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub expires_after_seconds: Option<Resolved<u64>>,
+}
+
+/// A run's priority when a stored row or answer has none (see [`DEFAULT_PRIORITY`]).
+pub fn default_priority_value() -> i16 {
+    i16::from(DEFAULT_PRIORITY)
+}
+
+fn default_priority() -> Resolved<u8> {
+    Resolved { value: DEFAULT_PRIORITY, source: Source::Default }
 }
 
 impl ResolvedConfig {
@@ -180,6 +237,8 @@ impl ResolvedConfig {
             cpu_max: None,
             stall_seconds: None,
             shards: None,
+            priority: default_priority(),
+            expires_after_seconds: None,
         }
     }
 }
@@ -187,6 +246,23 @@ impl ResolvedConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_priority_is_from_0_to_100_and_an_expiry_at_least_a_second() {
+        assert_eq!(priority(0), Ok(0));
+        assert_eq!(priority(100), Ok(100));
+        let refused = "priority must be a whole number from 0 to 100 (higher goes first), not";
+        assert_eq!(priority(101), Err(format!("{refused} 101.")));
+        assert_eq!(priority(-1), Err(format!("{refused} -1.")));
+        assert_eq!(expires_after_seconds(2), Ok(2));
+        assert!(expires_after_seconds(0).is_err_and(|e| e.starts_with("expires_after_seconds must be at least 1")));
+        assert!(expires_after_seconds(-5).is_err_and(|e| e.ends_with("not -5.")));
+        assert!(expires_after_seconds(i64::MAX).is_err_and(|e| e.contains("at most")));
+        let stored: ResolvedConfig = serde_json::from_value(serde_json::json!({"engine": null, "preset": null,
+            "model": null, "endpoint": null, "engine_configurable": true, "options": {}, "timeout_seconds": 5}))
+        .expect("a configuration stored before priorities");
+        assert_eq!(stored.priority, Resolved { value: 50, source: Source::Default });
+    }
 
     #[test]
     fn a_number_of_shards_is_between_one_and_the_maximum() {

@@ -139,6 +139,14 @@ pub struct OverrideChange {
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
     pub shards: Option<Option<i64>>,
+    /// The worker's priority (0 to 100, higher first); `null` clears it (the catalogue's, else 50).
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
+    pub priority: Option<Option<i64>>,
+    /// How long a queued request waits to be claimed before it expires, in seconds; `null` clears it.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
+    pub expires_after_seconds: Option<Option<i64>>,
     /// Why (required, recorded in the audit trail).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -173,6 +181,12 @@ impl OverrideChange {
         }
         if let Some(shards) = self.shards {
             next.shards = shards;
+        }
+        if let Some(priority) = self.priority {
+            next.priority = priority;
+        }
+        if let Some(expires) = self.expires_after_seconds {
+            next.expires_after_seconds = expires;
         }
         for (name, value) in &self.options {
             if value.is_null() {

@@ -90,6 +90,11 @@ pub enum EndReason {
     /// The worker reported no progress, item or checkpoint for its `stall_seconds` and was stopped:
     /// `interrupted`, so it can be resumed from its checkpoint.
     Stalled,
+    /// A more urgent run needed its resource: the worker yielded at a checkpoint (or was stopped after the
+    /// grace): `interrupted`, and its resume is requested by itself.
+    Preempted,
+    /// The request was not claimed within its `expires_after_seconds`: `cancelled`.
+    Expired,
 }
 
 impl Named for EndReason {
@@ -106,6 +111,8 @@ impl Named for EndReason {
         Self::OwnerLost,
         Self::OutOfMemory,
         Self::Stalled,
+        Self::Preempted,
+        Self::Expired,
     ];
     const NOUN: &'static str = "an end reason";
     const PLURAL: &'static str = "the end reasons";
@@ -124,6 +131,8 @@ impl Named for EndReason {
             Self::OwnerLost => "owner_lost",
             Self::OutOfMemory => "out_of_memory",
             Self::Stalled => "stalled",
+            Self::Preempted => "preempted",
+            Self::Expired => "expired",
         }
     }
 }
@@ -141,8 +150,10 @@ impl EndReason {
             | Self::Timeout
             | Self::OutOfMemory => RunState::Failed,
             Self::UnknownWorker => RunState::Failed,
-            Self::Cancelled => RunState::Cancelled,
-            Self::DaemonShutdown | Self::LeaseLost | Self::OwnerLost | Self::Stalled => RunState::Interrupted,
+            Self::Cancelled | Self::Expired => RunState::Cancelled,
+            Self::DaemonShutdown | Self::LeaseLost | Self::OwnerLost | Self::Stalled | Self::Preempted => {
+                RunState::Interrupted
+            }
         }
     }
 }
@@ -294,6 +305,12 @@ pub struct Run {
     /// its children.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shards: Option<i32>,
+    /// Who goes first among runs waiting for the same resource or daemon slots: 0 to 100, higher first.
+    #[serde(default = "crate::choice::default_priority_value")]
+    pub priority: i16,
+    /// When the request, still queued, ends `expired` (database clock); none when it does not expire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 impl Run {

@@ -375,7 +375,8 @@ impl RetryOn {
     pub fn covers(self, state: RunState, reason: Option<EndReason>) -> bool {
         match self {
             Self::Failed => state == RunState::Failed,
-            Self::Interrupted => state == RunState::Interrupted,
+            // A preempted run is resumed by itself (its resume is requested with its end): a retry would be a second.
+            Self::Interrupted => state == RunState::Interrupted && reason != Some(EndReason::Preempted),
             named => named
                 .reason()
                 .is_some_and(|r| Some(r) == reason && matches!(state, RunState::Failed | RunState::Interrupted)),
@@ -526,13 +527,17 @@ mod tests {
             serde_json::from_str(r#"{"max_attempts": 2, "on": ["failed", "stalled", "out_of_memory"]}"#)
                 .expect("parses");
         assert_eq!(policy.on, [RetryOn::Failed, RetryOn::Stalled, RetryOn::OutOfMemory]);
+        let preempted = (RunState::Interrupted, Some(EndReason::Preempted));
+        assert!(!on(&[RetryOn::Interrupted]).retries_end(1, preempted.0, preempted.1), "resumed by itself instead");
         let refused = serde_json::from_str::<RetryPolicy>(r#"{"max_attempts": 2, "on": ["cancelled"]}"#);
         assert!(refused.is_err(), "a cancelled run is never retried");
     }
 
     #[test]
     fn every_end_reason_of_a_retried_state_can_be_named() {
-        for reason in EndReason::ALL.iter().copied().filter(|r| *r != EndReason::Cancelled) {
+        // A cancelled or expired run is never retried; a preempted one is resumed by itself instead.
+        let never = [EndReason::Cancelled, EndReason::Expired, EndReason::Preempted];
+        for reason in EndReason::ALL.iter().copied().filter(|r| !never.contains(r)) {
             let on: RetryOn = serde_json::from_value(serde_json::json!(reason.name())).expect("a retry outcome");
             assert_eq!(on.reason(), Some(reason));
         }

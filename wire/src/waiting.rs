@@ -22,6 +22,10 @@ pub enum WaitCode {
     CapableDaemonsFull,
     /// A resource the worker holds is at capacity.
     ResourceFull,
+    /// A resource the worker holds allows so many starts a minute, all used: `until` says when the next may.
+    RateLimited,
+    /// It was not claimed by its expiry (`until`): a daemon ends it `cancelled` (`expired`) at its next look.
+    Expired,
     /// A pipeline's step is not requested yet: its worker has a run in flight (named in `runs`), or the daemons'
     /// next settling pass requests it.
     PipelineStep,

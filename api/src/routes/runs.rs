@@ -9,7 +9,10 @@ use axum::{
     routing::{get, post},
 };
 use chrono::{DateTime, Utc};
-use scrinalia_shared::runs::{CancelOutcome, Cursor, IdRange, RunFilter, RunRequest};
+use scrinalia_shared::{
+    auth::Role,
+    runs::{CancelOutcome, Cursor, IdRange, RunFilter, RunRequest},
+};
 use scrinalia_wire::{CancelKind, CancelView, ExplicitArgs, ProgressPage, Run, RunDetail, RunPage, RunState};
 use serde::Deserialize;
 use utoipa::IntoParams;
@@ -57,10 +60,26 @@ pub(crate) async fn trigger_run(
     Path(name): Path<String>,
     JsonBody(arguments): JsonBody<ExplicitArgs>,
 ) -> ApiResult<impl IntoResponse> {
+    if let Some(asked) = arguments.priority
+        && caller.role < Role::Admin
+        && let Some(default) = state.db().worker_priority(state.catalogue(), &name).await?
+        && asked > i64::from(default)
+    {
+        return Err(ApiError::client(
+            StatusCode::FORBIDDEN,
+            "priority_needs_admin",
+            format!(
+                "Raising a run of worker {name} above its priority {default} (to {asked}) needs the admin role; \
+                 {} may run it at {default} or lower.",
+                caller.name
+            ),
+        ));
+    }
+    let raised = arguments.priority.is_some_and(|p| p > i64::from(scrinalia_wire::choice::DEFAULT_PRIORITY));
     let request =
         RunRequest { worker: name, requested_by: caller.name.clone(), arguments, trace_context: Some(trace_context) };
     let run = state.db().request_run(state.catalogue(), request).await?;
-    tracing::info!(run_id = %run.id, worker = %run.worker, actor = %caller.name, traceparent = run.trace_context.as_deref().unwrap_or_default(), "run requested");
+    tracing::info!(run_id = %run.id, worker = %run.worker, actor = %caller.name, priority = run.priority, raised, traceparent = run.trace_context.as_deref().unwrap_or_default(), "run requested");
     Ok((StatusCode::CREATED, [(header::LOCATION, format!("/api/runs/{}", run.id))], Json(run)))
 }
 

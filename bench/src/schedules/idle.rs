@@ -42,7 +42,7 @@ pub(super) async fn idle(env: &Env, dbs: [&FreshDb; 2], dirs: [&Path; 2], opts: 
     let listed = b.api.schedules().await?;
     let enabled = listed.iter().filter(|s| s.schedule.enabled).count();
     ensure!(enabled == opts.idle_schedules, "{enabled} schedules enabled, not {}", opts.idle_schedules);
-    let (next_fire, _) = b.daemon.next_due().await?;
+    let next_fire = b.daemon.next_due().await?.fire;
     let window = Duration::from_secs(opts.idle_settle + opts.idle_seconds);
     if opts.idle_schedules > 0 {
         let next = next_fire.context("an enabled schedule has a next fire time")?;

@@ -46,6 +46,13 @@ pub struct RunArguments {
     /// takes a shard); 1 is one plain run.
     #[arg(long, value_name = "N")]
     pub shards: Option<i64>,
+    /// The run's priority, 0 to 100 (higher goes first among runs waiting for the same resource or slots); above
+    /// the worker's own needs the admin role.
+    #[arg(long, value_name = "0-100", allow_negative_numbers = true)]
+    pub priority: Option<i64>,
+    /// Cancel the request (`expired`) if no daemon has claimed it this many seconds after it is due.
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub expires_after_seconds: Option<i64>,
 }
 
 #[cfg(test)]

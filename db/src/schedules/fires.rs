@@ -101,17 +101,22 @@ pub async fn advance(
         .map(drop))
 }
 
-/// Seconds until the next fire of any schedule and until the first queued run's backoff ends (negative when
-/// already due); `None` for either when there is none. One cheap statement, on two partial indexes.
-pub async fn next_due(on: impl Into<On<'_>>) -> Result<(Option<f64>, Option<f64>)> {
+/// Seconds until the next fire of any schedule, until the first queued run's backoff ends and until the first
+/// queued request expires (negative when already due); `None` for each when there is none. One cheap statement,
+/// on three partial indexes.
+pub async fn next_due(on: impl Into<On<'_>>) -> Result<(Option<f64>, Option<f64>, Option<f64>)> {
     const NEXT: Sql = sql!(
         "select -",
         seconds_since(next_fire),
         ", -",
         seconds_since(first_not_before),
+        ", -",
+        seconds_since(first_expiry),
         " from (select (select min(next_fire_at) from schedules where enabled) as next_fire, \
              (select min(not_before) from worker_runs where state = 'queued' and not_before is not null) \
-             as first_not_before) as m"
+             as first_not_before, \
+             (select min(expires_at) from worker_runs where state = 'queued' and expires_at is not null) \
+             as first_expiry) as m"
     );
     run!(on, NEXT, |pool, sql| sqlx::query_as(sql).fetch_one(pool).await)
 }

@@ -43,7 +43,7 @@ mod tests {
 
     fn spec(name: &str, scope: ResourceScope) -> ResourceSpec {
         let capacity = if scope == ResourceScope::Global { 1 } else { 0 };
-        ResourceSpec { name: name.into(), capacity, description: None, scope }
+        ResourceSpec { name: name.into(), capacity, description: None, scope, starts_per_minute: None }
     }
 
     #[test]

@@ -359,3 +359,55 @@ fn a_daemon_gives_its_own_capacity_of_a_daemon_scoped_resource() {
     let err = load(&missing, &[]).expect_err("a global resource without a capacity").to_string();
     assert!(err.contains("`resources[0].capacity`: a resource's capacity must be at least 1"), "{err}");
 }
+
+#[test]
+fn a_priority_an_expiry_and_starts_per_minute_out_of_range_are_each_named_by_key() {
+    let fine = "
+        [[resources]]
+        name = \"llm-api\"
+        capacity = 4
+        starts_per_minute = 6
+        [[workers]]
+        name = \"tagger\"
+        command = [\"tag\"]
+        priority = 80
+        expires_after_seconds = 3600
+        ";
+    let settings = load(fine, &[]).expect("valid");
+    let tagger = settings.catalogue.worker("tagger").expect("tagger");
+    assert_eq!((tagger.priority, tagger.expires_after_seconds), (Some(80), Some(3600)));
+    assert_eq!(settings.catalogue.resource("llm-api").and_then(|r| r.starts_per_minute), Some(6));
+
+    let bad = "
+        [[resources]]
+        name = \"llm-api\"
+        capacity = 4
+        starts_per_minute = 0
+        [[resources]]
+        name = \"gpu\"
+        scope = \"daemon\"
+        starts_per_minute = 2
+        [[workers]]
+        name = \"a\"
+        command = [\"a\"]
+        priority = 101
+        expires_after_seconds = 0
+        [[workers]]
+        name = \"b\"
+        command = [\"b\"]
+        priority = -1
+        expires_after_seconds = -60
+        ";
+    let err = load(bad, &[]).expect_err("out of range").to_string();
+    for expected in [
+        "`resources[0].starts_per_minute`: starts_per_minute must be at least 1 (leave it out for no limit), not 0",
+        "`resources[1].starts_per_minute`: starts_per_minute limits starts across all daemons, so only a global",
+        "`workers[0].priority`: priority must be a whole number from 0 to 100 (higher goes first), not 101.",
+        "`workers[0].expires_after_seconds`: expires_after_seconds must be at least 1",
+        "`workers[1].priority`: priority must be a whole number from 0 to 100 (higher goes first), not -1.",
+        "`workers[1].expires_after_seconds`: expires_after_seconds must be at least 1 (a queued request not claimed \
+         by then is cancelled), not -60.",
+    ] {
+        assert!(err.contains(expected), "missing {expected:?} in {err}");
+    }
+}

@@ -38,6 +38,8 @@ fn catalogue() -> (Catalogue, WorkerSpec) {
         memory_max: None,
         cpu_max: None,
         stall_seconds: None,
+        priority: None,
+        expires_after_seconds: None,
     };
     let catalogue = Catalogue::new(vec![worker.clone()], [("ollama".into(), engine)].into()).expect("valid");
     (catalogue, worker)

@@ -75,6 +75,21 @@ pub(crate) async fn recover_expired(db: &Database) -> db::Result<Vec<Run>> {
     Ok(recovered)
 }
 
+/// Ends every queued request whose expiry has passed (`cancelled`, end reason `expired`), one transaction per
+/// request with what follows it (its pipeline run's end, its sharded parent's settling).
+pub(crate) async fn expire_requests(db: &Database) -> db::Result<Vec<Run>> {
+    let mut expired = Vec::new();
+    // Bounded, so that a pass always ends; the next look takes what is left.
+    for _ in 0..1000 {
+        let mut tx = db.begin_write().await?;
+        let Some(ended) = db::ends::expire_one(&mut tx).await? else { break };
+        follow(&mut tx, &ended).await?;
+        tx.commit().await?;
+        expired.push(ended);
+    }
+    Ok(expired)
+}
+
 /// What follows the end of `ended`, in the transaction `tx` that ended it: the webhook event its outcome is,
 /// the release of its resource slots (free for the next claim the moment the end commits), its items' failure
 /// streaks, its retry (with its scope, for a rerun of failures), and its pipeline's next step. A shard's end

@@ -191,6 +191,8 @@ pub(crate) fn merged(earlier: &ExplicitArgs, changes: &ExplicitArgs) -> Explicit
         cpu_max: changes.cpu_max.or(earlier.cpu_max),
         stall_seconds: changes.stall_seconds.or(earlier.stall_seconds),
         shards: changes.shards.or(earlier.shards),
+        priority: changes.priority.or(earlier.priority),
+        expires_after_seconds: changes.expires_after_seconds.or(earlier.expires_after_seconds),
     }
 }
 

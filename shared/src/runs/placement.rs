@@ -35,6 +35,8 @@ struct Need {
     capacity: u32,
     /// Whether it is daemon-scoped: counted on this daemon only, under a lock of its own, with a numbered slot.
     per_daemon: bool,
+    /// At most this many claims of it in any minute, across all daemons (a global resource only).
+    starts_per_minute: Option<u32>,
 }
 
 impl Placement {
@@ -64,13 +66,17 @@ impl Placement {
                     .iter()
                     .filter_map(|r| catalogue.resource(r))
                     .map(|spec| match spec.scope {
-                        ResourceScope::Global => {
-                            Some(Need { resource: spec.name.clone(), capacity: spec.capacity, per_daemon: false })
-                        }
+                        ResourceScope::Global => Some(Need {
+                            resource: spec.name.clone(),
+                            capacity: spec.capacity,
+                            per_daemon: false,
+                            starts_per_minute: spec.starts_per_minute.and_then(|n| u32::try_from(n).ok()),
+                        }),
                         ResourceScope::Daemon => resources.get(&spec.name).filter(|n| **n > 0).map(|n| Need {
                             resource: spec.name.clone(),
                             capacity: *n,
                             per_daemon: true,
+                            starts_per_minute: None,
                         }),
                     })
                     .collect();
@@ -95,11 +101,13 @@ impl Placement {
 }
 
 impl Store {
-    /// Claims up to `limit` of the oldest queued requests this daemon may place (of `workers` only, when given),
-    /// with a lease of `lease`: first, in one statement, those of workers that hold no resource; then, when
-    /// slots are left, one read of which workers that hold resources have a run due, and one short transaction
-    /// for each of those (in catalogue order) while a resource has room. Runs of workers the daemon's catalogue does
-    /// not know are claimed as before (and fail, naming the daemon).
+    /// Claims up to `limit` queued requests this daemon may place (of `workers` only, when given), with a lease of
+    /// `lease`, in one order across workers: higher priority first, then the oldest request (see
+    /// [`db::runs::QueueKey`]). Without workers that hold resources it is one statement. With them, one read
+    /// first says which of those have a run due and where it stands; the plain claim takes only what goes ahead
+    /// of the first of them; then each of those is claimed in that order, in a short transaction of its own,
+    /// while its resources have room; and what slots are left go to the plain runs behind them. Runs of workers
+    /// the daemon's catalogue does not know are claimed as before (and fail, naming the daemon).
     pub(crate) async fn claim_placed(
         &self,
         daemon: Uuid,
@@ -112,26 +120,28 @@ impl Store {
             return Ok(Vec::new());
         }
         let exclude = (!placement.exclude.is_empty()).then_some(placement.exclude.as_slice());
-        let mut runs = db::runs::claim(&self.db, daemon, lease, limit, workers, exclude).await?;
         let holding: Vec<String> = placement
             .holding
             .iter()
             .map(|(worker, _)| worker.clone())
             .filter(|w| workers.is_none_or(|only| only.contains(w)))
             .collect();
-        if runs.len() >= limit as usize || holding.is_empty() {
-            runs.sort_by_key(|r| (r.requested_at, r.id));
+        if holding.is_empty() {
+            let mut runs = db::runs::claim(&self.db, daemon, lease, limit, workers, exclude, None).await?;
+            runs.sort_by_key(db::runs::QueueKey::of);
             return Ok(runs);
         }
-        // One read says which of them have something to claim; only those cost a transaction.
         let queued = db::resources::queued_among(&self.db, &holding).await?;
-        for (worker, resources) in placement.holding.iter().filter(|(w, _)| queued.contains(w)) {
+        let first_held = queued.first().map(|(_, key)| *key);
+        let mut runs = db::runs::claim(&self.db, daemon, lease, limit, workers, exclude, first_held).await?;
+        for (worker, _) in &queued {
             if runs.len() >= limit as usize {
                 break;
             }
+            let Some((_, resources)) = placement.holding.iter().find(|(w, _)| w == worker) else { continue };
             match claim_holding(&self.db, daemon, lease, worker, resources).await? {
                 Held::Claimed(run) => {
-                    tracing::info!(run_id = %run.id, worker = %run.worker, "claimed, holding its resources");
+                    tracing::info!(run_id = %run.id, worker = %run.worker, priority = run.priority, "claimed, holding its resources");
                     runs.push(*run);
                 }
                 Held::NothingQueued => {}
@@ -141,9 +151,16 @@ impl Store {
                 Held::Busy { resource } => {
                     tracing::info!(worker = %worker, resource = %resource, "a resource stayed locked by another claim; next round");
                 }
+                Held::RateLimited { resource } => {
+                    tracing::debug!(worker = %worker, resource = %resource, "a resource's starts per minute are used up");
+                }
             }
         }
-        runs.sort_by_key(|r| (r.requested_at, r.id));
+        let left = limit.saturating_sub(u32::try_from(runs.len()).unwrap_or(u32::MAX));
+        if first_held.is_some() && left > 0 {
+            runs.extend(db::runs::claim(&self.db, daemon, lease, left, workers, exclude, None).await?);
+        }
+        runs.sort_by_key(db::runs::QueueKey::of);
         Ok(runs)
     }
 
@@ -175,6 +192,8 @@ enum Held {
     Full { resource: String, holders: Vec<Uuid> },
     /// Another transaction was claiming a slot of the resource, or changing its capacity, at that moment.
     Busy { resource: String },
+    /// The resource's starts per minute were used up.
+    RateLimited { resource: String },
 }
 
 /// The capacity a claim counts against: the stored override when there is one, else the catalogue's.
@@ -275,6 +294,11 @@ async fn claim_holding_once(
             if !has_room(holders.len(), capacity) {
                 return Ok(Held::Full { resource: resource.clone(), holders });
             }
+            if let Some(most) = need.starts_per_minute
+                && db::resources::starts_in_last_minute(&mut *tx, resource).await? >= u64::from(most)
+            {
+                return Ok(Held::RateLimited { resource: resource.clone() });
+            }
             slots.push(None);
         }
     }
@@ -283,6 +307,10 @@ async fn claim_holding_once(
     };
     for (need, slot) in sorted.iter().zip(slots) {
         db::resources::hold(&mut *tx, run.id, &need.resource, slot.map(|s| (daemon, s))).await?;
+        if need.starts_per_minute.is_some() {
+            db::resources::record_start(&mut *tx, &need.resource, run.id).await?;
+            db::resources::forget_starts(&mut *tx, &need.resource).await?;
+        }
     }
     Ok(Held::Claimed(Box::new(run)))
 }
@@ -326,8 +354,20 @@ mod tests {
         .map(|workers| Catalogue { workers, ..Catalogue::default() })
         .expect("workers");
         catalogue.resources = vec![
-            ResourceSpec { name: "gpu".into(), capacity: 0, description: None, scope: ResourceScope::Daemon },
-            ResourceSpec { name: "model".into(), capacity: 3, description: None, scope: ResourceScope::Global },
+            ResourceSpec {
+                name: "gpu".into(),
+                capacity: 0,
+                description: None,
+                scope: ResourceScope::Daemon,
+                starts_per_minute: None,
+            },
+            ResourceSpec {
+                name: "model".into(),
+                capacity: 3,
+                description: None,
+                scope: ResourceScope::Global,
+                starts_per_minute: None,
+            },
         ];
         let none = Placement::of(&catalogue, Vec::new());
         assert_eq!((none.exclude.as_slice(), none.holding.len()), (["embed".to_owned()].as_slice(), 0));
@@ -339,8 +379,8 @@ mod tests {
         assert_eq!(
             needs,
             &[
-                Need { resource: "gpu".into(), capacity: 2, per_daemon: true },
-                Need { resource: "model".into(), capacity: 3, per_daemon: false },
+                Need { resource: "gpu".into(), capacity: 2, per_daemon: true, starts_per_minute: None },
+                Need { resource: "model".into(), capacity: 3, per_daemon: false, starts_per_minute: None },
             ]
         );
     }

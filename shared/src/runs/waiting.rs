@@ -48,7 +48,21 @@ fn explain(
     daemons: &[Daemon],
     in_flight: &[Run],
     holders: &[(String, Uuid)],
+    next_starts: &[(String, DateTime<Utc>)],
 ) -> Waiting {
+    if let Some(at) = run.expires_at.filter(|t| *t <= now) {
+        let when = at.to_rfc3339_opts(SecondsFormat::Millis, true);
+        return Waiting {
+            until: Some(at),
+            ..waiting(
+                WaitCode::Expired,
+                format!(
+                    "It expired at {when}: no daemon claimed it within its expires_after_seconds. A daemon ends it \
+                     cancelled (expired) at its next look."
+                ),
+            )
+        };
+    }
     if let Some(until) = run.not_before.filter(|t| *t > now) {
         let why = if run.retry_of.is_some() {
             format!("the backoff before attempt {}", run.attempt)
@@ -114,9 +128,9 @@ fn explain(
         if held.len() >= spec.capacity as usize {
             let names = held
                 .iter()
-                .map(|id| {
-                    let worker = in_flight.iter().find(|r| r.id == *id).map_or("?", |r| r.worker.as_str());
-                    format!("{} ({worker})", *id)
+                .map(|id| match in_flight.iter().find(|r| r.id == *id) {
+                    Some(r) => format!("{} ({}, priority {})", r.id, r.worker, r.priority),
+                    None => format!("{id} (?)"),
                 })
                 .collect::<Vec<_>>()
                 .join(", ");
@@ -124,7 +138,24 @@ fn explain(
                 runs: held,
                 ..waiting(
                     WaitCode::ResourceFull,
-                    format!("Resource {resource} (capacity {}) is held by run {names}.", spec.capacity),
+                    format!(
+                        "It waits behind run {names} for resource {resource} (capacity {}); it has priority {}.",
+                        spec.capacity, run.priority
+                    ),
+                )
+            };
+        }
+        if let Some((_, at)) = next_starts.iter().find(|(r, at)| r == resource && *at > now) {
+            let most = spec.starts_per_minute.unwrap_or_default();
+            let when = at.to_rfc3339_opts(SecondsFormat::Millis, true);
+            return Waiting {
+                until: Some(*at),
+                ..waiting(
+                    WaitCode::RateLimited,
+                    format!(
+                        "Resource {resource} allows {most} starts a minute, all used; the next start is allowed at \
+                         {when}."
+                    ),
                 )
             };
         }
@@ -209,6 +240,8 @@ struct WaitFacts {
     in_flight: Vec<Run>,
     /// (resource, run) pairs.
     holders: Vec<(String, Uuid)>,
+    /// (resource, when its next start is allowed) for each resource whose starts per minute are used up.
+    next_starts: Vec<(String, DateTime<Utc>)>,
 }
 
 impl WaitFacts {
@@ -230,7 +263,13 @@ impl WaitFacts {
         if run.state != RunState::Queued {
             return None;
         }
-        Some(explain(catalogue, run, self.now, &self.daemons, &self.in_flight, &self.holders))
+        let mut waiting =
+            explain(catalogue, run, self.now, &self.daemons, &self.in_flight, &self.holders, &self.next_starts);
+        if let Some(at) = run.expires_at.filter(|_| waiting.code != WaitCode::Expired) {
+            let when = at.to_rfc3339_opts(SecondsFormat::Millis, true);
+            waiting.message.push_str(&format!(" It expires at {when} if no daemon has claimed it by then."));
+        }
+        Some(waiting)
     }
 
     /// Why the pipeline run of `view` waits: its current step's queued run's own reason, or why that step has
@@ -288,16 +327,37 @@ impl WaitFacts {
 
 impl Store {
     /// The facts of every reason; `in_flight`, the runs in flight, when the caller has just read them.
-    async fn wait_facts(&self, gone_after: Duration, in_flight: Option<Vec<Run>>) -> Result<WaitFacts, DbError> {
+    async fn wait_facts(
+        &self,
+        catalogue: &Catalogue,
+        gone_after: Duration,
+        in_flight: Option<Vec<Run>>,
+    ) -> Result<WaitFacts, DbError> {
         let in_flight = async {
             match in_flight {
                 Some(runs) => Ok(runs),
                 None => self.runs_in_flight().await,
             }
         };
-        let (now, daemons, in_flight, holders) =
-            tokio::try_join!(self.now(), self.list_daemons(gone_after), in_flight, self.resource_holders())?;
-        Ok(WaitFacts { now, daemons, in_flight, holders })
+        let (now, daemons, in_flight, holders, next_starts) = tokio::try_join!(
+            self.now(),
+            self.list_daemons(gone_after),
+            in_flight,
+            self.resource_holders(),
+            self.next_starts(catalogue)
+        )?;
+        Ok(WaitFacts { now, daemons, in_flight, holders, next_starts })
+    }
+
+    /// When the next start of each rate-limited resource whose starts of the last minute are used up is allowed.
+    async fn next_starts(&self, catalogue: &Catalogue) -> Result<Vec<(String, DateTime<Utc>)>, DbError> {
+        let mut next = Vec::new();
+        for spec in &catalogue.resources {
+            let Some(most) = spec.starts_per_minute.and_then(|n| u32::try_from(n).ok()) else { continue };
+            let at = self.db.retrying(|| crate::db::resources::next_start_at(&self.db, &spec.name, most)).await?;
+            next.extend(at.map(|at| (spec.name.clone(), at)));
+        }
+        Ok(next)
     }
 
     /// Why the run `run` waits, if it is queued; `None` otherwise. `gone_after` is the heartbeat age past which a
@@ -312,7 +372,7 @@ impl Store {
             return Ok(None);
         }
         let catalogue = &*self.with_effective_capacities(catalogue).await?;
-        Ok(self.wait_facts(gone_after, None).await?.run(catalogue, run))
+        Ok(self.wait_facts(catalogue, gone_after, None).await?.run(catalogue, run))
     }
 
     /// Why the queued run of each of `workers` waits, by run id: `in_flight` is every run in flight, as the caller
@@ -331,7 +391,7 @@ impl Store {
             return Ok(HashMap::new());
         }
         let catalogue = &*self.with_effective_capacities(catalogue).await?;
-        let facts = self.wait_facts(gone_after, Some(in_flight.to_vec())).await?;
+        let facts = self.wait_facts(catalogue, gone_after, Some(in_flight.to_vec())).await?;
         Ok(queued.into_iter().filter_map(|r| Some((r.id, facts.run(catalogue, r)?))).collect())
     }
 
@@ -346,7 +406,7 @@ impl Store {
             return Ok(None);
         }
         let catalogue = &*self.with_effective_capacities(catalogue).await?;
-        Ok(self.wait_facts(gone_after, None).await?.pipeline(catalogue, view))
+        Ok(self.wait_facts(catalogue, gone_after, None).await?.pipeline(catalogue, view))
     }
 }
 

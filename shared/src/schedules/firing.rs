@@ -176,10 +176,16 @@ impl Store {
         Ok(released)
     }
 
-    /// How long until the next schedule fires and until the first queued run's backoff ends (zero when due
-    /// already); `None` for either when there is none.
-    pub(crate) async fn next_due(&self) -> Result<(Option<std::time::Duration>, Option<std::time::Duration>), DbError> {
-        let (fire, not_before) = db::schedules::fires::next_due(&self.db).await?;
-        Ok((crate::store::wait_of(fire), crate::store::wait_of(not_before)))
+    /// How long until the next schedule fires, until the first queued run's backoff ends and until the first
+    /// queued request expires (zero when due already; `None` for each when there is none).
+    pub(crate) async fn next_due(&self) -> Result<crate::schedules::NextDue, DbError> {
+        let (fire, not_before, expiry) = db::schedules::fires::next_due(&self.db).await?;
+        let wait = crate::store::wait_of;
+        Ok(crate::schedules::NextDue { fire: wait(fire), not_before: wait(not_before), expiry: wait(expiry) })
+    }
+
+    /// Ends every queued request whose expiry has passed (`cancelled`, `expired`), with what follows each.
+    pub(crate) async fn expire_requests(&self) -> Result<Vec<crate::Run>, DbError> {
+        crate::runs::expire_requests(&self.db).await
     }
 }

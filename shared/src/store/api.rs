@@ -50,6 +50,16 @@ impl ApiStore {
         self.store.request_run(catalogue, request, &self.resolved).await
     }
 
+    /// The priority a run of `worker` gets when its arguments name none (its override's, else its catalogue
+    /// entry's, else 50): raising a run above it needs the admin role. `None` for an unknown worker.
+    pub async fn worker_priority(&self, catalogue: &Catalogue, worker: &str) -> Result<Option<u8>, RequestError> {
+        let Some(spec) = catalogue.worker(worker) else { return Ok(None) };
+        let stored = self.store.get_override(worker).await?.map(|o| o.values).unwrap_or_default();
+        let priority = crate::resolve::worker_priority(spec, &stored)
+            .map_err(|error| RequestError::InvalidOverride { worker: worker.to_owned(), error })?;
+        Ok(Some(priority.value))
+    }
+
     /// Applies `change` to `worker`'s override as `actor`, under the override's lock (so two concurrent partial
     /// changes do not lose each other), checked by the same rules as a run's arguments, and appends it to the audit
     /// trail. This process's next request of the worker resolves against it at once.

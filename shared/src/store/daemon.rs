@@ -188,9 +188,11 @@ impl DaemonStore {
             daemon: Uuid,
             missed_after: std::time::Duration,
         ) -> Result<FirePass, DbError>;
-        /// How long until the next schedule fires and until the first queued run's backoff ends (zero when due
-        /// already); `None` for either when there is none.
-        pub async fn next_due(&self) -> Result<(Option<std::time::Duration>, Option<std::time::Duration>), DbError>;
+        /// How long until the next schedule fires, until the first queued run's backoff ends and until the first
+        /// queued request expires (zero when due already; `None` for each when there is none).
+        pub async fn next_due(&self) -> Result<crate::schedules::NextDue, DbError>;
+        /// Ends every queued request whose expiry has passed (`cancelled`, `expired`), with what follows each.
+        pub async fn expire_requests(&self) -> Result<Vec<Run>, DbError>;
         /// Requests every fire that waits for its target (overlap `queue`) whose target is free now; how many.
         pub async fn release_waiting_fires(&self, catalogue: &Catalogue) -> Result<u32, DbError>;
 

@@ -38,10 +38,17 @@ pub fn configure(file: &mut SettingsFile) {
         capacity: 0,
         description: gpu,
         scope: ResourceScope::Daemon,
+        starts_per_minute: None,
     });
     for (name, capacity, workers) in RESOURCES {
         let description = Some(format!("the chaos suite's {capacity}-slot resource"));
-        file.resources.push(ResourceSpec { name: name.into(), capacity, description, scope: Default::default() });
+        file.resources.push(ResourceSpec {
+            name: name.into(),
+            capacity,
+            description,
+            scope: Default::default(),
+            starts_per_minute: None,
+        });
         for worker in file.workers.iter_mut().filter(|w| workers.contains(&w.name.as_str())) {
             worker.resources.push(name.into());
         }

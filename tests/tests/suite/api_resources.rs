@@ -32,6 +32,7 @@ fn model_server() -> ResourceSpec {
         capacity: 1,
         description: Some("one GPU".into()),
         scope: Default::default(),
+        starts_per_minute: None,
     }
 }
 

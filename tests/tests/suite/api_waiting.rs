@@ -38,6 +38,7 @@ fn config(t: &TestDb, port: u16, capacity: u32) -> ConfigFile {
                 capacity: 1,
                 description: None,
                 scope: Default::default(),
+                starts_per_minute: None,
             }];
             for w in &mut f.workers {
                 match w.name.as_str() {

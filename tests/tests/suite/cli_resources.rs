@@ -64,6 +64,7 @@ async fn start_api(t: &TestDb) -> (Process, String) {
                 capacity: 1,
                 description: Some("the archive's one Ollama server".into()),
                 scope: Default::default(),
+                starts_per_minute: None,
             }];
         })
         .token("ada", Role::Admin, ADMIN)

@@ -77,6 +77,7 @@ async fn start(kind: Kind) -> System {
                     capacity: 1,
                     description: Some("One model server.".into()),
                     scope: Default::default(),
+                    starts_per_minute: None,
                 }];
                 let engine = Engine {
                     kind: "none".into(),

@@ -24,6 +24,7 @@ fn shared_model_server(t: &TestDb) -> ConfigFile {
             capacity: 1,
             description: Some("one GPU".into()),
             scope: Default::default(),
+            starts_per_minute: None,
         }];
         for w in f.workers.iter_mut().filter(|w| w.name == "probe-1" || w.name == "probe-2") {
             w.resources = vec!["model-server".into()];

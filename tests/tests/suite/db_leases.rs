@@ -34,7 +34,7 @@ async fn take_one_of_each(db: &Database, holder: Uuid) -> Vec<(&'static Leased, 
         links: Links::default(),
     };
     let run = runs::insert(db, &new).await.expect("insert").expect("inserted");
-    let claimed = runs::claim(db, holder, Duration::from_secs(60), 1, None, None).await.expect("claim");
+    let claimed = runs::claim(db, holder, Duration::from_secs(60), 1, None, None, None).await.expect("claim");
     assert_eq!(claimed.iter().map(|r| r.id).collect::<Vec<_>>(), vec![run.id]);
 
     let workers = vec!["leased".to_owned()];

@@ -12,8 +12,13 @@ use uuid::Uuid;
 /// Workers `a` and `b` share a `gpu` of two slots; `c` holds nothing.
 fn catalogue() -> Catalogue {
     let mut catalogue = catalogue_of(&["a", "b", "c"]);
-    catalogue.resources =
-        vec![ResourceSpec { name: "gpu".into(), capacity: 2, description: None, scope: Default::default() }];
+    catalogue.resources = vec![ResourceSpec {
+        name: "gpu".into(),
+        capacity: 2,
+        description: None,
+        scope: Default::default(),
+        starts_per_minute: None,
+    }];
     for w in catalogue.workers.iter_mut().filter(|w| w.name != "c") {
         w.resources = vec!["gpu".into()];
     }

@@ -32,6 +32,7 @@ async fn an_admin_raises_and_resets_a_capacity_from_the_resources_view() {
                 capacity: 1,
                 description: Some("the archive's one Ollama server".into()),
                 scope: Default::default(),
+                starts_per_minute: None,
             }];
         })
         .worker(holder);

@@ -31,7 +31,7 @@ fn daemon(state: DaemonState) -> Daemon {
 }
 
 fn facts(daemons: Vec<Daemon>, in_flight: Vec<Run>) -> WaitFacts {
-    WaitFacts { now: Utc::now(), daemons, in_flight, holders: Vec::new() }
+    WaitFacts { now: Utc::now(), daemons, in_flight, holders: Vec::new(), next_starts: Vec::new() }
 }
 
 /// A pipeline run of steps a then b, at step 2 (b), with `current` as its current run.
@@ -98,6 +98,7 @@ fn gpu_catalogue() -> Catalogue {
         capacity: 0,
         description: None,
         scope: crate::ResourceScope::Daemon,
+        starts_per_minute: None,
     }];
     catalogue
 }
