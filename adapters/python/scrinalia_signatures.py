@@ -27,9 +27,9 @@ ADAPTER_PARAMETERS = (
 )
 
 #: What ``describe`` reports a worker can do, each from the parameter of ``execute`` that makes it possible.
-#: ``yield`` has no parameter yet (a later revision adds one), so it is always false.
+#: ``yield`` comes with ``checkpoint``: the adapter yields at the worker's next checkpoint when asked.
 CAPABILITY_PARAMETERS = {
-    "items": "item", "scope": "only", "shards": "shard", "checkpoints": "checkpoint", "yield": None,
+    "items": "item", "scope": "only", "shards": "shard", "checkpoints": "checkpoint", "yield": "checkpoint",
 }
 
 #: Parameters that are never options: the session, the adapter's parameters, the common flags.
@@ -145,7 +145,7 @@ def declared(module: types.ModuleType, registries: dict[str, Any] | None) -> dic
 
 def capabilities(module: types.ModuleType) -> dict[str, bool]:
     """What ``execute`` can do, by its parameter names alone: ``items`` (it has ``item``), ``scope`` (``only``),
-    ``shards`` (``shard``), ``checkpoints`` (``checkpoint``); ``yield`` is false until the protocol defines it.
+    ``shards`` (``shard``), ``checkpoints`` and ``yield`` (``checkpoint``).
     A ``**kwargs`` parameter does not count: the adapter passes its parameters only to parameters of their name."""
     execute = getattr(module, "execute", None)
     names = inspect.signature(execute).parameters if callable(execute) else {}

@@ -24,6 +24,9 @@ commits the verb's session (if any) and prints ``{"checkpoint": state}`` (at mos
 ``ValueError``). When the daemon resumes an earlier run, ``execute`` gets that run's last checkpoint, decoded from
 ``SCRINALIA_CHECKPOINT``, as ``resume_from``; when it restarts one from nothing, the earlier run's id (from
 ``SCRINALIA_RESTART_OF``) as ``restart_of``. Each is None otherwise, and passed only to a parameter of its name.
+A worker that takes ``checkpoint`` declares the ``yield`` capability: when the daemon asks it to yield (SIGUSR1,
+handled during every run), its next ``checkpoint`` call commits and prints as always, then raises ``Yielded``
+(a ``BaseException``), which ends the run with status 75 (``scrinalia_checkpoints.py``).
 
 Items (what happened to each document): ``execute`` gets an ``item(id, outcome, error=None, cls=None)`` callback
 when it has a parameter named ``item``; it prints ``{"item": {"id": …, "outcome": …, "error": …, "class": …}}``
@@ -52,7 +55,8 @@ annotated-types and pydantic write them), its engine and preset defaults, and ea
 ``--registries MODULE:ATTR``, a mapping of engine name to registry), without running the worker.
 
 Exit status: 0 done; 1 the worker raised; 2 a usage error (unknown module, verb or option, a bad value, or an
-input of the environment that cannot be read or used); 143 stopped by SIGTERM (130 by SIGINT). Standard library
+input of the environment that cannot be read or used); 75 yielded at a checkpoint when asked (SIGUSR1); 143
+stopped by SIGTERM (130 by SIGINT). Standard library
 only; Python 3.11 or newer.
 """
 
@@ -85,6 +89,15 @@ from scrinalia_items import (  # noqa: F401 (re-exported: a worker module may im
     read_shard,
     shard_of,
 )
+from scrinalia_checkpoints import (  # noqa: F401 (re-exported: a worker module may import them from here)
+    MAX_CHECKPOINT_BYTES,
+    YIELDED_EXIT_STATUS,
+    YieldRequest,
+    Yielded,
+    checkpoint_callback,
+    checkpoint_text,
+    continuation,
+)
 from scrinalia_usage import Usage  # noqa: F401 (re-exported: the adapter passes it as ``usage``)
 from scrinalia_signatures import (
     ADAPTER_PARAMETERS,
@@ -111,9 +124,6 @@ COMMON_FLAGS = {
     "endpoint": "SCRINALIA_ENDPOINT",
 }
 
-#: The largest checkpoint the daemon keeps: the JSON text of its value, in bytes (UTF-8).
-MAX_CHECKPOINT_BYTES = 64 * 1024
-
 VERBS = {"describe": "describe_config", "count-pending": "count_pending", "check": "check", "run": "execute"}
 
 #: The names the first parameter of a function that wants a session has.
@@ -139,54 +149,6 @@ def progress(done: int, total: int | None = None, message: str | None = None) ->
     if message is not None:
         body["message"] = str(message)
     emit({"progress": body})
-
-
-def checkpoint_text(state: Any) -> str:
-    """The compact JSON text of a checkpoint's ``state``; ``ValueError`` with a sentence when it is not JSON or
-    larger than ``MAX_CHECKPOINT_BYTES``."""
-    try:
-        text = json.dumps(state, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as error:
-        raise ValueError(
-            f"The checkpoint state cannot be written as JSON ({error}); use dicts, lists, strings, numbers, "
-            "booleans and None."
-        ) from None
-    size = len(text.encode("utf-8"))
-    if size > MAX_CHECKPOINT_BYTES:
-        raise ValueError(
-            f"The checkpoint state is {size} bytes of JSON, more than the {MAX_CHECKPOINT_BYTES} bytes (64 KiB) "
-            "the daemon keeps; checkpoint where the work is (an id, an offset), not the work itself."
-        )
-    return text
-
-
-def checkpoint_callback(session: Any) -> Callable[[Any], None]:
-    """The ``checkpoint(state)`` callback handed to ``execute``: checks ``state``, commits ``session`` (when the
-    verb has one) so that the work done before the checkpoint is durable, then prints ``{"checkpoint": state}``."""
-
-    def checkpoint(state: Any) -> None:
-        text = checkpoint_text(state)
-        if session is not None:
-            session.commit()
-        sys.stdout.write('{"checkpoint":' + text + "}\n")
-        sys.stdout.flush()
-
-    return checkpoint
-
-
-def continuation(env: dict[str, str]) -> dict[str, Any]:
-    """What a run continues, from the environment: ``resume_from`` (the decoded ``SCRINALIA_CHECKPOINT``) and
-    ``restart_of`` (``SCRINALIA_RESTART_OF``), each None when unset or empty."""
-    text = env.get("SCRINALIA_CHECKPOINT") or None
-    resume_from = None
-    if text is not None:
-        try:
-            resume_from = json.loads(text)
-        except ValueError as error:
-            raise UsageError(
-                f"SCRINALIA_CHECKPOINT is not JSON ({error}), so the checkpoint to resume from cannot be read."
-            ) from None
-    return {"resume_from": resume_from, "restart_of": env.get("SCRINALIA_RESTART_OF") or None}
 
 
 def load_module(name: str, what: str = "worker module") -> types.ModuleType:
@@ -336,16 +298,22 @@ def open_session(factory: Callable[[], Any]) -> Iterator[Any]:
 
 
 def call(
-    function: Callable[..., Any], kwargs: dict[str, Any], sessions: Callable[[], Any] | None, checkpoint: bool = False
+    function: Callable[..., Any],
+    kwargs: dict[str, Any],
+    sessions: Callable[[], Any] | None,
+    checkpoint: bool = False,
+    yielding: YieldRequest | None = None,
 ) -> Any:
     """Calls ``function`` with ``kwargs``, and with a session of its own first when it wants one; with
-    ``checkpoint``, also with a ``checkpoint`` callback that commits that session."""
+    ``checkpoint``, also with a ``checkpoint`` callback that commits that session (and raises ``Yielded`` after
+    it once ``yielding`` is asked)."""
     if not wants_session(function):
-        return function(**kwargs, **({"checkpoint": checkpoint_callback(None)} if checkpoint else {}))
+        return function(**kwargs, **({"checkpoint": checkpoint_callback(None, yielding)} if checkpoint else {}))
     if sessions is None:
         raise UsageError(f"{function.__name__}() takes a database session first: give the adapter --session.")
     with open_session(sessions) as session:
-        return function(session, **kwargs, **({"checkpoint": checkpoint_callback(session)} if checkpoint else {}))
+        given = {"checkpoint": checkpoint_callback(session, yielding)} if checkpoint else {}
+        return function(session, **kwargs, **given)
 
 
 def count_line(value: Any) -> dict[str, Any]:
@@ -472,6 +440,9 @@ def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> in
         else:
             signal.signal(signal.SIGTERM, _raise_stopped)
             signal.signal(signal.SIGINT, _raise_stopped)
+            # Before the first stdout line: the daemon asks for a yield only after it (docs/worker-protocol.md).
+            yielding = YieldRequest()
+            yielding.install()
             if callable(describe):
                 # What this run really uses, as the worker sees it now (an engine chosen elsewhere included).
                 emit({"config": config_line(call(describe, describe_kwargs, sessions))})
@@ -488,9 +459,12 @@ def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> in
                 print(f"scrinalia_worker: {items_warning}", file=sys.stderr, flush=True)
             run_id = kwargs.get("run_id") or flags.get("run-id") or env.get("SCRINALIA_RUN_ID") or "none"
             print(f"{name}: run {run_id} starts", file=sys.stderr, flush=True)
-            emit({"result": result_line(call(function, kwargs, sessions, "checkpoint" in parameters))})
+            emit({"result": result_line(call(function, kwargs, sessions, "checkpoint" in parameters, yielding))})
             print(f"{name}: run {run_id} done", file=sys.stderr, flush=True)
         return 0
+    except Yielded as yielded:
+        print(f"{name}: {yielded}; a resume goes on from that checkpoint", file=sys.stderr, flush=True)
+        return YIELDED_EXIT_STATUS
     except Stopped as stop:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         print(f"{name}: {stop}; stopping cleanly", file=sys.stderr, flush=True)

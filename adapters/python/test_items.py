@@ -50,16 +50,17 @@ def execute(**options):
 
 
 def run_main(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """Runs the adapter's ``main`` here: its exit status, stdout and stderr. ``main`` installs handlers of SIGTERM
-    and SIGINT for a run; they are put back, so that Ctrl-C still stops the test run."""
+    """Runs the adapter's ``main`` here: its exit status, stdout and stderr. ``main`` installs handlers of SIGTERM,
+    SIGINT and SIGUSR1 for a run; they are put back, so that Ctrl-C still stops the test run."""
     stdout, stderr = io.StringIO(), io.StringIO()
-    handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+    handlers = [signal.getsignal(signum) for signum in signals]
     try:
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             status = adapter.main(list(args), dict(env or {}))
     finally:
-        signal.signal(signal.SIGTERM, handlers[0])
-        signal.signal(signal.SIGINT, handlers[1])
+        for signum, handler in zip(signals, handlers):
+            signal.signal(signum, handler)
     return status, stdout.getvalue(), stderr.getvalue()
 
 
@@ -110,7 +111,7 @@ class CapabilitiesTest(Workers):
         described = self.describe("items_worker")
         self.assertEqual(
             described["capabilities"],
-            {"items": True, "scope": True, "shards": True, "checkpoints": True, "yield": False},
+            {"items": True, "scope": True, "shards": True, "checkpoints": True, "yield": True},
         )
         self.assertEqual(
             set(described), {"engine", "preset", "model", "endpoint", "declared", "capabilities"},

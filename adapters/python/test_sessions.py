@@ -1,7 +1,8 @@
 """Tests of the adapter with a module shaped like the archive's (``examples/archive``): a real SQLAlchemy session
 over a SQLite database, given with ``--session``, committed when a verb returns and rolled back when it fails or is
 stopped, and committed by each checkpoint; what ``describe`` derives from the signatures and the registries;
-``check`` and the run's configuration line; a run resumed from a checkpoint. Needs SQLAlchemy (``scripts/test``
+``check`` and the run's configuration line; a run resumed from a checkpoint, and one that yielded at a checkpoint
+when asked (SIGUSR1). Needs SQLAlchemy (``scripts/test``
 installs it): ``python3 -m unittest discover -s adapters/python``.
 """
 
@@ -94,21 +95,42 @@ class ArchiveTest(unittest.TestCase):
         command = [sys.executable, str(ADAPTER), *SESSION, module, "run", *args]
         return subprocess.Popen(command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    def stop_after(self, child: subprocess.Popen, says: str) -> tuple[list[str], str]:
-        """Reads ``child``'s lines until one contains ``says``, sends SIGTERM; every line read, and stderr."""
+    def stop_after(
+        self, child: subprocess.Popen, says: str, signum: signal.Signals = signal.SIGTERM
+    ) -> tuple[list[str], str]:
+        """Reads ``child``'s lines until one contains ``says``, sends ``signum``; every line read, and stderr."""
         lines: list[str] = []
         try:
             while not lines or says not in lines[-1]:
                 line = child.stdout.readline()
                 self.assertTrue(line, f"the worker ended before printing {says!r}: {lines}")
                 lines.append(line)
-            child.send_signal(signal.SIGTERM)
+            child.send_signal(signum)
             stdout, stderr = child.communicate(timeout=30)
         finally:
             if child.poll() is None:
                 child.kill()
                 child.wait()
         return lines + stdout.splitlines(keepends=True), stderr
+
+    def test_sigusr1_yields_at_the_next_checkpoint_and_a_resume_tags_each_document_once(self):
+        child = self.start("archive.workers.tag_suggest", "--batch_size", "2", "--delay_ms", "150")
+        lines, stderr = self.stop_after(child, '"checkpoint"', signal.SIGUSR1)
+        self.assertEqual(child.returncode, 75, stderr)
+        self.assertIn("yielded at a checkpoint, as asked (SIGUSR1)", stderr)
+        self.assertTrue(lines[-1].startswith('{"checkpoint":'), f"the last line is the checkpoint: {lines}")
+        self.assertFalse(any('"result"' in line for line in lines), "a yielded run has no result")
+        state = json.loads(lines[-1])["checkpoint"]
+        self.assertEqual(self.stamps(), state["done"], "the checkpoint names exactly what was committed")
+        self.assertLess(state["done"], 10)
+
+        self.env["SCRINALIA_CHECKPOINT"] = json.dumps(state)
+        resumed = self.adapter("tag_suggest", "run", "--batch_size", "2")
+        self.assertEqual(resumed.returncode, 0, resumed.stderr)
+        self.assertEqual(self.lines(resumed)[-1], {"result": {"processed": 10 - state["done"], "failed": 0}})
+        with sqlite3.connect(self.database) as db:
+            rows = [row[0] for row in db.execute("select document_id from stamps where stamp = 'tags_v1'")]
+        self.assertEqual(sorted(rows), list(range(1, 11)), "every document tagged, each once")
 
     def test_sigterm_rolls_back_what_was_not_committed(self):
         child = self.start("archive.workers.tag_suggest", "--batch_size", "4", "--delay_ms", "300")

@@ -4,7 +4,7 @@
 //! Supervisor → daemon (its stdout): `P <pid>` once the worker started (its pid is also its process group),
 //! `O <line>` / `E <line>` for each line the worker wrote on stdout / stderr, and a last `X <json>` with the
 //! [`ExitReport`]. Daemon → supervisor (its stdin): `deadline <ns>` (an absolute `CLOCK_MONOTONIC` time before
-//! which the lease was renewed), `cancel`, `terminate` and `kill`. End of file on the supervisor's stdin means
+//! which the lease was renewed), `cancel`, `terminate`, `kill` and `yield <grace ms>`. End of file on the supervisor's stdin means
 //! the daemon is gone. A spare supervisor, started before its run was claimed, first reads one `start <json>`
 //! line ([`Start`]): the run's worker command, environment and lease.
 
@@ -33,6 +33,8 @@ pub enum StopCause {
     Deadline,
     /// The daemon's pipe closed.
     DaemonGone,
+    /// Asked to yield (SIGUSR1), the worker was still running when the request's grace ended.
+    Yield,
 }
 
 impl StopCause {
@@ -55,6 +57,10 @@ pub struct ExitReport {
     pub spawn_error: Option<String>,
     /// From the worker's start to its end.
     pub elapsed_ms: u64,
+    /// Whether the worker was sent SIGUSR1, asked to yield (a request held until its first stdout line may never
+    /// have been sent).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub yield_signalled: bool,
     /// What `getrusage(RUSAGE_CHILDREN)` said once the worker was waited for: the worker and the descendants it
     /// waited for (absent when the worker never ran, or from a supervisor that does not measure).
     #[serde(default)]
@@ -153,6 +159,12 @@ pub enum Control {
     Terminate,
     /// Kill the worker's group now: the lease is lost.
     Kill,
+    /// Ask the worker to yield (SIGUSR1 to the worker process, once it has printed a stdout line); still running
+    /// this many ms after the request, it is stopped gently (SIGTERM, grace, SIGKILL).
+    Yield {
+        /// From the request to the gentle stop.
+        grace_ms: u64,
+    },
 }
 
 impl Control {
@@ -163,6 +175,7 @@ impl Control {
             Self::Cancel => "cancel".to_owned(),
             Self::Terminate => "terminate".to_owned(),
             Self::Kill => "kill".to_owned(),
+            Self::Yield { grace_ms } => format!("yield {grace_ms}"),
         }
     }
 
@@ -170,6 +183,7 @@ impl Control {
     pub fn decode(line: &str) -> Option<Self> {
         match line.trim().split_once(' ') {
             Some(("deadline", ns)) => ns.parse().ok().map(Self::Deadline),
+            Some(("yield", ms)) => ms.parse().ok().map(|grace_ms| Self::Yield { grace_ms }),
             None => match line.trim() {
                 "cancel" => Some(Self::Cancel),
                 "terminate" => Some(Self::Terminate),
@@ -223,10 +237,21 @@ mod tests {
         ] {
             assert_eq!(Frame::decode(&frame.encode()), Some(frame));
         }
-        for control in [Control::Deadline(123_456_789), Control::Cancel, Control::Terminate, Control::Kill] {
+        for control in [
+            Control::Deadline(123_456_789),
+            Control::Cancel,
+            Control::Terminate,
+            Control::Kill,
+            Control::Yield { grace_ms: 30_000 },
+        ] {
             assert_eq!(Control::decode(&control.encode()), Some(control));
         }
         assert_eq!(Control::decode("deadline soon"), None);
+        assert_eq!((Control::decode("yield"), Control::decode("yield later")), (None, None));
+        let yielded = ExitReport { code: Some(75), yield_signalled: true, ..ExitReport::default() };
+        assert_eq!(Frame::decode(&Frame::Exit(yielded.clone()).encode()), Some(Frame::Exit(yielded)));
+        let plain = Frame::Exit(ExitReport::default()).encode();
+        assert!(!plain.contains("yield"), "an exit report without a yield says nothing of it: {plain}");
     }
 
     #[test]

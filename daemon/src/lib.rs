@@ -33,6 +33,7 @@ pub mod supervisor;
 pub mod systemd;
 pub mod verb;
 pub mod worker_env;
+pub mod yielding;
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 

@@ -8,7 +8,7 @@ use scrinalia_shared::{
     Backend, Change, DaemonStore, DbError, Run, changes::ChangeFeed, config::DaemonSettings, runs::Placement,
 };
 use tokio::{
-    sync::{Notify, mpsc},
+    sync::{Notify, mpsc, oneshot},
     task::{self, JoinSet},
     time::{Instant, Interval, MissedTickBehavior, interval, sleep_until},
 };
@@ -22,6 +22,7 @@ use crate::{
     runner::{self, RunCommand},
     shutdown::Shutdown,
     systemd::Notifier,
+    yielding::YieldRefused,
 };
 
 /// How often a SQLite daemon with runs in flight looks for cancellation requests.
@@ -322,6 +323,17 @@ impl MainLoop {
             tracing::info!(run_id = %run, worker = %in_flight.worker, "cancellation requested");
             let _ = in_flight.commands.send(RunCommand::Cancel);
         }
+    }
+
+    /// Asks run `run` of this daemon to yield within `grace` (docs/worker-protocol.md, "Yielding"); the answer
+    /// comes on the receiver, refused for a worker that does not declare `yield` or a run being stopped. `None`
+    /// when the run is not in flight here.
+    pub fn ask_yield(&self, run: Uuid, grace: Duration) -> Option<oneshot::Receiver<Result<(), YieldRefused>>> {
+        let in_flight = self.runs.get(&run)?;
+        let (answer, answered) = oneshot::channel();
+        tracing::info!(run_id = %run, worker = %in_flight.worker, grace_ms = grace.as_millis(), "yield requested");
+        in_flight.commands.send(RunCommand::Yield { grace, answer }).ok()?;
+        Some(answered)
     }
 
     /// Looks up cancellation requests of this daemon's runs (a cheap indexed query, only with runs in flight).

@@ -1,6 +1,6 @@
 //! How a run ends in the ledger: the supervisor's exit report, what the daemon asked for and what it knows
-//! about the lease, turned into one [`Finish`]: a typed [`EndReason`] and a sentence a person can read; and
-//! [`write_ledger`], which writes it, fenced by ownership.
+//! about the lease, turned into one [`Finish`]: a typed [`EndReason`] and a sentence a person can read, with
+//! whether the run yielded when asked ([`Outcome`]); and [`write_ledger`], which writes it, fenced by ownership.
 
 use std::{collections::VecDeque, time::Duration};
 
@@ -10,6 +10,7 @@ use scrinalia_shared::{
     runs::Finish,
     usage::{self, RunUsage},
 };
+use scrinalia_wire::YIELDED_EXIT_STATUS;
 use serde_json::Value;
 
 use crate::{
@@ -68,12 +69,60 @@ pub struct Ending<'a> {
     pub usage: Option<RunUsage>,
     /// The memory limit and the peak, when the kernel's OOM killer acted in the run's cgroup.
     pub out_of_memory: Option<(u64, Option<u64>)>,
+    /// The daemon asked the run to yield.
+    pub yield_asked: bool,
+}
+
+/// How a run ended: its ledger entry, and whether it yielded when asked.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The ledger entry.
+    pub finish: Finish,
+    /// The run was asked to yield and ended by it: it exited with [`YIELDED_EXIT_STATUS`] once signalled, or was
+    /// still running when the request's grace ended and was stopped. Not when it exited 0 (it finished), failed
+    /// by itself, or was cancelled, stopped by a shutdown or fenced after the request: those end as they say.
+    pub yielded: bool,
 }
 
 impl Ending<'_> {
+    /// Whether the run yielded when asked (see [`Outcome::yielded`]).
+    pub fn yielded(&self) -> bool {
+        let report = self.report;
+        let stopped_by_the_yield = match report.stopped_by {
+            Some(StopCause::Yield) => true,
+            None => report.yield_signalled && report.code == Some(YIELDED_EXIT_STATUS),
+            Some(_) => false,
+        };
+        self.yield_asked && stopped_by_the_yield && self.lease_lost.is_none() && !self.supervisor_lost
+    }
+
+    /// The ledger entry and whether the run yielded.
+    pub fn outcome(self) -> Outcome {
+        let yielded = self.yielded();
+        Outcome { finish: self.finish(), yielded }
+    }
+
     /// The ledger entry.
     pub fn finish(self) -> Finish {
         let report = self.report;
+        if self.yielded() {
+            // How a yielded run is recorded is the caller's to decide, as the preemption that asked for it has its
+            // own end reason; until it does, it is the interruption a daemon's stop makes (resumable from its
+            // checkpoint), with a sentence that says it yielded.
+            let error = match report.stopped_by {
+                Some(StopCause::Yield) => "asked to yield, the worker was still running when its grace ended, so it                                            was stopped; its last checkpoint stands"
+                    .to_owned(),
+                _ => format!("yielded at a checkpoint when asked (exit status {YIELDED_EXIT_STATUS})"),
+            };
+            let reason = EndReason::DaemonShutdown;
+            return Finish {
+                reason,
+                exit_code: report.code,
+                error: Some(error),
+                result: self.result,
+                usage: self.usage,
+            };
+        }
         let (reason, error) = match (self.lease_lost, report.stopped_by) {
             (Some(reason), _) => (EndReason::LeaseLost, format!("lease lost: {reason}")),
             (None, Some(StopCause::Deadline | StopCause::Kill)) => (
@@ -90,6 +139,8 @@ impl Ending<'_> {
             (None, Some(StopCause::Terminate | StopCause::DaemonGone)) => {
                 (EndReason::DaemonShutdown, "daemon shutdown".to_owned())
             }
+            // Stopped for a yield the runner did not ask for (it always says when it asks): a stop by the daemon.
+            (None, Some(StopCause::Yield)) => (EndReason::DaemonShutdown, "stopped by the daemon".to_owned()),
             (None, Some(StopCause::Timeout)) => {
                 (EndReason::Timeout, format!("timed out after {} s", self.timeout_seconds))
             }
@@ -193,6 +244,7 @@ mod tests {
             stalled: None,
             usage: None,
             out_of_memory: None,
+            yield_asked: false,
         }
     }
 
@@ -224,5 +276,39 @@ mod tests {
         );
         let ok = ending(&ExitReport { code: Some(0), ..ExitReport::default() }, &empty);
         assert_eq!((ok.state(), ok.reason, ok.error), (RunState::Succeeded, EndReason::ExitStatus, None));
+    }
+
+    #[test]
+    fn a_run_yielded_only_when_asked_and_ended_by_it() {
+        let tail = StderrTail::default();
+        let asked = |report: &ExitReport| {
+            let outcome = Ending { yield_asked: true, ..ending_of(report, &tail) }.outcome();
+            (outcome.yielded, outcome.finish.state(), outcome.finish.reason)
+        };
+        let signalled = |code| ExitReport { code: Some(code), yield_signalled: true, ..ExitReport::default() };
+        let yielded = Ending { yield_asked: true, ..ending_of(&signalled(75), &tail) }.outcome();
+        assert!(yielded.yielded);
+        assert_eq!(
+            (yielded.finish.state(), yielded.finish.exit_code, yielded.finish.error.as_deref()),
+            (RunState::Interrupted, Some(75), Some("yielded at a checkpoint when asked (exit status 75)")),
+            "recorded as an interruption until the caller records it otherwise"
+        );
+        let overdue =
+            ExitReport { stopped_by: Some(StopCause::Yield), signal: Some("SIGTERM".into()), ..ExitReport::default() };
+        assert_eq!(
+            asked(&overdue),
+            (true, RunState::Interrupted, EndReason::DaemonShutdown),
+            "stopped after its grace"
+        );
+        assert_eq!(asked(&signalled(0)), (false, RunState::Succeeded, EndReason::ExitStatus), "it finished first");
+        assert_eq!(asked(&signalled(1)), (false, RunState::Failed, EndReason::ExitStatus), "it failed by itself");
+        let unsignalled = ExitReport { code: Some(75), ..ExitReport::default() };
+        assert_eq!(asked(&unsignalled), (false, RunState::Failed, EndReason::ExitStatus), "75 before it was asked");
+        let cancelled = ExitReport { stopped_by: Some(StopCause::Cancel), ..signalled(75) };
+        assert_eq!(asked(&cancelled), (false, RunState::Cancelled, EndReason::Cancelled), "a cancel wins");
+        let unasked = ending_of(&signalled(75), &tail).outcome();
+        assert_eq!((unasked.yielded, unasked.finish.state()), (false, RunState::Failed), "never asked: a failure");
+        let fenced = Ending { yield_asked: true, lease_lost: Some("gone"), ..ending_of(&overdue, &tail) }.outcome();
+        assert_eq!((fenced.yielded, fenced.finish.reason), (false, EndReason::LeaseLost));
     }
 }

@@ -1,7 +1,8 @@
 //! One claimed run on the daemon's side: start its supervisor, follow its frames (progress to the database,
-//! text to the logs), pass on cancellation and shutdown, and write the ledger entry once, fenced by ownership.
+//! text to the logs), pass on cancellation, shutdown and requests to yield, and write the ledger entry once,
+//! fenced by ownership.
 
-use std::{path::PathBuf, process::Stdio, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use nix::{
     sys::signal::{Signal, killpg},
@@ -15,10 +16,7 @@ use scrinalia_shared::{
 };
 use serde_json::Value;
 use tokio::{
-    io::{AsyncWriteExt, BufReader},
-    process::{Child, ChildStdout, Command},
     sync::mpsc,
-    task::JoinHandle,
     time::{Instant, sleep_until},
 };
 use tracing::Instrument;
@@ -26,39 +24,60 @@ use uuid::Uuid;
 
 use crate::{
     Context,
-    frame::{self, Control, ExitReport, Frame, Start, StopCause},
+    frame::{Control, ExitReport, Frame, StopCause},
     invocation::{self, Invocation},
     item_files,
     items::ItemWriter,
     lease::Lease,
-    outcome::{Ending, StderrTail, write_ledger},
+    outcome::{Ending, Outcome, StderrTail, write_ledger},
     progress::{Progress, StdoutLine},
     run_limits::{self, Measured},
     runlog::RunLog,
     slots,
     stall::Watchdog,
+    yielding::{self, YieldAnswer},
 };
 
+mod launch;
+
+use launch::{FrameReader, Spawned, reap, spawn_supervisor};
+
 /// What the daemon's main loop can ask of a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum RunCommand {
     /// A person asked to cancel it.
     Cancel,
     /// The daemon is shutting down.
     Terminate,
+    /// A more urgent run wants what it holds: its worker is to stop at its next checkpoint, and be stopped as a
+    /// cancel stops it if it still runs `grace` after the request. `answer` says whether the worker was asked;
+    /// it is refused ([`yielding::YieldRefused`]) for a worker that does not declare `yield`, a run already
+    /// being stopped, or one asked before. Whether the run yielded is its [`Outcome`]'s `yielded`.
+    Yield {
+        /// From the request to the gentle stop.
+        grace: Duration,
+        /// Whether the request was passed on to the worker.
+        answer: YieldAnswer,
+    },
 }
 
-/// Runs `run` to its end. `deadline_ns` is the lease deadline given by the claim.
+/// Runs `run` to its end; how it ended, as written to the ledger (unless another daemon had recovered it). `deadline_ns` is the lease deadline given by the claim.
 ///
 /// Everything happens in the run's span (`run`, with `run_id` and `worker`), so every log line about the run
 /// carries both; when traces are exported it continues the trace stored on the run (the API's request), and the
 /// worker's `TRACEPARENT` is this span, so the worker's own spans are its children.
-pub async fn execute(ctx: Arc<Context>, run: Run, deadline_ns: u64, commands: mpsc::UnboundedReceiver<RunCommand>) {
+pub async fn execute(
+    ctx: Arc<Context>,
+    run: Run,
+    deadline_ns: u64,
+    commands: mpsc::UnboundedReceiver<RunCommand>,
+) -> Outcome {
     let span = tracing::info_span!("run", run_id = %run.id, worker = %run.worker);
     telemetry::continue_trace(&span, run.trace_context.as_deref(), None);
     ctx.metrics.run_began();
-    execute_in_span(ctx.clone(), run, deadline_ns, commands).instrument(span).await;
+    let outcome = execute_in_span(ctx.clone(), run, deadline_ns, commands).instrument(span).await;
     ctx.metrics.run_ended();
+    outcome
 }
 
 async fn execute_in_span(
@@ -66,17 +85,17 @@ async fn execute_in_span(
     run: Run,
     deadline_ns: u64,
     mut commands: mpsc::UnboundedReceiver<RunCommand>,
-) {
+) -> Outcome {
     let Some(spec) = ctx.settings.catalogue.worker(&run.worker) else {
         let error = format!("worker {:?} is not in the catalogue of daemon {}", run.worker, ctx.daemon_id);
-        return write_ledger(&ctx, &run, &failed(EndReason::UnknownWorker, error)).await;
+        return failed(&ctx, &run, EndReason::UnknownWorker, error).await;
     };
     // Without exported spans the stored context is passed on as it is, so the worker still joins the trace.
     let traceparent = telemetry::traceparent_of(&tracing::Span::current())
         .unwrap_or_else(|| invocation::traceparent(run.trace_context.as_deref()));
     let slots = match slots::of(&ctx, &run, spec).await {
         Ok(slots) => slots,
-        Err(error) => return write_ledger(&ctx, &run, &failed(EndReason::SpawnFailed, error)).await,
+        Err(error) => return failed(&ctx, &run, EndReason::SpawnFailed, error).await,
     };
     let mut invocation = Invocation::run(spec, &ctx.exe_dir, &ctx.worker_env, run.id, &run.config, &traceparent)
         .continuing(&run)
@@ -87,7 +106,7 @@ async fn execute_in_span(
             invocation.env.extend(files.env.iter().cloned());
             files
         }
-        Err(error) => return write_ledger(&ctx, &run, &failed(EndReason::SpawnFailed, error)).await,
+        Err(error) => return failed(&ctx, &run, EndReason::SpawnFailed, error).await,
     };
     let limits = run_limits::prepare(&ctx, &run);
     let spawned = spawn_supervisor(&ctx, &run, &invocation, deadline_ns, &limits.procs()).await;
@@ -96,7 +115,7 @@ async fn execute_in_span(
         Err(e) => {
             let error = format!("could not start the run's supervisor: {e}");
             limits.remove().await;
-            return write_ledger(&ctx, &run, &failed(EndReason::SpawnFailed, error)).await;
+            return failed(&ctx, &run, EndReason::SpawnFailed, error).await;
         }
     };
     tracing::info!(program = %invocation.program.display(), %traceparent, "starting the worker");
@@ -111,127 +130,20 @@ async fn execute_in_span(
     // run ended sees no cgroup of it left.
     let measured = limits.measured();
     limits.remove().await;
-    session.conclude(&run, report, measured).await;
+    let outcome = session.conclude(&run, report, measured).await;
     lease.stop().await;
     // Every sender of controls is gone now, so the writer ends (at once, if the supervisor already exited).
     if tokio::time::timeout(Duration::from_secs(5), writer).await.is_err() {
         tracing::warn!("the writer of the supervisor's controls did not stop");
     }
+    outcome
 }
 
-fn failed(reason: EndReason, error: String) -> Finish {
-    Finish { reason, exit_code: None, error: Some(error), result: None, usage: None }
-}
-
-/// A started supervisor: the process, its frames, where its controls go, and the task writing them to its stdin.
-struct Spawned {
-    child: Child,
-    frames: FrameReader,
-    controls: mpsc::Sender<Control>,
-    writer: JoinHandle<()>,
-}
-
-/// Starts the run's supervisor: the spare, given the run on its stdin, when one is ready; otherwise
-/// `scrinalia-daemon supervise … -- <worker command>` in its own process group, with the worker's environment.
-/// Its stderr is the daemon's.
-async fn spawn_supervisor(
-    ctx: &Context,
-    run: &Run,
-    invocation: &Invocation,
-    deadline_ns: u64,
-    (cgroup, homes): &(Vec<PathBuf>, Vec<PathBuf>),
-) -> std::io::Result<Spawned> {
-    let grace_ms = ctx.settings.daemon.cancel_grace_seconds * 1000;
-    let timeout_ms = run.config.timeout_seconds.saturating_mul(1000);
-    let start = start_of(run, invocation, deadline_ns, grace_ms, timeout_ms);
-    let start = start.and_then(|s| Some(Start { cgroup: text_paths(cgroup)?, cgroup_home: text_paths(homes)?, ..s }));
-    let started = match start {
-        Some(start) => ctx.spares.start(&start).await,
-        None => None,
-    };
-    let (child, stdin, stdout) = match started {
-        Some(spare) => (spare.child, spare.stdin, spare.stdout),
-        None => {
-            let mut cmd = Command::new(&ctx.supervisor);
-            cmd.arg("supervise")
-                .args(["--run-id", &run.id.to_string(), "--deadline-ns", &deadline_ns.to_string()])
-                .args(["--grace-ms", &grace_ms.to_string(), "--timeout-ms", &timeout_ms.to_string()])
-                .args(cgroup.iter().flat_map(|p| [std::ffi::OsStr::new("--cgroup"), p.as_os_str()]))
-                .args(homes.iter().flat_map(|p| [std::ffi::OsStr::new("--cgroup-home"), p.as_os_str()]))
-                .arg("--")
-                .arg(&invocation.program)
-                .args(&invocation.args);
-            invocation.apply_env(&mut cmd);
-            // The supervisor must outlive a dropped handle: killing it would leave the worker unfenced.
-            cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).process_group(0);
-            let mut child = cmd.kill_on_drop(false).spawn()?;
-            let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-                return Err(std::io::Error::other("the supervisor's pipes are missing"));
-            };
-            (child, stdin, stdout)
-        }
-    };
-    let mut stdin = stdin;
-    let (controls, mut rx) = mpsc::channel::<Control>(16);
-    let writer = tokio::spawn(async move {
-        while let Some(control) = rx.recv().await {
-            if stdin.write_all(format!("{}\n", control.encode()).as_bytes()).await.is_err() {
-                break;
-            }
-        }
-    });
-    let frames = FrameReader { reader: BufReader::new(stdout), buf: Vec::new() };
-    Ok(Spawned { child, frames, controls, writer })
-}
-
-/// The `start` line a spare would need for this run; `None` when the command or environment is not text.
-fn start_of(run: &Run, invocation: &Invocation, deadline_ns: u64, grace_ms: u64, timeout_ms: u64) -> Option<Start> {
-    let inherited = invocation.inherited.iter().map(|(k, v)| Some((k.to_str()?.to_owned(), v.to_str()?.to_owned())));
-    let mut env = inherited.collect::<Option<Vec<_>>>()?;
-    env.extend(invocation.env.iter().cloned());
-    Some(Start {
-        run_id: run.id,
-        deadline_ns,
-        grace_ms,
-        timeout_ms,
-        program: invocation.program.to_str()?.to_owned(),
-        args: invocation.args.clone(),
-        env,
-        cgroup: Vec::new(),
-        cgroup_home: Vec::new(),
-    })
-}
-
-/// The paths as text, for a spare's `start` line; `None` when one is not UTF-8.
-fn text_paths(paths: &[PathBuf]) -> Option<Vec<String>> {
-    paths.iter().map(|p| p.to_str().map(str::to_owned)).collect()
-}
-
-/// Waits briefly for the supervisor to exit, so that it does not linger as a zombie.
-async fn reap(mut child: Child) {
-    let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
-}
-
-/// The supervisor's frames.
-struct FrameReader {
-    reader: BufReader<ChildStdout>,
-    buf: Vec<u8>,
-}
-
-impl FrameReader {
-    /// The next frame; `None` when the supervisor's stdout closed. Cancel-safe.
-    async fn next(&mut self) -> Option<Frame> {
-        loop {
-            if !frame::read_line(&mut self.reader, &mut self.buf, 2 * frame::MAX_WORKER_LINE).await.ok()? {
-                return None;
-            }
-            let parsed = Frame::decode(&String::from_utf8_lossy(&self.buf));
-            self.buf.clear();
-            if parsed.is_some() {
-                return parsed;
-            }
-        }
-    }
+/// Writes the end of a run that never got to start its worker.
+async fn failed(ctx: &Context, run: &Run, reason: EndReason, error: String) -> Outcome {
+    let finish = Finish { reason, exit_code: None, error: Some(error), result: None, usage: None };
+    write_ledger(ctx, run, &finish).await;
+    Outcome { finish, yielded: false }
 }
 
 /// What a run accumulates while it goes on.
@@ -257,6 +169,8 @@ struct Session {
     /// The stall watchdog, and its sentence once it stopped the worker.
     stall: Watchdog,
     stalled: Option<String>,
+    /// Whether the run was asked to yield, or is being stopped.
+    yields: yielding::Requests,
 }
 
 impl Session {
@@ -282,6 +196,7 @@ impl Session {
             refused_usage: 0,
             stall: Watchdog::new(run.config.stall_seconds.as_ref().map(|s| s.value)),
             stalled: None,
+            yields: yielding::Requests::default(),
         }
     }
 
@@ -302,11 +217,16 @@ impl Session {
                     Some(Frame::Exit(report)) => return report,
                     None => return self.supervisor_lost(),
                 },
-                Some(command) = commands.recv() => {
-                    tracing::info!(?command, "stopping the worker");
-                    self.stall.disarm();
-                    self.control(if command == RunCommand::Cancel { Control::Cancel } else { Control::Terminate }).await;
-                }
+                Some(command) = commands.recv() => match command {
+                    RunCommand::Yield { grace, answer } => self.ask_yield(grace, answer).await,
+                    stop => {
+                        tracing::info!(command = ?stop, "stopping the worker");
+                        self.stall.disarm();
+                        self.yields.stopping = true;
+                        let cancel = matches!(stop, RunCommand::Cancel);
+                        self.control(if cancel { Control::Cancel } else { Control::Terminate }).await;
+                    }
+                },
                 lost = &mut lease.lost, if lease_open => {
                     lease_open = false;
                     if let Ok(reason) = lost {
@@ -324,6 +244,30 @@ impl Session {
 
     async fn control(&self, control: Control) {
         let _ = self.controls.send(control).await;
+    }
+
+    /// Asks the supervisor to make the worker yield, unless the run may not be asked (see [`RunCommand::Yield`]);
+    /// says so on `answer` and in the run's log.
+    async fn ask_yield(&mut self, grace: Duration, answer: YieldAnswer) {
+        let asked = match self.yields.may_ask() {
+            Ok(()) => yielding::declared(&self.ctx, &self.worker).await,
+            refused => refused,
+        };
+        match &asked {
+            Ok(()) => {
+                let grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
+                tracing::info!(grace_ms, "asking the worker to yield");
+                let said = format!(
+                    "scrinalia: the worker is asked to yield (SIGUSR1): to stop at its next checkpoint, within {} s",
+                    grace.as_secs()
+                );
+                self.text("stderr", &said).await;
+                self.yields.asked = true;
+                self.control(Control::Yield { grace_ms }).await;
+            }
+            Err(refused) => tracing::info!(reason = %refused, "a request to yield was refused"),
+        }
+        let _ = answer.send(asked);
     }
 
     async fn started(&mut self, pid: i32) {
@@ -360,6 +304,7 @@ impl Session {
         tracing::error!(%reason, "lease lost; the worker is killed");
         self.lease_lost.get_or_insert_with(|| reason.to_owned());
         self.stall.disarm();
+        self.yields.stopping = true;
         self.control(Control::Kill).await;
     }
 
@@ -370,6 +315,7 @@ impl Session {
         tracing::warn!(%sentence, "the stall watchdog stops the worker");
         self.text("stderr", &format!("scrinalia: {sentence}; the worker is stopped")).await;
         self.stalled = Some(sentence);
+        self.yields.stopping = true;
         self.control(Control::Cancel).await;
     }
 
@@ -478,8 +424,8 @@ impl Session {
         ExitReport::default()
     }
 
-    /// Flushes the log and the last progress, then writes the ledger entry.
-    async fn conclude(mut self, run: &Run, report: ExitReport, measured: Option<Measured>) {
+    /// Flushes the log and the last progress, then writes the ledger entry; how the run ended.
+    async fn conclude(mut self, run: &Run, report: ExitReport, measured: Option<Measured>) -> Outcome {
         if !self.items.finish(self.ctx.settings.daemon.lease()).await {
             let said = "scrinalia: the run's last items and checkpoint could not be stored before its end (the \
                         database did not answer in time); its item counts miss them";
@@ -493,7 +439,7 @@ impl Session {
             }
             _ => None,
         };
-        let finish = Ending {
+        let outcome = Ending {
             report: &report,
             lease_lost: self.lease_lost.as_deref(),
             timeout_seconds: run.config.timeout_seconds,
@@ -507,8 +453,13 @@ impl Session {
                 let tree = measured.map(|m| m.tree());
                 usage::of_run(report.elapsed_ms, report.rusage, tree, self.reported_usage.take())
             }),
+            yield_asked: self.yields.asked,
         }
-        .finish();
-        write_ledger(&self.ctx, run, &finish).await;
+        .outcome();
+        if outcome.yielded {
+            tracing::info!(exit_code = report.code, "the worker yielded when asked");
+        }
+        write_ledger(&self.ctx, run, &outcome.finish).await;
+        outcome
     }
 }

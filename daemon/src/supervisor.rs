@@ -2,7 +2,9 @@
 //! between the daemon and one worker that does not stall or die with the daemon, so that a worker never
 //! outlives its lease. It starts the worker in its own process group, relays its output to the daemon as
 //! [`Frame`]s, and kills the group when the lease deadline passes without a renewal, when the daemon asks, or
-//! (after SIGTERM and a grace period) when the daemon's pipe closes.
+//! (after SIGTERM and a grace period) when the daemon's pipe closes. Asked to make the worker yield, it sends
+//! SIGUSR1 to the worker process alone, and stops the group gently if the worker is still running when the
+//! request's grace ends (docs/worker-protocol.md, "Yielding").
 
 use std::{
     ffi::OsString,
@@ -16,27 +18,29 @@ use anyhow::Context as _;
 use nix::{
     sys::{
         resource::{UsageWho, getrusage},
-        signal::{Signal, killpg},
+        signal::{Signal, kill, killpg},
         time::TimeVal,
     },
     unistd::Pid,
 };
 use scrinalia_shared::usage::Rusage;
 use tokio::{
-    io::{AsyncRead, AsyncWriteExt, BufReader},
+    io::{AsyncWriteExt, BufReader},
     net::unix::pipe,
     process::{Child, Command},
     signal::unix::{SignalKind, signal},
-    sync::mpsc,
-    task::JoinSet,
+    sync::{mpsc, oneshot},
     time::{Instant, sleep_until},
 };
-use tokio_util::sync::CancellationToken;
 
 use crate::{
     clock,
-    frame::{self, Control, ExitReport, Frame, MAX_START_LINE, MAX_WORKER_LINE, Start, StopCause},
+    frame::{self, Control, ExitReport, Frame, MAX_START_LINE, Start, StopCause},
 };
+
+mod relays;
+
+use relays::Relays;
 
 /// The arguments the daemon passes: either the whole run (the worker's environment is then the supervisor's
 /// own), or `--spare`, for a supervisor started ahead of any run that waits for its [`Start`] on stdin.
@@ -143,15 +147,16 @@ pub async fn supervise(args: SuperviseArgs) -> anyhow::Result<()> {
     if let Some(line) = return_home(&job.cgroup).await {
         send(&out, Frame::Stderr(line)).await;
     }
-    let relays = Relays::start(child.stdout.take(), child.stderr.take(), &out);
+    let (relays, spoke) = Relays::start(child.stdout.take(), child.stderr.take(), &out);
     let mut watch = Watch::new(group, &job);
-    let status = watch.until_exit(&mut child, &mut inputs).await;
+    let status = watch.until_exit(&mut child, &mut inputs, spoke).await;
     // Nothing of the run may outlive its leader: children left in the group are killed too.
     signal_group(group, Signal::SIGKILL);
     relays.finish(Duration::from_secs(2)).await;
     let mut report = exit_report(status);
     report.rusage = children_usage();
     report.stopped_by = watch.cause;
+    report.yield_signalled = watch.yielding.is_some_and(|y| y.signalled);
     report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     finish(out, writer, report).await
 }
@@ -346,6 +351,19 @@ struct Watch {
     kill_at: Option<Instant>,
     killed: bool,
     cause: Option<StopCause>,
+    /// The worker printed a stdout line: from then on it handles SIGUSR1, as the protocol requires.
+    spoke: bool,
+    /// The yield asked for, if one was.
+    yielding: Option<Yielding>,
+}
+
+/// A yield the daemon asked for.
+#[derive(Debug, Clone, Copy)]
+struct Yielding {
+    /// When the worker, still running, is stopped gently.
+    until: Instant,
+    /// Whether SIGUSR1 was sent (it waits for the worker's first stdout line).
+    signalled: bool,
 }
 
 impl Watch {
@@ -358,6 +376,8 @@ impl Watch {
             kill_at: None,
             killed: false,
             cause: None,
+            spoke: false,
+            yielding: None,
         }
     }
 
@@ -365,14 +385,25 @@ impl Watch {
         &mut self,
         child: &mut Child,
         inputs: &mut mpsc::Receiver<Input>,
+        mut spoke: oneshot::Receiver<()>,
     ) -> std::io::Result<ExitStatus> {
         loop {
             let kill_at = self.kill_at.unwrap_or(self.deadline);
+            let yield_until = self.yielding.map_or(self.deadline, |y| y.until);
             tokio::select! {
                 status = child.wait() => return status,
                 Some(input) = inputs.recv() => self.on_input(input),
+                said = &mut spoke, if !self.spoke => {
+                    self.spoke = true;
+                    if said.is_ok() {
+                        self.signal_yield();
+                    }
+                }
                 () = sleep_until(self.deadline), if !self.killed => self.kill(StopCause::Deadline),
                 () = sleep_until(self.timeout_at), if self.cause.is_none() => self.terminate(StopCause::Timeout),
+                () = sleep_until(yield_until), if self.yielding.is_some() && self.cause.is_none() => {
+                    self.terminate(StopCause::Yield);
+                }
                 () = sleep_until(kill_at), if self.kill_at.is_some() && !self.killed => {
                     signal_group(self.group, Signal::SIGKILL);
                     self.killed = true;
@@ -388,12 +419,42 @@ impl Watch {
             Input::Control(Control::Cancel) => self.terminate(StopCause::Cancel),
             Input::Control(Control::Terminate) => self.terminate(StopCause::Terminate),
             Input::Control(Control::Kill) => self.kill(StopCause::Kill),
+            Input::Control(Control::Yield { grace_ms }) => self.ask_yield(Duration::from_millis(grace_ms)),
         }
     }
 
-    /// SIGTERM now, SIGKILL after the grace period (or at the deadline, whichever comes first).
+    /// A yield is asked once, and not of a worker already being stopped: a stop is already what it would come to.
+    fn ask_yield(&mut self, grace: Duration) {
+        if self.yielding.is_some() || self.cause.is_some() || self.killed {
+            return;
+        }
+        self.yielding = Some(Yielding { until: Instant::now() + grace, signalled: false });
+        self.signal_yield();
+    }
+
+    /// SIGUSR1 to the worker process, not its group: how to wind down is the worker's to decide, and a helper of
+    /// its own that does not handle SIGUSR1 would die of it. Held until the worker printed a stdout line, before
+    /// which it may not handle SIGUSR1 yet and would die of it too.
+    fn signal_yield(&mut self) {
+        let Some(yielding) = self.yielding.as_mut().filter(|y| !y.signalled) else { return };
+        if !self.spoke || self.cause.is_some() || self.killed || self.group.as_raw() <= 1 {
+            return;
+        }
+        // The worker is not reaped before `until_exit` returns, so its pid cannot have been reused.
+        let _ = kill(self.group, Signal::SIGUSR1);
+        yielding.signalled = true;
+    }
+
+    /// SIGTERM now, SIGKILL after the grace period (or at the deadline, whichever comes first). A cancel, a
+    /// timeout or a shutdown after a yield's grace ended takes its place as the cause: the run ends as they say.
     fn terminate(&mut self, cause: StopCause) {
-        if self.cause.is_some() || self.killed {
+        if self.killed {
+            return;
+        }
+        if let Some(current) = self.cause {
+            if current == StopCause::Yield && cause != StopCause::Yield {
+                self.cause = Some(cause);
+            }
             return;
         }
         self.cause = Some(cause);
@@ -408,61 +469,5 @@ impl Watch {
         }
         signal_group(self.group, Signal::SIGKILL);
         self.killed = true;
-    }
-}
-
-/// The two tasks that turn the worker's output into frames.
-struct Relays {
-    tasks: JoinSet<()>,
-    stop: CancellationToken,
-}
-
-impl Relays {
-    fn start(
-        stdout: Option<impl AsyncRead + Unpin + Send + 'static>,
-        stderr: Option<impl AsyncRead + Unpin + Send + 'static>,
-        out: &mpsc::Sender<String>,
-    ) -> Self {
-        let stop = CancellationToken::new();
-        let mut tasks = JoinSet::new();
-        if let Some(stdout) = stdout {
-            tasks.spawn(relay(stdout, Frame::Stdout, out.clone(), stop.clone()));
-        }
-        if let Some(stderr) = stderr {
-            tasks.spawn(relay(stderr, Frame::Stderr, out.clone(), stop.clone()));
-        }
-        Self { tasks, stop }
-    }
-
-    /// Waits for the worker's pipes to close; a descendant that escaped the group and holds them open is given
-    /// up on after `wait`, but lines already read are still delivered.
-    async fn finish(mut self, wait: Duration) {
-        let drained = tokio::time::timeout(wait, async { while self.tasks.join_next().await.is_some() {} }).await;
-        if drained.is_err() {
-            self.stop.cancel();
-            while self.tasks.join_next().await.is_some() {}
-        }
-    }
-}
-
-async fn relay(
-    reader: impl AsyncRead + Unpin,
-    frame: fn(String) -> Frame,
-    out: mpsc::Sender<String>,
-    stop: CancellationToken,
-) {
-    let mut reader = BufReader::new(reader);
-    let mut buf = Vec::new();
-    loop {
-        let more = tokio::select! {
-            read = frame::read_line(&mut reader, &mut buf, MAX_WORKER_LINE) => matches!(read, Ok(true)),
-            () = stop.cancelled() => false,
-        };
-        if !more {
-            return;
-        }
-        let line = frame(String::from_utf8_lossy(&buf).into_owned()).encode();
-        buf.clear();
-        let _ = out.send(line).await;
     }
 }

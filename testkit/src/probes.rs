@@ -70,7 +70,7 @@ pub struct ProbeEvent {
     pub at_ns: i128,
     /// The `TRACEPARENT` it was given.
     pub traceparent: Option<String>,
-    /// `exit` or `sigterm` (end lines).
+    /// `exit`, `sigterm` or `yielded` (end lines).
     pub outcome: Option<String>,
     /// The exit status (end lines).
     pub exit_code: Option<i32>,

@@ -60,7 +60,7 @@ pub use usage::{ReportedUsage, RunUsage};
 pub use waiting::{WaitCode, Waiting};
 pub use worker::{
     Capabilities, Chore, ChoreKind, ChoreRequested, Declared, Description, EngineSource, OptionSpec, OptionType,
-    Readiness, WorkerDescription,
+    Readiness, WorkerDescription, YIELDED_EXIT_STATUS,
     view::{WorkerView, WorkersView},
 };
 

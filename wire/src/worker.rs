@@ -161,10 +161,16 @@ pub struct Capabilities {
     pub shards: bool,
     /// It reports checkpoints and resumes from one.
     pub checkpoints: bool,
-    /// It yields at its next checkpoint when asked (SIGUSR1).
+    /// It yields when asked: on SIGUSR1 it stops at its next checkpoint, having printed it, and exits with
+    /// [`YIELDED_EXIT_STATUS`] (docs/worker-protocol.md, "Yielding").
     #[serde(rename = "yield")]
     pub yields: bool,
 }
+
+/// The exit status of a worker that yielded when asked (SIGUSR1): it stopped at a checkpoint it printed, and a
+/// resume from that checkpoint goes on where it stopped. 75 is `EX_TEMPFAIL` of BSD's `sysexits.h`, "try again
+/// later", which no signal's 128 + n and no ordinary failure (1, 2) can be taken for.
+pub const YIELDED_EXIT_STATUS: i32 = 75;
 
 /// A worker's last description as stored by the daemon that took it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -288,4 +294,20 @@ pub struct ChoreRequested {
     pub taken: bool,
     /// What happens next, in a sentence.
     pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn yield_is_the_protocols_name_of_the_capability_and_false_when_missing() {
+        let said: Capabilities = serde_json::from_value(json!({"checkpoints": true, "yield": true})).expect("parses");
+        assert!(said.yields && said.checkpoints && !said.items);
+        assert_eq!(serde_json::to_value(said).expect("serializes")["yield"], json!(true));
+        let silent: Capabilities = serde_json::from_value(json!({"checkpoints": true})).expect("parses");
+        assert!(!silent.yields, "a worker that does not say cannot yield");
+    }
 }

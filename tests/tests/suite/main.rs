@@ -59,6 +59,7 @@ mod daemon_supervisor;
 mod daemon_usage;
 mod daemon_webhooks;
 mod daemon_worker_env;
+mod daemon_yield;
 mod db_changes;
 mod db_checks;
 mod db_chores;

@@ -5,7 +5,8 @@
 //! see `worklist.rs`), announces its configuration, then processes the worklist in batches; after each batch it
 //! saves the stamps, journals the documents stamped, prints the batch's item lines and a checkpoint and reports
 //! progress, and on SIGTERM it stops after the current document, saving, journaling and checkpointing what it
-//! finished. A run honours its item lists (`item_lists.rs`): only the documents of its scope, never a quarantined
+//! finished; asked to yield (SIGUSR1), it finishes the batch it is on as always, then exits 75 after the batch's
+//! checkpoint (at the last batch there is nothing left to yield, so it just ends). A run honours its item lists (`item_lists.rs`): only the documents of its scope, never a quarantined
 //! one; a document a task fails is a failed item, which does not fail the run. A sharded run (`SCRINALIA_SHARD`)
 //! works only on the documents of its shard, as if the others were outside its scope: its worklist, progress,
 //! counts and journal are its share's (each journal line names the shard), and `count-pending` given a shard
@@ -23,7 +24,7 @@ use std::{
 };
 
 use anyhow::Context as _;
-use scrinalia_wire::shard::Shard;
+use scrinalia_wire::{YIELDED_EXIT_STATUS, shard::Shard};
 use serde_json::{Value, json};
 
 use crate::{
@@ -242,7 +243,7 @@ pub fn run(
     let rest = &documents[from..];
     let batches = rest.len().div_ceil(batch_size);
     let (mut position, mut checkpointed) = (from, from);
-    let mut stopped = None;
+    let (mut stopped, mut yielded) = (None, false);
     // Only a model is paid in tokens: a worker without one (the transfer, the language detection) reports none.
     let mut tokens = context.config.model.is_some().then(Tokens::default);
     for (number, batch) in rest.chunks(batch_size).enumerate() {
@@ -315,6 +316,12 @@ pub fn run(
         if stopped.is_some() {
             break;
         }
+        // A yield waits for the end of a batch, where all of it is saved, journaled and checkpointed: a resume
+        // from that checkpoint starts with the next document. Without a checkpoint there is nowhere to resume.
+        if stop.yield_requested() && worklist_of.is_some() && number + 1 < batches {
+            yielded = true;
+            break;
+        }
         let message = format!("batch {} of {batches}", number + 1);
         out.progress(position, total, Some(&message))?;
     }
@@ -336,6 +343,15 @@ pub fn run(
              the rest stay pending"
         );
         return Ok(stop::exit_status(signal));
+    }
+    if yielded {
+        result["yielded"] = json!(true);
+        out.result(result)?;
+        eprintln!(
+            "{name}: yielded as asked after {processed} documents, {position} of the worklist's {total} finished \
+             and checkpointed; a resume goes on from there"
+        );
+        return Ok(YIELDED_EXIT_STATUS);
     }
     out.result(result)?;
     let quarantined = items.skipped.get("quarantined").copied().unwrap_or(0);

@@ -34,13 +34,13 @@ fn result(lines: &[Value]) -> &Value {
 }
 
 #[test]
-fn describe_says_every_archive_worker_reports_items_takes_a_scope_and_a_shard_and_checkpoints() {
+fn describe_says_every_archive_worker_reports_items_takes_a_scope_and_a_shard_checkpoints_and_yields() {
     let dir = tempfile::tempdir().expect("a scratch folder");
     for task in Task::ALL {
         let described = one(dir.path(), T0, &[task.name(), "describe"]);
         assert_eq!(
             described["capabilities"],
-            json!({"items": true, "scope": true, "shards": true, "checkpoints": true}),
+            json!({"items": true, "scope": true, "shards": true, "checkpoints": true, "yield": true}),
             "{}",
             task.name()
         );

@@ -476,3 +476,6 @@ mod items;
 
 #[path = "archive_shard_tests.rs"]
 mod shards;
+
+#[path = "archive_yield_tests.rs"]
+mod yield_tests;

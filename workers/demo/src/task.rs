@@ -145,10 +145,10 @@ impl Task {
     /// `describe`'s `capabilities`. Every archive worker goes through the same loop (`archive.rs`), which
     /// reports an item line per document, processes only its scope (`SCRINALIA_ITEMS_ONLY`), leaves the
     /// quarantined documents (`SCRINALIA_ITEMS_SKIP`) untouched, processes only the documents of its shard
-    /// (`SCRINALIA_SHARD`), and prints a checkpoint after each batch (given a run id, as the daemon always gives
-    /// one).
+    /// (`SCRINALIA_SHARD`), prints a checkpoint after each batch (given a run id, as the daemon always gives
+    /// one), and yields at the end of its batch when asked (SIGUSR1).
     pub fn capabilities(self) -> Value {
-        json!({ "items": true, "scope": true, "shards": true, "checkpoints": true })
+        json!({ "items": true, "scope": true, "shards": true, "checkpoints": true, "yield": true })
     }
 
     /// The name of the result field that counts documents by their [`Outcome::tally`].

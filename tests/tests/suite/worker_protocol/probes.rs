@@ -182,7 +182,10 @@ fn probes_describe_their_engine_and_declarations_and_have_nothing_pending() {
             "silent_after_ms"
         ]
     );
-    assert_eq!(plain["capabilities"], json!({"items": true, "scope": true, "checkpoints": true, "shards": true}));
+    assert_eq!(
+        plain["capabilities"],
+        json!({"items": true, "scope": true, "checkpoints": true, "shards": true, "yield": true})
+    );
     assert_eq!(declared["options"][0]["default"], 200);
     assert_eq!(declared["options"][1]["maximum"], 255);
     assert_eq!(described["declared"], *declared, "the flags change nothing declared");
