@@ -2,8 +2,9 @@
 //! run per claim) drains a backlog of `--claims` requests, one per probe worker, on one dedicated connection,
 //! timing every claim; once with a catalogue where no worker holds a resource (A), once where every worker holds
 //! a `model-server` of a capacity no claim reaches (B: the claim path with the resource check, its advisory lock
-//! and its hold, never refused). A and B alternate for `--rounds` rounds in the same window, on PostgreSQL and
-//! on SQLite.
+//! and its hold, never refused), and once more like B but with the backlog's priorities spread from 0 to 100 (C:
+//! the ordered pick across workers that priorities bring, issue 27; B has every request at the default 50). A, B
+//! and C alternate for `--rounds` rounds in the same window, on PostgreSQL and on SQLite.
 
 use std::time::Instant;
 
@@ -76,6 +77,8 @@ async fn passes(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -> 
         description: None,
         scope: Default::default(),
         starts_per_minute: None,
+        preempt_after_seconds: None,
+        preempt_grace_seconds: None,
     }];
     for worker in &mut holding.workers {
         worker.resources = vec!["model-server".into()];
@@ -85,11 +88,14 @@ async fn passes(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -> 
         Kind::Postgres => db.db.daemon.dedicated().await?,
         Kind::Sqlite => db.another_pool(2).await?.daemon,
     };
-    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..opts.rounds {
-        for (placement, samples) in [(&plain, &mut a), (&held, &mut b)] {
+        for (placement, samples, spread) in [(&plain, &mut a, false), (&held, &mut b, false), (&held, &mut c, true)] {
             reset(db).await?;
             seed_backlog(db, &settings, opts.claims).await?;
+            if spread {
+                spread_priorities(db).await?;
+            }
             let id = Uuid::now_v7();
             let mut claimed = 0;
             loop {
@@ -108,8 +114,8 @@ async fn passes(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -> 
     }
     claims.close().await;
     let backend = db.kind.name();
-    let (a, b) = (Samples::from_ms(a), Samples::from_ms(b));
-    eprintln!("resources: {backend}: A {} · B {}", a.summary(), b.summary());
+    let (a, b, c) = (Samples::from_ms(a), Samples::from_ms(b), Samples::from_ms(c));
+    eprintln!("resources: {backend}: A {} · B {} · C {}", a.summary(), b.summary(), c.summary());
     let setup = format!("one claim of one run, {} runs a pass, {} A/B rounds", opts.claims, opts.rounds);
     Ok(vec![
         Figure::info(BENCH, backend, format!("{setup}: no resource (A), p50"), a.p50(), "ms").detail(a.summary()),
@@ -117,5 +123,23 @@ async fn passes(env: &Env, db: &FreshDb, dir: &std::path::Path, opts: &Opts) -> 
             .detail(b.summary()),
         Figure::info(BENCH, backend, format!("{setup}: B − A, p50"), b.p50() - a.p50(), "ms"),
         Figure::info(BENCH, backend, format!("{setup}: B − A, p99"), b.p99() - a.p99(), "ms"),
+        Figure::info(BENCH, backend, format!("{setup}: holding, priorities 0–100 (C), p50"), c.p50(), "ms")
+            .detail(c.summary()),
+        Figure::info(BENCH, backend, format!("{setup}: C − B, p50"), c.p50() - b.p50(), "ms"),
+        Figure::info(BENCH, backend, format!("{setup}: C − B, p99"), c.p99() - b.p99(), "ms"),
     ])
+}
+
+/// Gives the backlog's requests priorities spread at random over 0 to 100.
+async fn spread_priorities(db: &FreshDb) -> anyhow::Result<()> {
+    match db.kind {
+        Kind::Postgres => {
+            db.execute("update worker_runs set priority = floor(random() * 101)::int").await?;
+            db.execute("analyze worker_runs").await?;
+        }
+        Kind::Sqlite => {
+            db.execute("update worker_runs set priority = abs(random()) % 101").await?;
+        }
+    }
+    Ok(())
 }

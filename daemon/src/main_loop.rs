@@ -46,6 +46,8 @@ struct InFlight {
     worker: String,
     commands: mpsc::UnboundedSender<RunCommand>,
     cancel_sent: bool,
+    /// Whether its worker was asked to yield (a preemption); it is asked once.
+    yield_sent: bool,
 }
 
 /// What the main loop waits on besides its own timers.
@@ -129,6 +131,8 @@ impl MainLoop {
         let mut cancel_poll =
             ticker(if sqlite { SQLITE_CANCEL_POLL } else { Duration::from_secs(daemon.poll_seconds) });
         let mut watchdog = self.systemd.watchdog_every().map(ticker);
+        let preempts = self.ctx.settings.catalogue.resources.iter().any(|r| r.preempt_after_seconds.is_some());
+        let mut preempt_poll = ticker(PREEMPT_POLL);
         let (shutdown, drain) = (inputs.shutdown.clone(), inputs.drain.clone());
         loop {
             self.report_status(&inputs.changes);
@@ -175,6 +179,7 @@ impl MainLoop {
                     self.claim().await;
                 }
                 _ = tick(&mut watchdog), if watchdog.is_some() => self.systemd.watchdog(),
+                _ = preempt_poll.tick(), if preempts && self.mode == Mode::Claiming => self.preempt().await,
             }
         }
     }
@@ -302,7 +307,7 @@ impl MainLoop {
             .in_current_span(),
         );
         self.task_runs.insert(handle.id(), id);
-        self.runs.insert(id, InFlight { worker, commands: tx, cancel_sent: false });
+        self.runs.insert(id, InFlight { worker, commands: tx, cancel_sent: false, yield_sent: false });
     }
 
     fn ended(&mut self, done: Result<(task::Id, Uuid), task::JoinError>) {
@@ -336,6 +341,43 @@ impl MainLoop {
         Some(answered)
     }
 
+    /// Flags the runs a more urgent run has waited long enough for (any daemon may: the flag is set once), then
+    /// asks this daemon's flagged runs to yield, each once, within its resource's `preempt_grace_seconds`.
+    async fn preempt(&mut self) {
+        let gone_after = Duration::from_secs(self.ctx.settings.daemon.gone_after_seconds);
+        match self.ctx.db.request_preemptions(&self.ctx.settings.catalogue, gone_after).await {
+            Ok(flagged) => {
+                for (victim, urgent) in flagged {
+                    tracing::info!(run_id = %victim, preempted_for = %urgent, "preemption requested");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not weigh preemptions"),
+        }
+        if self.runs.values().all(|r| r.yield_sent || r.cancel_sent) {
+            return;
+        }
+        let flagged = match self.ctx.db.preemption_requests(self.ctx.daemon_id).await {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not look for preemption requests");
+                return;
+            }
+        };
+        for id in flagged {
+            let Some(in_flight) = self.runs.get_mut(&id).filter(|r| !r.yield_sent && !r.cancel_sent) else { continue };
+            in_flight.yield_sent = true;
+            let grace = preempt_grace(&self.ctx.settings.catalogue, &in_flight.worker);
+            let worker = in_flight.worker.clone();
+            if let Some(answer) = self.ask_yield(id, grace) {
+                tokio::spawn(async move {
+                    if let Ok(Err(refused)) = answer.await {
+                        tracing::warn!(run_id = %id, worker = %worker, reason = %refused, "a preempted run refused to yield");
+                    }
+                });
+            }
+        }
+    }
+
     /// Looks up cancellation requests of this daemon's runs (a cheap indexed query, only with runs in flight).
     async fn check_cancels(&mut self) {
         if self.runs.values().all(|r| r.cancel_sent) {
@@ -367,6 +409,26 @@ impl MainLoop {
         }
     }
 }
+
+/// How often a daemon weighs preemptions, when its catalogue has a resource that may be preempted.
+const PREEMPT_POLL: Duration = Duration::from_secs(1);
+
+/// The time a preempted run of `worker` has to yield: the shortest `preempt_grace_seconds` of the preemptible
+/// resources it holds (60 s when none says).
+fn preempt_grace(catalogue: &scrinalia_shared::Catalogue, worker: &str) -> Duration {
+    let held = catalogue.worker(worker).map(|w| w.resources.as_slice()).unwrap_or_default();
+    let seconds = held
+        .iter()
+        .filter_map(|r| catalogue.resource(r))
+        .filter(|r| r.preempt_after_seconds.is_some())
+        .map(|r| r.preempt_grace_seconds.and_then(|s| u64::try_from(s).ok()).unwrap_or(DEFAULT_PREEMPT_GRACE))
+        .min()
+        .unwrap_or(DEFAULT_PREEMPT_GRACE);
+    Duration::from_secs(seconds)
+}
+
+/// A preempted run's time to yield when its resource does not say.
+pub const DEFAULT_PREEMPT_GRACE: u64 = 60;
 
 fn ticker(period: Duration) -> Interval {
     let mut ticker = interval(period);

@@ -106,15 +106,15 @@ impl Ending<'_> {
     pub fn finish(self) -> Finish {
         let report = self.report;
         if self.yielded() {
-            // How a yielded run is recorded is the caller's to decide, as the preemption that asked for it has its
-            // own end reason; until it does, it is the interruption a daemon's stop makes (resumable from its
-            // checkpoint), with a sentence that says it yielded.
+            // Only a preemption asks a run to yield: it ends `interrupted` (`preempted`), resumable from its
+            // checkpoint, and its end requests that resume.
             let error = match report.stopped_by {
-                Some(StopCause::Yield) => "asked to yield, the worker was still running when its grace ended, so it                                            was stopped; its last checkpoint stands"
+                Some(StopCause::Yield) => "preempted: asked to yield, the worker was still running when its grace \
+                                           ended, so it was stopped; its last checkpoint stands"
                     .to_owned(),
-                _ => format!("yielded at a checkpoint when asked (exit status {YIELDED_EXIT_STATUS})"),
+                _ => format!("preempted: yielded at a checkpoint when asked (exit status {YIELDED_EXIT_STATUS})"),
             };
-            let reason = EndReason::DaemonShutdown;
+            let reason = EndReason::Preempted;
             return Finish {
                 reason,
                 exit_code: report.code,
@@ -290,16 +290,12 @@ mod tests {
         assert!(yielded.yielded);
         assert_eq!(
             (yielded.finish.state(), yielded.finish.exit_code, yielded.finish.error.as_deref()),
-            (RunState::Interrupted, Some(75), Some("yielded at a checkpoint when asked (exit status 75)")),
-            "recorded as an interruption until the caller records it otherwise"
+            (RunState::Interrupted, Some(75), Some("preempted: yielded at a checkpoint when asked (exit status 75)")),
+            "recorded as a preemption"
         );
         let overdue =
             ExitReport { stopped_by: Some(StopCause::Yield), signal: Some("SIGTERM".into()), ..ExitReport::default() };
-        assert_eq!(
-            asked(&overdue),
-            (true, RunState::Interrupted, EndReason::DaemonShutdown),
-            "stopped after its grace"
-        );
+        assert_eq!(asked(&overdue), (true, RunState::Interrupted, EndReason::Preempted), "stopped after its grace");
         assert_eq!(asked(&signalled(0)), (false, RunState::Succeeded, EndReason::ExitStatus), "it finished first");
         assert_eq!(asked(&signalled(1)), (false, RunState::Failed, EndReason::ExitStatus), "it failed by itself");
         let unsignalled = ExitReport { code: Some(75), ..ExitReport::default() };

@@ -35,6 +35,7 @@ pub mod pipelines;
 #[doc(hidden)]
 pub mod plans;
 mod pooler;
+pub mod preemption;
 pub mod quarantine;
 pub mod queue_counts;
 pub mod resource_overrides;

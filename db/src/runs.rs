@@ -23,7 +23,7 @@ macro_rules! run_columns {
          lease_expires_at, started_at, finished_at, duration_ms, exit_code, end_reason, error, progress, result, \
          cancel_requested_at, cancel_requested_by, trace_context, log_key, attempt, retry_of, not_before, schedule_id, \
          fire_at, pipeline_run_id, pipeline_step, checkpoint, checkpoint_at, follows, follows_as, usage, parent_id, shard, \
-         shards, priority, expires_at"
+         shards, priority, expires_at, preempt_requested_at, preempted_for"
     };
 }
 

@@ -20,7 +20,8 @@ use crate::{
 pub async fn previous_outcome(on: impl Into<On<'_>>, worker: &str, run: Uuid) -> Result<Option<(Uuid, RunState)>> {
     const PREVIOUS: Sql = sql!(
         "select id, state from worker_runs where worker = $1 and id <> $2 and finished_at is not null \
-         and state in ('succeeded', 'failed', 'interrupted') order by finished_at desc limit 1"
+         and state in ('succeeded', 'failed', 'interrupted') and coalesce(end_reason, '') <> 'preempted' \
+         and not (state = 'interrupted' and preempt_requested_at is not null) order by finished_at desc limit 1"
     );
     run!(on, PREVIOUS, |pool, sql| sqlx::query_as(sql).bind(worker).bind(run).fetch_optional(pool).await)
 }

@@ -6,6 +6,11 @@ alter table worker_runs add column priority smallint not null default 50;
 alter table worker_runs add column expires_at timestamptz;
 alter table worker_runs add constraint worker_runs_priority_range check (priority between 0 and 100) not valid;
 create index worker_runs_queued_by_priority on worker_runs (priority desc, requested_at, id) where state = 'queued';
+-- A preemption: when a more urgent run (`preempted_for`) waited long enough for a resource this run holds, any
+-- daemon flags it (`preempt_requested_at`, once: the update is conditional) and the daemon holding it asks its
+-- worker to yield. It ends `preempted` (or, its daemon dead mid-yield, `owner_lost`) and its resume is requested.
+alter table worker_runs add column preempt_requested_at timestamptz;
+alter table worker_runs add column preempted_for uuid;
 -- The daemons' expiry sweep reads only the queued requests that may expire.
 create index worker_runs_expiring on worker_runs (expires_at) where state = 'queued' and expires_at is not null;
 

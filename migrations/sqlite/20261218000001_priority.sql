@@ -5,6 +5,11 @@
 alter table worker_runs add column priority integer not null default 50 check (priority between 0 and 100);
 alter table worker_runs add column expires_at text;
 create index worker_runs_queued_by_priority on worker_runs (priority desc, requested_at, id) where state = 'queued';
+-- A preemption: when a more urgent run (`preempted_for`) waited long enough for a resource this run holds, any
+-- daemon flags it (`preempt_requested_at`, once: the update is conditional) and the daemon holding it asks its
+-- worker to yield. It ends `preempted` (or, its daemon dead mid-yield, `owner_lost`) and its resume is requested.
+alter table worker_runs add column preempt_requested_at text;
+alter table worker_runs add column preempted_for blob;
 -- The daemons' expiry sweep reads only the queued requests that may expire.
 create index worker_runs_expiring on worker_runs (expires_at) where state = 'queued' and expires_at is not null;
 

@@ -88,6 +88,11 @@ pub struct WorkerSpec {
     /// `expired`). None: requests wait as long as it takes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_after_seconds: Option<i64>,
+    /// Whether a more urgent run waiting for a resource its run holds may preempt it: ask it to yield at its next
+    /// checkpoint, then resume it when the resource is free. Only a worker whose code declares the `checkpoints`
+    /// and `yield` capabilities is preempted, and only a run that has a checkpoint.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preemptible: bool,
 }
 
 /// A resource that runs of several workers share, such as one model server: at most `capacity` runs hold it
@@ -112,6 +117,13 @@ pub struct ResourceSpec {
     /// least 1. Only for a global resource. None: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub starts_per_minute: Option<i64>,
+    /// A more urgent run that has waited this many seconds for it preempts a preemptible holder of lower priority
+    /// (see [`WorkerSpec::preemptible`]). None: its holders are never preempted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempt_after_seconds: Option<i64>,
+    /// How long a preempted holder has to yield before it is stopped as a cancel stops it. 60 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempt_grace_seconds: Option<i64>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -261,6 +273,14 @@ impl Catalogue {
                     ),
                 ),
                 _ => {}
+            }
+            for (key, value) in [
+                ("preempt_after_seconds", resource.preempt_after_seconds),
+                ("preempt_grace_seconds", resource.preempt_grace_seconds),
+            ] {
+                if let Some(n) = value.filter(|n| *n < 0) {
+                    push(format!("{at}.{key}"), format!("{key} cannot be negative, not {n}"));
+                }
             }
             match (resource.starts_per_minute, resource.scope) {
                 (Some(n), _) if n < 1 => push(

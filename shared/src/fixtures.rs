@@ -92,6 +92,7 @@ pub(crate) fn catalogue() -> crate::Catalogue {
         stall_seconds: None,
         priority: None,
         expires_after_seconds: None,
+        preemptible: false,
     };
     crate::Catalogue::new(vec![worker], Default::default()).expect("a valid catalogue")
 }

@@ -441,6 +441,7 @@ mod tests {
             stall_seconds: (name == "tag-suggest").then_some(600),
             priority: None,
             expires_after_seconds: None,
+            preemptible: false,
         };
         Catalogue::new(
             vec![worker("tag-suggest", None), worker("quality-validator", Some("It comes from the LLM_CHECK rule."))],

@@ -13,6 +13,7 @@ mod diff;
 mod end;
 mod follow;
 mod placement;
+mod preemption;
 mod resolved;
 mod resolver;
 mod scoped;
@@ -20,9 +21,10 @@ pub(crate) mod shards;
 mod waiting;
 
 pub use diff::config_changes;
-pub(crate) use end::expire_requests;
+pub(crate) use end::{expire_requests, was_preempted};
 pub use follow::FollowError;
 pub use placement::Placement;
+pub use preemption::not_preemptible;
 pub use resolved::ResolveCache;
 use resolved::Resolved;
 pub(crate) use resolver::Resolver;
@@ -415,6 +417,11 @@ impl Store {
     /// when there is no such run).
     pub(crate) async fn run_chain(&self, id: Uuid) -> Result<Vec<Run>, DbError> {
         self.db.retrying(|| db::runs::chain(&self.db, id)).await
+    }
+
+    /// The run that resumed or restarted run `id` (by a person, or by itself after a preemption), and how.
+    pub(crate) async fn run_continued_by(&self, id: Uuid) -> Result<Option<(Uuid, crate::FollowKind)>, DbError> {
+        self.db.retrying(|| db::runs::continued_by(&self.db, id)).await
     }
 
     /// The children of a sharded run's parent, by shard then oldest first (none for any other run).

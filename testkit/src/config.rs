@@ -123,6 +123,7 @@ pub fn worker(name: &str, command: &[&str]) -> WorkerSpec {
         stall_seconds: None,
         priority: None,
         expires_after_seconds: None,
+        preemptible: false,
     }
 }
 

@@ -156,5 +156,7 @@ pub fn daemon_gpu() -> scrinalia_shared::ResourceSpec {
         description: Some("a GPU of the host".into()),
         scope: scrinalia_shared::ResourceScope::Daemon,
         starts_per_minute: None,
+        preempt_after_seconds: None,
+        preempt_grace_seconds: None,
     }
 }

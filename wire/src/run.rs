@@ -311,6 +311,12 @@ pub struct Run {
     /// When the request, still queued, ends `expired` (database clock); none when it does not expire.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<DateTime<Utc>>,
+    /// When a more urgent run asked for this one's resource and it was asked to yield (a preemption).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempt_requested_at: Option<DateTime<Utc>>,
+    /// The run it is preempted for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted_for: Option<Uuid>,
 }
 
 impl Run {

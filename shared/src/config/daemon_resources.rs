@@ -43,7 +43,15 @@ mod tests {
 
     fn spec(name: &str, scope: ResourceScope) -> ResourceSpec {
         let capacity = if scope == ResourceScope::Global { 1 } else { 0 };
-        ResourceSpec { name: name.into(), capacity, description: None, scope, starts_per_minute: None }
+        ResourceSpec {
+            name: name.into(),
+            capacity,
+            description: None,
+            scope,
+            starts_per_minute: None,
+            preempt_after_seconds: None,
+            preempt_grace_seconds: None,
+        }
     }
 
     #[test]

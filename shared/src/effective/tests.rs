@@ -40,6 +40,7 @@ fn catalogue() -> (Catalogue, WorkerSpec) {
         stall_seconds: None,
         priority: None,
         expires_after_seconds: None,
+        preemptible: false,
     };
     let catalogue = Catalogue::new(vec![worker.clone()], [("ollama".into(), engine)].into()).expect("valid");
     (catalogue, worker)

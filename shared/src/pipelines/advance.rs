@@ -104,6 +104,10 @@ pub(crate) async fn advance(tx: &mut Tx, id: Uuid) -> db::Result<()> {
         None => None,
     };
     let retry = match &current {
+        // A preempted step is followed by its resume, as a failed one by its retry.
+        Some(run) if crate::runs::was_preempted(run) => {
+            db::runs::continued_by(&mut *tx, run.id).await?.map(|(id, _)| id)
+        }
         Some(run) => db::runs::retry_of(&mut *tx, run.id).await?,
         None => None,
     };

@@ -96,13 +96,17 @@ pub(crate) async fn expire_requests(db: &Database) -> db::Result<Vec<Run>> {
 /// settles its parent instead of announcing itself: the parent's end is the outcome that is announced and that
 /// moves its pipeline on.
 pub(crate) async fn follow(tx: &mut Tx, ended: &Run) -> db::Result<()> {
-    if ended.parent_id.is_none() {
+    let preempted = was_preempted(ended);
+    // A preempted run is no outcome to announce: its resume goes on with the work.
+    if ended.parent_id.is_none() && !preempted {
         webhooks::record_event(tx, ended).await?;
     }
     db::resources::release(&mut *tx, ended.id).await?;
     let resumed = ended.follows.filter(|_| ended.follows_as == Some(crate::FollowKind::Resume));
     db::quarantine::settle(tx, ended.id, &ended.worker, resumed).await?;
-    if let Some(retry) = retry_of(ended, rand::random::<f64>()) {
+    if preempted {
+        resume_preempted(tx, ended).await?;
+    } else if let Some(retry) = retry_of(ended, rand::random::<f64>()) {
         let new = retry.new_run(ended);
         if let Some(requested) = shards::insert(tx, &new).await? {
             db::quarantine::copy_scope(tx, ended.id, requested.id).await?;
@@ -118,6 +122,56 @@ pub(crate) async fn follow(tx: &mut Tx, ended: &Run) -> db::Result<()> {
         Box::pin(follow(tx, &parent)).await?;
     }
     Ok(())
+}
+
+/// Whether `ended` ended by a preemption: it yielded (or was stopped after its grace), or, asked to yield, its
+/// daemon died first and recovery interrupted it. Either way it gets its one resume instead of a retry.
+pub(crate) fn was_preempted(ended: &Run) -> bool {
+    ended.end_reason == Some(crate::EndReason::Preempted)
+        || (ended.state == RunState::Interrupted && ended.preempt_requested_at.is_some())
+}
+
+/// Requests the resume of the preempted run `ended`, in the transaction that ended it: from its last checkpoint,
+/// with its configuration (but no expiry: the work was under way), as the same shard of the same parent and the
+/// same pipeline step. Its priority is its own, below the run it yielded for, so that one takes the slot first.
+/// At most one resume continues a run (a unique index): a second end of it requests none.
+async fn resume_preempted(tx: &mut Tx, ended: &Run) -> db::Result<()> {
+    let Some(checkpoint) = ended.checkpoint.as_ref().zip(ended.checkpoint_at) else {
+        tracing::warn!(run_id = %ended.id, worker = %ended.worker, "a preempted run has no checkpoint to resume from");
+        return Ok(());
+    };
+    let config = crate::ResolvedConfig { expires_after_seconds: None, ..ended.config.clone() };
+    let new = db::runs::NewRun {
+        id: Uuid::now_v7(),
+        worker: &ended.worker,
+        requested_by: &ended.requested_by,
+        arguments: &ended.arguments,
+        config: &config,
+        trace_context: ended.trace_context.as_deref(),
+        override_version: None,
+        links: db::runs::Links {
+            step: ended.pipeline_run_id.zip(ended.pipeline_step),
+            follows: Some((ended.id, crate::FollowKind::Resume)),
+            checkpoint: Some(checkpoint),
+            shard: shard_link(ended),
+            ..db::runs::Links::default()
+        },
+    };
+    if let Some(resumed) = shards::insert(tx, &new).await? {
+        db::quarantine::copy_scope(tx, ended.id, resumed.id).await?;
+        tracing::info!(run_id = %resumed.id, follows = %ended.id, worker = %ended.worker,
+            preempted_for = ?ended.preempted_for, "the preempted run's resume requested");
+    }
+    Ok(())
+}
+
+/// The place of `run` among its parent's shards, for a run that continues it.
+fn shard_link(run: &Run) -> Option<db::runs::ShardLink> {
+    run.parent_id.zip(run.shard).zip(run.shards).map(|((parent, shard), shards)| db::runs::ShardLink::Child {
+        parent,
+        shard,
+        shards,
+    })
 }
 
 /// The retry a run's end asks for.
@@ -152,11 +206,7 @@ impl Retry {
                 follows: checkpoint.map(|_| (ended.id, crate::FollowKind::Resume)),
                 checkpoint,
                 stamped_when_written: false,
-                shard: ended
-                    .parent_id
-                    .zip(ended.shard)
-                    .zip(ended.shards)
-                    .map(|((parent, shard), shards)| db::runs::ShardLink::Child { parent, shard, shards }),
+                shard: shard_link(ended),
             },
         }
     }

@@ -360,6 +360,8 @@ mod tests {
                 description: None,
                 scope: ResourceScope::Daemon,
                 starts_per_minute: None,
+                preempt_after_seconds: None,
+                preempt_grace_seconds: None,
             },
             ResourceSpec {
                 name: "model".into(),
@@ -367,6 +369,8 @@ mod tests {
                 description: None,
                 scope: ResourceScope::Global,
                 starts_per_minute: None,
+                preempt_after_seconds: None,
+                preempt_grace_seconds: None,
             },
         ];
         let none = Placement::of(&catalogue, Vec::new());

@@ -8,7 +8,10 @@
 //! Sentences name runs and daemons by their whole ids: UUIDv7 ids made within a minute of each other share their
 //! first eight digits, so a shortened id could name several.
 
-use std::{collections::HashMap, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap},
+    time::Duration,
+};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use uuid::Uuid;
@@ -23,7 +26,7 @@ fn waiting(code: WaitCode, message: String) -> Waiting {
 }
 
 /// Why a daemon cannot take runs of `worker`, if it cannot.
-fn cannot_take(daemon: &Daemon, worker: &str, labels: &[String]) -> Option<String> {
+pub(super) fn cannot_take(daemon: &Daemon, worker: &str, labels: &[String]) -> Option<String> {
     if !daemon.workers.is_empty() && !daemon.workers.iter().any(|w| w == worker) {
         return Some(format!("daemon {} on {} takes only {}", daemon.id, daemon.host, daemon.workers.join(", ")));
     }
@@ -41,15 +44,9 @@ fn cannot_take(daemon: &Daemon, worker: &str, labels: &[String]) -> Option<Strin
 
 /// The reason, from the facts (`now` on the database clock; `daemons` alive or not; `in_flight`, the runs queued
 /// or running; `holders`, (resource, run) pairs).
-fn explain(
-    catalogue: &Catalogue,
-    run: &Run,
-    now: DateTime<Utc>,
-    daemons: &[Daemon],
-    in_flight: &[Run],
-    holders: &[(String, Uuid)],
-    next_starts: &[(String, DateTime<Utc>)],
-) -> Waiting {
+fn explain(catalogue: &Catalogue, run: &Run, facts: &WaitFacts) -> Waiting {
+    let (now, daemons, in_flight, holders) = (facts.now, &facts.daemons[..], &facts.in_flight[..], &facts.holders[..]);
+    let (next_starts, not_preemptible) = (&facts.next_starts[..], &facts.not_preemptible);
     if let Some(at) = run.expires_at.filter(|t| *t <= now) {
         let when = at.to_rfc3339_opts(SecondsFormat::Millis, true);
         return Waiting {
@@ -134,12 +131,13 @@ fn explain(
                 })
                 .collect::<Vec<_>>()
                 .join(", ");
+            let note = preemption_note(spec, run, &held, in_flight, now, not_preemptible);
             return Waiting {
                 runs: held,
                 ..waiting(
                     WaitCode::ResourceFull,
                     format!(
-                        "It waits behind run {names} for resource {resource} (capacity {}); it has priority {}.",
+                        "It waits behind run {names} for resource {resource} (capacity {}); it has priority {}.{note}",
                         spec.capacity, run.priority
                     ),
                 )
@@ -161,11 +159,56 @@ fn explain(
         }
     }
     for spec in &per_daemon {
-        if let Some(full) = full_on_every_daemon(&spec.name, &capable, in_flight, holders) {
+        if let Some(mut full) = full_on_every_daemon(&spec.name, &capable, in_flight, holders) {
+            let held: Vec<Uuid> = holders.iter().filter(|(r, _)| *r == spec.name).map(|(_, id)| *id).collect();
+            full.message.push_str(&preemption_note(spec, run, &held, in_flight, now, not_preemptible));
             return full;
         }
     }
     waiting(WaitCode::Claimable, "Nothing holds it back: a daemon should claim it within moments.".to_owned())
+}
+
+/// What a preemption does for `run`, waiting for `spec` held by the runs `held`, as sentences to append: the
+/// holder it is preempting and the grace left; or, when the resource may be preempted, why no holder is (yet).
+/// Nothing when the resource is never preempted.
+fn preemption_note(
+    spec: &ResourceSpec,
+    run: &Run,
+    held: &[Uuid],
+    in_flight: &[Run],
+    now: DateTime<Utc>,
+    not_preemptible: &BTreeMap<String, &'static str>,
+) -> String {
+    let Some(after) = spec.preempt_after_seconds else { return String::new() };
+    let holders: Vec<&Run> = held.iter().filter_map(|id| in_flight.iter().find(|r| r.id == *id)).collect();
+    if let Some(victim) = holders.iter().find(|h| h.preempted_for == Some(run.id)) {
+        let grace = spec.preempt_grace_seconds.unwrap_or(60);
+        let asked = victim.preempt_requested_at.unwrap_or(now);
+        let left = (asked + chrono::Duration::seconds(grace) - now).num_seconds().max(0);
+        return format!(
+            " It is preempting run {} ({}): asked to yield, {left} s of grace left.",
+            victim.id, victim.worker
+        );
+    }
+    let lower: Vec<&&Run> = holders.iter().filter(|h| h.priority < run.priority).collect();
+    if lower.is_empty() {
+        return format!(" No holder has a lower priority than {}, so none is preempted.", run.priority);
+    }
+    let why: Vec<String> = lower
+        .iter()
+        .map(|h| match not_preemptible.get(&h.worker) {
+            Some(why) => format!("run {} is not preemptible: {why}", h.id),
+            None if h.checkpoint.is_none() => format!("run {} has no checkpoint yet, so it is not preempted", h.id),
+            None if h.preempt_requested_at.is_some() => format!("run {} is yielding for another run", h.id),
+            None => format!("run {} is preempted once this run has waited {after} s", h.id),
+        })
+        .collect();
+    format!(" {}.", capitalised(&why.join("; ")))
+}
+
+fn capitalised(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
 }
 
 /// Of the `capable` daemons, those that offer every daemon-scoped resource of `per_daemon` (a capacity of at
@@ -242,6 +285,8 @@ struct WaitFacts {
     holders: Vec<(String, Uuid)>,
     /// (resource, when its next start is allowed) for each resource whose starts per minute are used up.
     next_starts: Vec<(String, DateTime<Utc>)>,
+    /// Why each worker's runs cannot be preempted (absent: they can), read only when a resource may be.
+    not_preemptible: BTreeMap<String, &'static str>,
 }
 
 impl WaitFacts {
@@ -263,8 +308,7 @@ impl WaitFacts {
         if run.state != RunState::Queued {
             return None;
         }
-        let mut waiting =
-            explain(catalogue, run, self.now, &self.daemons, &self.in_flight, &self.holders, &self.next_starts);
+        let mut waiting = explain(catalogue, run, self);
         if let Some(at) = run.expires_at.filter(|_| waiting.code != WaitCode::Expired) {
             let when = at.to_rfc3339_opts(SecondsFormat::Millis, true);
             waiting.message.push_str(&format!(" It expires at {when} if no daemon has claimed it by then."));
@@ -339,14 +383,35 @@ impl Store {
                 None => self.runs_in_flight().await,
             }
         };
-        let (now, daemons, in_flight, holders, next_starts) = tokio::try_join!(
+        let (now, daemons, in_flight, holders, next_starts, not_preemptible) = tokio::try_join!(
             self.now(),
             self.list_daemons(gone_after),
             in_flight,
             self.resource_holders(),
-            self.next_starts(catalogue)
+            self.next_starts(catalogue),
+            self.not_preemptible(catalogue),
         )?;
-        Ok(WaitFacts { now, daemons, in_flight, holders, next_starts })
+        Ok(WaitFacts { now, daemons, in_flight, holders, next_starts, not_preemptible })
+    }
+
+    /// Why each worker's runs cannot be preempted (absent: they can); nothing read when no resource may be.
+    pub(crate) async fn not_preemptible(
+        &self,
+        catalogue: &Catalogue,
+    ) -> Result<BTreeMap<String, &'static str>, DbError> {
+        if catalogue.resources.iter().all(|r| r.preempt_after_seconds.is_none()) {
+            return Ok(BTreeMap::new());
+        }
+        let descriptions = self.descriptions().await?;
+        Ok(catalogue
+            .workers
+            .iter()
+            .filter_map(|w| {
+                let described = descriptions.iter().find(|d| d.worker == w.name).and_then(|d| d.description.as_ref());
+                let why = super::not_preemptible(w.preemptible, described.map(|d| d.capabilities.unwrap_or_default()))?;
+                Some((w.name.clone(), why))
+            })
+            .collect())
     }
 
     /// When the next start of each rate-limited resource whose starts of the last minute are used up is allowed.

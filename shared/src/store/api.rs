@@ -216,6 +216,8 @@ impl ApiStore {
         pub async fn run_chain(&self, id: Uuid) -> Result<Vec<Run>, DbError>;
         /// The children of a sharded run's parent, by shard then oldest first (none for any other run).
         pub async fn run_children(&self, id: Uuid) -> Result<Vec<Run>, DbError>;
+        /// The run that resumed or restarted run `id` (by a person, or by itself after a preemption), and how.
+        pub async fn run_continued_by(&self, id: Uuid) -> Result<Option<(Uuid, FollowKind)>, DbError>;
         /// A run's progress history, oldest first.
         pub async fn run_progress(&self, id: Uuid) -> Result<Vec<ProgressEntry>, DbError>;
         /// A page of a run's progress reports, oldest first, read backwards from the newest.

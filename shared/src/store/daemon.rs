@@ -120,6 +120,15 @@ impl DaemonStore {
         // Runs.
         /// Runs held by `daemon` whose cancellation was requested.
         pub async fn cancel_requests(&self, daemon: Uuid) -> Result<Vec<Uuid>, DbError>;
+        /// Flags the runs to preempt now: holders of lower priority of a resource a more urgent run has waited for
+        /// its `preempt_after_seconds`; the (victim, urgent) pairs flagged by this call.
+        pub async fn request_preemptions(
+            &self,
+            catalogue: &Catalogue,
+            gone_after: Duration,
+        ) -> Result<Vec<(Uuid, Uuid)>, DbError>;
+        /// The running runs of `daemon` flagged for preemption.
+        pub async fn preemption_requests(&self, daemon: Uuid) -> Result<Vec<Uuid>, DbError>;
         /// Claims up to `limit` of the oldest queued requests for `daemon`, with a lease of `lease` from now (database
         /// clock), optionally only for `workers`.
         pub async fn claim_runs(

@@ -39,6 +39,8 @@ pub fn configure(file: &mut SettingsFile) {
         description: gpu,
         scope: ResourceScope::Daemon,
         starts_per_minute: None,
+        preempt_after_seconds: None,
+        preempt_grace_seconds: None,
     });
     for (name, capacity, workers) in RESOURCES {
         let description = Some(format!("the chaos suite's {capacity}-slot resource"));
@@ -48,6 +50,8 @@ pub fn configure(file: &mut SettingsFile) {
             description,
             scope: Default::default(),
             starts_per_minute: None,
+            preempt_after_seconds: None,
+            preempt_grace_seconds: None,
         });
         for worker in file.workers.iter_mut().filter(|w| workers.contains(&w.name.as_str())) {
             worker.resources.push(name.into());

@@ -33,6 +33,8 @@ fn model_server() -> ResourceSpec {
         description: Some("one GPU".into()),
         scope: Default::default(),
         starts_per_minute: None,
+        preempt_after_seconds: None,
+        preempt_grace_seconds: None,
     }
 }
 

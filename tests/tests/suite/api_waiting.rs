@@ -39,6 +39,8 @@ fn config(t: &TestDb, port: u16, capacity: u32) -> ConfigFile {
                 description: None,
                 scope: Default::default(),
                 starts_per_minute: None,
+                preempt_after_seconds: None,
+                preempt_grace_seconds: None,
             }];
             for w in &mut f.workers {
                 match w.name.as_str() {

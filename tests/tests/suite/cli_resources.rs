@@ -65,6 +65,8 @@ async fn start_api(t: &TestDb) -> (Process, String) {
                 description: Some("the archive's one Ollama server".into()),
                 scope: Default::default(),
                 starts_per_minute: None,
+                preempt_after_seconds: None,
+                preempt_grace_seconds: None,
             }];
         })
         .token("ada", Role::Admin, ADMIN)

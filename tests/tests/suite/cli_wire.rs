@@ -78,6 +78,8 @@ async fn start(kind: Kind) -> System {
                     description: Some("One model server.".into()),
                     scope: Default::default(),
                     starts_per_minute: None,
+                    preempt_after_seconds: None,
+                    preempt_grace_seconds: None,
                 }];
                 let engine = Engine {
                     kind: "none".into(),

@@ -33,6 +33,8 @@ fn shared_model_server(t: &TestDb, capacity: u32) -> ConfigFile {
             description: None,
             scope: Default::default(),
             starts_per_minute: None,
+            preempt_after_seconds: None,
+            preempt_grace_seconds: None,
         }];
         for w in f.workers.iter_mut().filter(|w| w.name == "probe-1" || w.name == "probe-2") {
             w.resources = vec!["model-server".into()];
@@ -176,6 +178,8 @@ async fn a_resource_allows_its_starts_per_minute_across_three_daemons(t: &TestDb
             description: Some("a paid API, 6 calls a minute".into()),
             scope: Default::default(),
             starts_per_minute: Some(6),
+            preempt_after_seconds: None,
+            preempt_grace_seconds: None,
         }];
         for name in &workers {
             let mut worker = probe(&bin, name, 120);

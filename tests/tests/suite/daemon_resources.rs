@@ -25,6 +25,8 @@ fn shared_model_server(t: &TestDb) -> ConfigFile {
             description: Some("one GPU".into()),
             scope: Default::default(),
             starts_per_minute: None,
+            preempt_after_seconds: None,
+            preempt_grace_seconds: None,
         }];
         for w in f.workers.iter_mut().filter(|w| w.name == "probe-1" || w.name == "probe-2") {
             w.resources = vec!["model-server".into()];

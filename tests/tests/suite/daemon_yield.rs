@@ -301,6 +301,7 @@ async fn the_runner_asks_only_a_worker_that_declares_yield_and_its_run_resumes_w
     assert_eq!(outcome.finish.exit_code, Some(75));
     let yielded = t.db.api.get_run(first.id).await.expect("read").expect("the run");
     assert_eq!((yielded.state, yielded.exit_code), (RunState::Interrupted, Some(75)), "{yielded:?}");
+    assert_eq!(yielded.end_reason, Some(scrinalia_shared::EndReason::Preempted), "{yielded:?}");
     assert!(yielded.error.as_deref().is_some_and(|e| e.contains("yielded at a checkpoint when asked")), "{yielded:?}");
     let (_, end) = setup.probe_run(first.id);
     let end = end.expect("the probe's end line");
@@ -309,9 +310,14 @@ async fn the_runner_asks_only_a_worker_that_declares_yield_and_its_run_resumes_w
     assert!((1..100).contains(&step), "it yielded before its end: {step}");
     assert!(setup.run_log(&yielded).contains("the worker is asked to yield (SIGUSR1)"));
 
-    // Its resume starts from the checkpoint it yielded at, and runs to its end.
+    // Its resume, requested with its end, starts from the checkpoint it yielded at, and runs to its end; a second
+    // resume by hand is refused.
+    let (resumed, how) = t.db.api.run_continued_by(first.id).await.expect("read").expect("its resume");
+    assert_eq!(how, FollowKind::Resume);
+    let resumed = t.db.api.get_run(resumed).await.expect("read").expect("the resume");
     let catalogue = &setup.settings.catalogue;
-    let resumed = t.db.api.continue_run(catalogue, first.id, FollowKind::Resume, "ada").await.expect("resume");
+    let again = t.db.api.continue_run(catalogue, first.id, FollowKind::Resume, "ada").await;
+    assert!(again.is_err(), "resumed once already: {again:?}");
     let (_commands, task) = claim_and_run(&ctx, &resumed).await;
     let outcome = tokio::time::timeout(Duration::from_secs(30), task).await.expect("it ends").expect("the task");
     assert!(!outcome.yielded);

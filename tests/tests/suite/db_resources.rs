@@ -18,6 +18,8 @@ fn catalogue() -> Catalogue {
         description: None,
         scope: Default::default(),
         starts_per_minute: None,
+        preempt_after_seconds: None,
+        preempt_grace_seconds: None,
     }];
     for w in catalogue.workers.iter_mut().filter(|w| w.name != "c") {
         w.resources = vec!["gpu".into()];

@@ -44,6 +44,7 @@ mod daemon_items_faults;
 mod daemon_lifecycle;
 mod daemon_limits;
 mod daemon_pipelines;
+mod daemon_preemption;
 mod daemon_priority;
 mod daemon_quarantine;
 mod daemon_resources;

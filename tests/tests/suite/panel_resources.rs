@@ -33,6 +33,8 @@ async fn an_admin_raises_and_resets_a_capacity_from_the_resources_view() {
                 description: Some("the archive's one Ollama server".into()),
                 scope: Default::default(),
                 starts_per_minute: None,
+                preempt_after_seconds: None,
+                preempt_grace_seconds: None,
             }];
         })
         .worker(holder);

@@ -31,7 +31,14 @@ fn daemon(state: DaemonState) -> Daemon {
 }
 
 fn facts(daemons: Vec<Daemon>, in_flight: Vec<Run>) -> WaitFacts {
-    WaitFacts { now: Utc::now(), daemons, in_flight, holders: Vec::new(), next_starts: Vec::new() }
+    WaitFacts {
+        now: Utc::now(),
+        daemons,
+        in_flight,
+        holders: Vec::new(),
+        next_starts: Vec::new(),
+        not_preemptible: Default::default(),
+    }
 }
 
 /// A pipeline run of steps a then b, at step 2 (b), with `current` as its current run.
@@ -99,6 +106,8 @@ fn gpu_catalogue() -> Catalogue {
         description: None,
         scope: crate::ResourceScope::Daemon,
         starts_per_minute: None,
+        preempt_after_seconds: None,
+        preempt_grace_seconds: None,
     }];
     catalogue
 }
