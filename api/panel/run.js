@@ -137,7 +137,7 @@ export function mount(root, [id], ctx) {
     const chain = r.chain ?? [];
     const max = r.config.retry?.value?.max_attempts;
     const retried = chain.length > 1 || r.attempt > 1 || max > 1;
-    if (!retried && !r.schedule_id && !r.pipeline_run_id && !r.follows) {
+    if (!retried && !r.schedule_id && !r.pipeline_run_id && !r.follows && !r.preempted_for && (r.priority ?? 50) === 50) {
       lineage.hidden = true;
       return;
     }
@@ -154,6 +154,11 @@ export function mount(root, [id], ctx) {
     if (r.schedule_id) {
       rows.push(["Schedule", [h("a", { href: r.pipeline_run_id ? "#/pipelines" : "#/workers", class: "schedule-link" },
         r.requested_by.replace(/^schedule:/, "")), r.fire_at ? [", the fire of ", timeEl(r.fire_at)] : null]]);
+    }
+    if (r.priority != null && r.priority !== 50) rows.push(["Priority", `${r.priority} (0 to 100, higher first)`]);
+    if (r.preempted_for) {
+      rows.push(["Preempted", ["for run ", h("a", { href: `#/runs/${r.preempted_for}`, class: "preempted-for" },
+        shortId(r.preempted_for)), ", which needed its resource; its resume goes on from its checkpoint"]]);
     }
     if (r.pipeline_run_id) {
       const link = h("a", { href: `#/pipelines/runs/${r.pipeline_run_id}`, class: "pipeline-link" },

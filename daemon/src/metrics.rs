@@ -39,6 +39,7 @@ pub struct DaemonMetrics {
     started: CounterVec,
     finished: CounterVec,
     recovered: CounterVec,
+    preempted: CounterVec,
     duration: HistogramVec,
     queue_wait: HistogramVec,
     renewals: CounterVec,
@@ -68,6 +69,10 @@ impl DaemonMetrics {
             recovered: metrics.counter(
                 "scrinalia_runs_recovered",
                 "Runs of another (dead or frozen) daemon whose lease expired, recorded interrupted by this one, by worker",
+            ),
+            preempted: metrics.counter(
+                "scrinalia_runs_preempted",
+                "Runs this daemon ended preempted (they yielded their resource to a more urgent run), by worker",
             ),
             duration: metrics.histogram(
                 "scrinalia_run_duration_seconds",
@@ -190,6 +195,11 @@ impl DaemonMetrics {
     /// A run of `worker` whose lease had expired was recorded interrupted by this daemon's recovery.
     pub fn run_recovered(&self, worker: &str) {
         self.recovered.inc(&[("worker", worker)]);
+    }
+
+    /// A run of `worker` ended preempted: it yielded its resource to a more urgent run.
+    pub fn run_preempted(&self, worker: &str) {
+        self.preempted.inc(&[("worker", worker)]);
     }
 
     /// An attempt to deliver an event to `webhook` ended with `outcome` (`delivered`, `retry`, `gave_up`).

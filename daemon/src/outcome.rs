@@ -192,6 +192,9 @@ pub async fn write_ledger(ctx: &Context, run: &Run, finish: &Finish) {
                 let seconds = duration_ms.map(|ms| ms as f64 / 1000.0);
                 ctx.metrics.run_finished(&run.worker, state, seconds);
                 ctx.metrics.run_usage(&run.worker, finish.usage.as_ref());
+                if done.end_reason == Some(EndReason::Preempted) {
+                    ctx.metrics.run_preempted(&run.worker);
+                }
                 if done.state != RunState::Succeeded {
                     telemetry::mark_failed(&span, done.error.as_deref().unwrap_or(state));
                 }

@@ -169,6 +169,18 @@ pub fn lineage(detail: &RunDetail, now: DateTime<Utc>) -> Vec<(&'static str, Str
     if let Some(usage) = &run.usage {
         lines.push(("usage", usage_text(usage)));
     }
+    if run.priority != i16::from(scrinalia_wire::choice::DEFAULT_PRIORITY) {
+        lines.push(("priority", format!("{} (0 to 100, higher first)", run.priority)));
+    }
+    if let Some(at) = run.expires_at {
+        lines.push(("expires", format!("{} if still queued", at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))));
+    }
+    if let Some(urgent) = run.preempted_for {
+        lines.push((
+            "preempted",
+            format!("for run {urgent}, which needed its resource (see: scrinalia run show {urgent})"),
+        ));
+    }
     if let (Some(parent), Some(shard), Some(shards)) = (run.parent_id, run.shard, run.shards) {
         lines.push(("shard", format!("{shard} of {shards}, of run {parent} (see: scrinalia run show {parent})")));
     }

@@ -159,6 +159,7 @@ pub fn check(evidence: Evidence<'_>) -> Verdict {
     violations.extend(resumes::a_resumed_run_starts_from_its_predecessors_last_checkpoint(&e.runs, &events, resumed));
     violations.extend(resumes::a_run_is_continued_once_and_only_a_resume_from_a_checkpoint(&e.runs, &events, resumed));
     violations.extend(resumes::no_resume_the_policy_owes_is_lost(&e.runs, resumed));
+    violations.extend(resumes::a_preempted_run_is_resumed_exactly_once(&e.runs, resumed));
     let (stored, counted) = (&e.items, &mut figures.items);
     violations.extend(items::no_run_stores_more_items_than_its_worker_printed(&e.runs, &events, stored, counted));
     violations.extend(items::every_item_printed_before_the_last_stored_checkpoint_is_stored(

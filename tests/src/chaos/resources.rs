@@ -44,20 +44,37 @@ pub fn configure(file: &mut SettingsFile) {
     });
     for (name, capacity, workers) in RESOURCES {
         let description = Some(format!("the chaos suite's {capacity}-slot resource"));
+        // The one-slot resource preempts: its resumed probe (priority 10) yields to the others (50, 90).
+        let preempts = name == PREEMPTED_RESOURCE;
         file.resources.push(ResourceSpec {
             name: name.into(),
             capacity,
             description,
             scope: Default::default(),
             starts_per_minute: None,
-            preempt_after_seconds: None,
-            preempt_grace_seconds: None,
+            preempt_after_seconds: preempts.then_some(1),
+            preempt_grace_seconds: preempts.then_some(5),
         });
         for worker in file.workers.iter_mut().filter(|w| workers.contains(&w.name.as_str())) {
             worker.resources.push(name.into());
         }
     }
+    for worker in &mut file.workers {
+        match worker.name.as_str() {
+            PREEMPTIBLE => (worker.preemptible, worker.priority) = (true, Some(10)),
+            URGENT => worker.priority = Some(90),
+            _ => {}
+        }
+    }
 }
+
+/// The resource whose holders may be preempted, the preemptible probe that holds it (a resumed probe: its runs
+/// are long and checkpoint), and a probe of high priority that waits for it.
+pub const PREEMPTED_RESOURCE: &str = "chaos-model";
+/// See [`PREEMPTED_RESOURCE`].
+pub const PREEMPTIBLE: &str = "probe-13";
+/// See [`PREEMPTED_RESOURCE`].
+pub const URGENT: &str = "probe-5";
 
 /// The resource `worker` holds, with its capacity.
 fn resource_of(worker: &str) -> Option<(&'static str, u32)> {

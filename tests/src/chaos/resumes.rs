@@ -238,6 +238,7 @@ pub fn no_resume_the_policy_owes_is_lost(runs: &[Run], figures: &mut BTreeMap<St
             && p.state == RunState::Interrupted
             && p.checkpoint.is_some()
             && p.cancel_requested_at.is_none()
+            && !preempted(p)
             && policy().retries(p.attempt, RetryOn::Interrupted)
     });
     for p in owed {
@@ -259,6 +260,56 @@ pub fn no_resume_the_policy_owes_is_lost(runs: &[Run], figures: &mut BTreeMap<St
                 r.follows_as
             )),
             Some(_) => {}
+        }
+    }
+    v
+}
+
+/// Whether `run` ended by a preemption: it yielded (`preempted`), or was asked to and its daemon died first.
+fn preempted(run: &Run) -> bool {
+    run.end_reason == Some(scrinalia_shared::EndReason::Preempted)
+        || (run.state == RunState::Interrupted && run.preempt_requested_at.is_some())
+}
+
+/// A preempted run is resumed exactly once, from its checkpoint, also when its daemon died while it yielded (it
+/// ended `owner_lost`), and is never retried; a preemption is asked only of a run with a checkpoint, for a run of
+/// higher priority.
+pub fn a_preempted_run_is_resumed_exactly_once(runs: &[Run], figures: &mut BTreeMap<String, usize>) -> Vec<String> {
+    let by_id: HashMap<Uuid, &Run> = runs.iter().map(|r| (r.id, r)).collect();
+    let mut v = Vec::new();
+    for p in runs.iter().filter(|r| r.preempt_requested_at.is_some()) {
+        *figures.entry("preemptions asked".into()).or_default() += 1;
+        if p.checkpoint.is_none() {
+            v.push(format!("run {} of {} was asked to yield without a checkpoint", p.id, p.worker));
+        }
+        match p.preempted_for.and_then(|u| by_id.get(&u)) {
+            Some(urgent) if urgent.priority > p.priority => {}
+            other => v.push(format!(
+                "run {} (priority {}) was preempted for {:?}, not a run of higher priority",
+                p.id,
+                p.priority,
+                other.map(|u| (u.id, u.priority))
+            )),
+        }
+    }
+    for p in runs.iter().filter(|r| preempted(r)) {
+        *figures.entry("preempted runs".into()).or_default() += 1;
+        let resumes: Vec<&Run> =
+            runs.iter().filter(|r| r.follows == Some(p.id) && r.follows_as == Some(FollowKind::Resume)).collect();
+        if resumes.len() != 1 {
+            v.push(format!(
+                "preempted run {} of {} ({:?}) has {} resumes",
+                p.id,
+                p.worker,
+                p.end_reason,
+                resumes.len()
+            ));
+        }
+        if let Some(retry) = runs.iter().find(|r| r.retry_of == Some(p.id)) {
+            v.push(format!("preempted run {} was retried by {}", p.id, retry.id));
+        }
+        if p.end_reason == Some(scrinalia_shared::EndReason::OwnerLost) {
+            *figures.entry("preempted runs whose daemon died mid-yield".into()).or_default() += 1;
         }
     }
     v
@@ -332,5 +383,30 @@ mod tests {
         assert!(v[0].contains("resumes nothing but its worker started from checkpoint"), "{}", v[0]);
         assert!(v[1].contains("told it restarts run None, the ledger says it restarts Some"), "{}", v[1]);
         assert!(v[2].starts_with(&format!("run {} was continued 2 times", p.id)), "{}", v[2]);
+    }
+
+    #[test]
+    fn a_preempted_run_needs_exactly_one_resume_and_no_retry() {
+        let urgent = run(json!({"priority": 90}));
+        let preempted = |fields: Value| {
+            let mut all = json!({"state": "interrupted", "end_reason": "preempted", "priority": 10,
+                "checkpoint": {"step": 2}, "checkpoint_at": "2030-01-01T00:00:04Z",
+                "preempt_requested_at": "2030-01-01T00:00:03Z", "preempted_for": urgent.id});
+            all.as_object_mut().expect("an object").extend(fields.as_object().cloned().unwrap_or_default());
+            run(all)
+        };
+        let (yielded, died) = (preempted(json!({})), preempted(json!({"end_reason": "owner_lost"})));
+        let resume = run(json!({"follows": yielded.id, "follows_as": "resume"}));
+        let mut figures = BTreeMap::new();
+        let runs = [urgent.clone(), yielded.clone(), died.clone(), resume];
+        let v = a_preempted_run_is_resumed_exactly_once(&runs, &mut figures);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains(&died.id.to_string()) && v[0].contains("has 0 resumes"), "{v:?}");
+        assert_eq!(figures["preempted runs"], 2);
+        let retried = run(json!({"retry_of": yielded.id}));
+        let again = run(json!({"follows": died.id, "follows_as": "resume"}));
+        let runs = [urgent, yielded, died, again, retried];
+        let v = a_preempted_run_is_resumed_exactly_once(&runs, &mut figures);
+        assert!(v.len() == 2 && v.iter().any(|s| s.contains("was retried by")), "{v:?}");
     }
 }

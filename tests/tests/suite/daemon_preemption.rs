@@ -93,7 +93,8 @@ async fn why(t: &TestDb, setup: &Setup, run: &Run) -> Option<scrinalia_shared::W
 async fn an_urgent_run_preempts_the_embeddings_at_a_checkpoint_and_they_resume_by_themselves(t: &TestDb) {
     let setup = setup(t);
     let data = setup.dir.join("demo");
-    let daemon = setup.start_daemon("gpu-host", &[]);
+    let listen = format!("127.0.0.1:{}", scrinalia_tests::free_port());
+    let daemon = setup.start_daemon("gpu-host", &[("SCRINALIA__DAEMON__METRICS_LISTEN", &listen)]);
     run_to_success(t, &setup, "transfer").await;
     run_to_success(t, &setup, "language-detect").await;
     eventually(Duration::from_secs(30), "the daemon to describe embed", || async {
@@ -148,6 +149,13 @@ async fn an_urgent_run_preempts_the_embeddings_at_a_checkpoint_and_they_resume_b
     };
     let runs = t.db.api.list_runs(&filter).await.expect("runs").runs;
     assert_eq!(runs.len(), 2, "{runs:?}");
+
+    // The daemon counted the preemption.
+    let metrics = reqwest::get(format!("http://{listen}/metrics")).await.expect("GET /metrics");
+    let text = metrics.text().await.expect("the exposition");
+    let line =
+        text.lines().find(|l| l.starts_with("scrinalia_runs_preempted_total{") && l.contains("worker=\"embed\""));
+    assert!(line.is_some_and(|l| l.ends_with(" 1")), "{line:?}");
     daemon.stop(Duration::from_secs(10)).await;
 }
 
