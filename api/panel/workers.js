@@ -340,6 +340,7 @@ export function mount(root, _params, ctx) {
     parts.push(limitNotes(w));
     parts.push(inFlight(w));
     if (w.shards_note) parts.push(h("p", { class: "shards-note muted" }, w.shards_note));
+    if (w.preemption_note) parts.push(h("p", { class: "preemption-note muted" }, w.preemption_note));
     parts.push(lastRun(w.last_finished));
     replace(el, parts);
   }

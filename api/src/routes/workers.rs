@@ -11,7 +11,7 @@ use axum::{
     routing::get,
 };
 use chrono::{DateTime, Utc};
-use scrinalia_shared::{EffectiveWorker, WorkerSpec, daemons, overrides::OverrideState};
+use scrinalia_shared::{EffectiveWorker, WorkerSpec, daemons, overrides::OverrideState, runs::not_preemptible};
 use scrinalia_wire::{
     Daemon, Engine, Override, QueueCount, Readiness, Run, RunState, Waiting, WorkerDescription, WorkerView, WorkersView,
 };
@@ -103,6 +103,11 @@ pub async fn worker_views(
             }
             let stored = overrides.remove(&spec.name);
             let limit_notes = limit_notes_of(spec, stored.as_ref(), &daemons);
+            let capabilities =
+                described.as_ref().and_then(|d| d.description.as_ref()).map(|d| d.capabilities.unwrap_or_default());
+            let preemption_note = not_preemptible(spec.preemptible, capabilities)
+                .filter(|_| spec.preemptible)
+                .map(|why| format!("Declared preemptible, but its runs are not preempted: {why}."));
             let config = OverrideState::of(&worker, stored);
             let (effective, effective_error) = match config.effective {
                 Ok(config) => (Some(config), None),
@@ -130,6 +135,7 @@ pub async fn worker_views(
                 // Only the figures of the run the card shows (not of a run that has ended since).
                 running_items: in_flight.get(&spec.name).and_then(|r| running_items.remove(&r.id)),
                 shards_note: in_flight.get(&spec.name).and_then(|r| shards_notes.remove(&r.id)),
+                preemption_note,
                 in_flight: in_flight.remove(&spec.name),
                 last_finished: finished.remove(&spec.name),
                 quarantined: quarantined.remove(&spec.name).unwrap_or(0),

@@ -66,6 +66,10 @@ pub struct WorkerView {
     /// (a queued shard waits: …)".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shards_note: Option<String>,
+    /// For a worker the catalogue declares preemptible whose runs cannot be preempted, why not, as a sentence:
+    /// "Declared preemptible, but its runs are not preempted: its code does not declare the `yield` capability."
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption_note: Option<String>,
     /// Why that run has not started, while it is queued (the same reason as on the run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<Waiting>,
