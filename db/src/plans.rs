@@ -65,6 +65,8 @@ enum Param {
     Texts(Option<Vec<String>>),
     /// A JSON list of strings on both.
     JsonTexts(Vec<String>),
+    /// A null of a PostgreSQL type (the claim's "ahead of" bound, unset in a plain claim).
+    Null(&'static str),
 }
 
 impl Param {
@@ -77,13 +79,14 @@ impl Param {
             Self::Time(_) => "timestamptz",
             Self::Texts(_) => "text[]",
             Self::JsonTexts(_) => "jsonb",
+            Self::Null(pg_type) => pg_type,
         }
     }
 
     fn pg_literal(&self) -> String {
         let quote = |s: &str| format!("'{}'", s.replace('\'', "''"));
         match self {
-            Self::Text(None) | Self::Uuid(None) | Self::Texts(None) => "null".to_owned(),
+            Self::Text(None) | Self::Uuid(None) | Self::Texts(None) | Self::Null(_) => "null".to_owned(),
             Self::Text(Some(s)) => quote(s),
             Self::Int(n) => n.to_string(),
             Self::Float(f) => format!("{f:?}::float8"),
@@ -150,6 +153,9 @@ fn reads(db: &Database, s: &PlanSample) -> Vec<Read> {
             Param::Int(4),
             Param::Texts(None),
             Param::Texts(excluded),
+            Param::Null("smallint"),
+            Param::Null("timestamptz"),
+            Param::Null("uuid"),
         ],
     };
     vec![
@@ -230,6 +236,7 @@ impl Database {
                             Param::Time(t) => query.bind(DbTime(*t)),
                             Param::Texts(list) => query.bind(list.clone().map(Json)),
                             Param::JsonTexts(list) => query.bind(Json(list.clone())),
+                            Param::Null(_) => query.bind(None::<String>),
                         };
                     }
                     let rows = query.fetch_all(pool).await?;

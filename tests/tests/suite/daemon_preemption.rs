@@ -103,13 +103,20 @@ async fn an_urgent_run_preempts_the_embeddings_at_a_checkpoint_and_they_resume_b
     .await;
 
     // The embeddings hold the GPU and have checkpointed; an urgent run needing the GPU arrives.
-    let batch = request(t, &setup, "embed", json!({"options": {"delay_ms": 250, "batch_size": 2}})).await;
+    let batch = request(t, &setup, "embed", json!({"options": {"delay_ms": 600, "batch_size": 2}})).await;
     assert_eq!(batch.priority, 10);
     wait_run(&t.db.api, batch.id, Duration::from_secs(30), "a checkpoint", |r| r.checkpoint.is_some()).await;
     let urgent = request(t, &setup, "probe-2", json!({"options": {"duration_ms": 200}})).await;
     assert_eq!(urgent.priority, 50);
 
-    // It is asked to yield, and the urgent run's reason says so while the embeddings finish their batch.
+    // It is asked to yield, and the urgent run's reason says so while the embeddings finish their batch (1.2 s).
+    let reason = eventually(Duration::from_secs(30), "the urgent run's reason to name the preemption", || async {
+        let why = why(t, &setup, &urgent).await?;
+        why.message.contains("It is preempting run").then_some(why)
+    })
+    .await;
+    let preempting = format!("It is preempting run {} (embed): asked to yield, ", batch.id);
+    assert!(reason.message.contains(&preempting) && reason.message.contains("s of grace left"), "{reason:?}");
     let preempted = wait_finished(&t.db.api, batch.id, Duration::from_secs(60)).await;
     assert_eq!((preempted.state, preempted.end_reason), (RunState::Interrupted, Some(EndReason::Preempted)));
     assert_eq!(preempted.preempted_for, Some(urgent.id), "{preempted:?}");

@@ -11,7 +11,7 @@ use uuid::Uuid;
 backend_tests!(every_end_reason_of_the_code_is_stored_and_no_other, every_way_to_follow_a_run_is_stored_and_no_other);
 
 /// Values that are not today's end reasons: ones a later issue may add, and near misses.
-const NOT_END_REASONS: [&str; 4] = ["preempted", "expired", "Exit_Status", ""];
+const NOT_END_REASONS: [&str; 4] = ["yielded", "Preempted", "Exit_Status", ""];
 /// Values that are not today's ways to follow a run.
 const NOT_FOLLOWS: [&str; 3] = ["retry", "Resume", "rerun "];
 
@@ -24,7 +24,8 @@ struct Rule {
 const END_REASON: Rule = Rule {
     constraint: "worker_runs_end_reason_known",
     sentence: "worker_runs.end_reason must be one of exit_status, signal, spawn_failed, supervisor_lost, timeout, \
-               unknown_worker, cancelled, daemon_shutdown, lease_lost, owner_lost, out_of_memory, stalled",
+               unknown_worker, cancelled, daemon_shutdown, lease_lost, owner_lost, out_of_memory, stalled, preempted, \
+               expired",
 };
 const FOLLOWS_AS: Rule = Rule {
     constraint: "worker_runs_follows_as_known",
@@ -143,7 +144,7 @@ async fn every_end_reason_of_the_code_is_stored_and_no_other(t: &TestDb) {
     ))
     .await
     .expect("a queued run");
-    let sql = format!("update worker_runs set state = 'failed', end_reason = 'preempted' where id = {queued}");
+    let sql = format!("update worker_runs set state = 'failed', end_reason = 'yielded' where id = {queued}");
     raw.assert_refused(&sql, &END_REASON).await;
     assert_eq!(raw.count(&queued, "state = 'queued' and end_reason is null").await, 1);
 }

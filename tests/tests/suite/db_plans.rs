@@ -29,10 +29,11 @@ const ROWS: i64 = 1_000_000;
 /// The tables that grow with history.
 const LEDGER: [&str; 2] = ["worker_runs", "run_progress"];
 /// The partial indexes of the hot rows (queued, running): walking one whole reads no history.
-const HOT: [&str; 3] = ["worker_runs_one_in_flight", "worker_runs_queued", "worker_runs_running_lease"];
+const HOT: [&str; 4] =
+    ["worker_runs_one_in_flight", "worker_runs_queued", "worker_runs_queued_by_priority", "worker_runs_running_lease"];
 /// The indexes that reach the queued rows alone: their partial index, or the state's index (whose leading column
 /// the claim's `state = 'queued'` fixes).
-const QUEUED: [&str; 2] = ["worker_runs_queued", "worker_runs_state_ledger"];
+const QUEUED: [&str; 3] = ["worker_runs_queued", "worker_runs_queued_by_priority", "worker_runs_state_ledger"];
 
 /// The state of run `i` of the seed: 20 queued and 20 running (one per worker, as the in-flight index allows),
 /// then 80 % succeeded, 10 % failed, 5 % cancelled, 5 % interrupted, each worker having runs of every state.
