@@ -4,7 +4,8 @@
 //! a checkpoint, the urgent run takes the GPU and succeeds, and the embeddings' automatic resume then continues
 //! from that checkpoint to the end: the embeddings' journal holds every document exactly once, no retry and no
 //! `interrupted` webhook event is made. A holder that is not preemptible is never preempted, and the urgent run's
-//! waiting reason says why it waits.
+//! waiting reason says why it waits. A preempted run whose daemon is SIGKILLed while it yields ends `owner_lost`
+//! once its lease expires and still gets its one resume.
 
 use std::{collections::BTreeMap, path::Path, time::Duration};
 
@@ -20,6 +21,7 @@ use serde_json::{Value, json};
 backend_tests!(
     an_urgent_run_preempts_the_embeddings_at_a_checkpoint_and_they_resume_by_themselves,
     a_holder_that_is_not_preemptible_is_never_preempted_and_the_reason_says_why,
+    a_preempted_run_whose_daemon_dies_mid_yield_is_resumed_once,
 );
 
 /// One daemon with one GPU and room for three runs. The embeddings (priority 10, preemptible) and `probe-1`
@@ -187,4 +189,57 @@ async fn a_holder_that_is_not_preemptible_is_never_preempted_and_the_reason_says
     assert_eq!(urgent.state, RunState::Succeeded);
     assert!(urgent.claimed_at >= holder.finished_at, "it waited for the holder's end");
     daemon.stop(Duration::from_secs(10)).await;
+}
+
+async fn a_preempted_run_whose_daemon_dies_mid_yield_is_resumed_once(t: &TestDb) {
+    // A global model server of one slot, preempted after 1 s; probe-1 may be preempted, probe-2 is urgent.
+    let config = Setup::config(t, |d| d.capacity = 2).with(|f| {
+        f.resources = vec![scrinalia_shared::ResourceSpec {
+            name: "model".into(),
+            capacity: 1,
+            description: None,
+            scope: Default::default(),
+            starts_per_minute: None,
+            preempt_after_seconds: Some(1),
+            preempt_grace_seconds: Some(60),
+        }];
+        for probe in f.workers.iter_mut().filter(|w| w.name == "probe-1" || w.name == "probe-2") {
+            probe.resources = vec!["model".into()];
+            probe.preemptible = probe.name == "probe-1";
+        }
+    });
+    let setup = Setup::with(t, config);
+    let doomed = setup.start_daemon("doomed", &[]);
+    eventually(Duration::from_secs(30), "the daemon to describe probe-1", || async {
+        t.db.api.description("probe-1").await.ok()??.description.map(drop)
+    })
+    .await;
+    // A checkpoint every 5 s: asked to yield after its first, it is still on its way to the next when it dies.
+    let options = json!({"options": {"duration_ms": 30_000, "checkpoints": 6}, "priority": 10});
+    let holder = request(t, &setup, "probe-1", options).await;
+    wait_run(&t.db.api, holder.id, Duration::from_secs(30), "a checkpoint", |r| r.checkpoint.is_some()).await;
+    let survivor = setup.start_daemon("survivor", &[]);
+    let urgent = request(t, &setup, "probe-2", json!({"options": {"duration_ms": 50}, "priority": 90})).await;
+    wait_run(&t.db.api, holder.id, Duration::from_secs(30), "the preemption", |r| r.preempt_requested_at.is_some())
+        .await;
+    doomed.signal(nix::sys::signal::Signal::SIGKILL);
+
+    let lost = wait_finished(&t.db.api, holder.id, Duration::from_secs(60)).await;
+    assert_eq!((lost.state, lost.end_reason), (RunState::Interrupted, Some(EndReason::OwnerLost)), "{lost:?}");
+    assert_eq!(lost.preempted_for, Some(urgent.id));
+    let urgent = wait_finished(&t.db.api, urgent.id, Duration::from_secs(60)).await;
+    assert_eq!(urgent.state, RunState::Succeeded, "{urgent:?}");
+    let (resume, how) = t.db.api.run_continued_by(lost.id).await.expect("read").expect("its one resume");
+    assert_eq!(how, FollowKind::Resume);
+    let resume = wait_finished(&t.db.api, resume, Duration::from_secs(90)).await;
+    assert_eq!(resume.state, RunState::Succeeded, "{resume:?}");
+    assert!(resume.claimed_at >= urgent.claimed_at, "the urgent run went first");
+    let filter = scrinalia_shared::runs::RunFilter {
+        worker: Some("probe-1".into()),
+        limit: 50,
+        ..scrinalia_shared::runs::RunFilter::default()
+    };
+    let runs = t.db.api.list_runs(&filter).await.expect("runs").runs;
+    assert_eq!(runs.len(), 2, "the run and its one resume, no retry: {runs:?}");
+    survivor.stop(Duration::from_secs(10)).await;
 }
