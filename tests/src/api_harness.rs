@@ -47,6 +47,8 @@ pub struct ApiConfig {
     pub heartbeat_and_gone_after: (u64, u64),
     /// `database.max_connections`.
     pub max_connections: u32,
+    /// Workers the catalogue declares `preemptible`.
+    pub preemptible: Vec<&'static str>,
 }
 
 impl Default for ApiConfig {
@@ -60,6 +62,7 @@ impl Default for ApiConfig {
             body_limit_bytes: 4096,
             heartbeat_and_gone_after: (5, 30),
             max_connections: 10,
+            preemptible: Vec::new(),
         }
     }
 }
@@ -129,7 +132,11 @@ pub fn config_file(db_url: &str, dir: &Path, config: &ApiConfig) -> ConfigFile {
     transfer.axis = "ingest".into();
     transfer.governance = "automatic".into();
     transfer.stamp = "archived_v1".into();
-    file.workers([tagger, judge, transfer])
+    let mut workers = [tagger, judge, transfer];
+    for worker in &mut workers {
+        worker.preemptible = config.preemptible.contains(&worker.name.as_str());
+    }
+    file.workers(workers)
 }
 
 /// The API router over a test database, driven in-process.

@@ -120,8 +120,17 @@ fn worker_check(
         let list: Vec<&str> = unenforced.iter().map(|l| l.as_str()).collect();
         problems.push(format!("A limit is not kept, its runs go on without it: {}", list.join("; ")));
     }
+    // A worker declared preemptible whose code cannot yield holds its resource however urgent the waiter.
+    let capabilities = worker.described.as_ref().map(|d| d.capabilities.unwrap_or_default());
+    let not_preempted = scrinalia_shared::runs::not_preemptible(worker.spec.preemptible, capabilities)
+        .filter(|_| worker.spec.preemptible);
+    if let Some(why) = not_preempted {
+        status = status.max(Status::Degraded);
+        problems.push(format!("It is declared preemptible, but its runs are not preempted: {why}"));
+    }
     let mut details = json!({
         "ready": readiness.as_ref().and_then(|r| r.ready),
+        "preemptible": worker.spec.preemptible && not_preempted.is_none(),
         "checked_at": readiness.as_ref().map(|r| r.checked_at),
         "disagreements": worker.disagreements,
         "quarantined": quarantined,

@@ -6,12 +6,32 @@
 use axum::http::{Method, StatusCode};
 use scrinalia_tests::{
     TestDb,
-    api_harness::{ADMIN, OPERATOR, TestApi, VIEWER},
+    api_harness::{ADMIN, ApiConfig, OPERATOR, TestApi, VIEWER},
     backend_tests,
 };
 use serde_json::{Value, json};
 
-backend_tests!(priorities_and_expiries_are_checked_resolved_and_raised_only_by_admins,);
+backend_tests!(
+    priorities_and_expiries_are_checked_resolved_and_raised_only_by_admins,
+    health_and_the_worker_card_say_why_a_preemptible_worker_is_not_preempted,
+);
+
+async fn health_and_the_worker_card_say_why_a_preemptible_worker_is_not_preempted(t: &TestDb) {
+    let api = TestApi::with(t, &ApiConfig { preemptible: vec!["tagger"], ..ApiConfig::default() }).await;
+    let why = "its code has not described itself, so whether it can yield is not known";
+    let card = api.get("/api/workers/tagger", VIEWER).await.expect(StatusCode::OK, None);
+    let note = format!("Declared preemptible, but its runs are not preempted: {why}.");
+    assert_eq!(card["preemption_note"], json!(note), "{card}");
+    let other = api.get("/api/workers/judge", VIEWER).await.expect(StatusCode::OK, None);
+    assert!(other.get("preemption_note").is_none(), "not declared preemptible, nothing to say: {other}");
+    let health = api.get("/api/health", VIEWER).await.expect(StatusCode::OK, None);
+    let checks = health["checks"].as_array().expect("checks");
+    let tagger = checks.iter().find(|c| c["name"] == "worker:tagger").expect("the tagger's check");
+    assert_eq!(tagger["status"], "degraded", "{tagger}");
+    assert_eq!(tagger["details"]["preemptible"], false, "{tagger}");
+    let error = tagger["error"].as_str().unwrap_or_default();
+    assert!(error.contains(&format!("It is declared preemptible, but its runs are not preempted: {why}")), "{tagger}");
+}
 
 async fn priorities_and_expiries_are_checked_resolved_and_raised_only_by_admins(t: &TestDb) {
     let api = TestApi::new(t).await;
