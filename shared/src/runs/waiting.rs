@@ -383,14 +383,23 @@ impl Store {
                 None => self.runs_in_flight().await,
             }
         };
-        let (now, daemons, in_flight, holders, next_starts, not_preemptible) = tokio::try_join!(
+        let (now, daemons, in_flight, holders, next_starts) = tokio::try_join!(
             self.now(),
             self.list_daemons(gone_after),
             in_flight,
             self.resource_holders(),
             self.next_starts(catalogue),
-            self.not_preemptible(catalogue),
         )?;
+        // Why a holder is not preempted matters only to a queued run of a worker that holds a resource that may be
+        // preempted: read then, after the rest (not one more statement at once on every read of the workers).
+        let preempting = |run: &Run| {
+            run.state == RunState::Queued
+                && catalogue.worker(&run.worker).is_some_and(|w| {
+                    w.resources.iter().any(|r| catalogue.resource(r).is_some_and(|r| r.preempt_after_seconds.is_some()))
+                })
+        };
+        let not_preemptible =
+            if in_flight.iter().any(preempting) { self.not_preemptible(catalogue).await? } else { BTreeMap::new() };
         Ok(WaitFacts { now, daemons, in_flight, holders, next_starts, not_preemptible })
     }
 

@@ -262,12 +262,21 @@ fn every_201_has_its_row_and_every_row_a_201(
     }
     for r in &e.runs {
         *figures.runs.entry(r.state.to_string()).or_default() += 1;
-        // A shard of a sharded run comes from its parent's 201.
-        if !created.contains_key(&r.id) && !is_scheduled(r) && r.parent_id.is_none() {
+        // A shard of a sharded run comes from its parent's 201, a preempted run's resume from its preemption.
+        if !created.contains_key(&r.id) && !is_scheduled(r) && r.parent_id.is_none() && !resumes_a_preemption(r, e) {
             v.push(format!("run {} of {} is in the ledger without a 201", r.id, r.worker));
         }
     }
     v
+}
+
+/// Whether `run` is the resume a preemption requested: it resumes a run that was asked to yield.
+fn resumes_a_preemption(run: &Run, e: &Evidence<'_>) -> bool {
+    run.follows_as == Some(scrinalia_shared::FollowKind::Resume)
+        && run
+            .follows
+            .and_then(|p| e.runs.iter().find(|r| r.id == p))
+            .is_some_and(|p| p.preempt_requested_at.is_some() && p.state == scrinalia_shared::RunState::Interrupted)
 }
 
 /// Every run reached a terminal state, and each ended as it was steered: a failure is the exit status 3 it was
@@ -372,6 +381,8 @@ fn every_interruption_has_its_reason_within_the_lease_after_its_owner_died(
                 r.id, r.worker
             )),
             Some(EndReason::DaemonShutdown) => {}
+            // Asked to yield for a more urgent run (resumes::a_preempted_run_is_resumed_exactly_once checks it).
+            Some(EndReason::Preempted) if r.preempt_requested_at.is_some() => {}
             other => v.push(format!("run {} of {} is interrupted with reason {other:?}: {error:?}", r.id, r.worker)),
         }
     }
