@@ -148,14 +148,6 @@ async fn each_waiting_reason_is_read_back_through_the_api(t: &TestDb) {
 }
 
 /// The pipeline run's `waiting` once its code is `code`.
-async fn pipeline_waits_for(stack: &Stack, id: &str, code: &str) -> Value {
-    eventually(Duration::from_secs(20), &format!("pipeline run {id} waiting: {code}"), || async {
-        let view = stack.get(&format!("/api/pipeline-runs/{id}"), VIEWER).await.expect(StatusCode::OK, None);
-        (view["waiting"]["code"] == code).then(|| view["waiting"].clone())
-    })
-    .await
-}
-
 /// The worker cards of `GET /api/workers`, by name.
 async fn worker_cards(stack: &Stack) -> std::collections::HashMap<String, Value> {
     let view = stack.get("/api/workers", VIEWER).await.expect(StatusCode::OK, None);
@@ -203,7 +195,14 @@ async fn a_pipeline_step_and_a_worker_card_say_why_they_wait(t: &TestDb) {
         (state_of(&stack, &long).await == "running").then_some(())
     })
     .await;
-    let waiting = pipeline_waits_for(&stack, &pipeline, "pipeline_step").await;
+    // Until the pipeline run is read after step 1's end moved it on, its reason may be that step 1 ended (the
+    // pipeline row and its runs are two reads): wait for the reason that names the run in flight.
+    let waiting = eventually(Duration::from_secs(20), "step 2 waiting for probe-4's run", || async {
+        let view = stack.get(&format!("/api/pipeline-runs/{pipeline}"), VIEWER).await.expect(StatusCode::OK, None);
+        let waiting = &view["waiting"];
+        (waiting["code"] == "pipeline_step" && waiting["runs"] != Value::Null).then(|| waiting.clone())
+    })
+    .await;
     assert_eq!(waiting["runs"], json!([long]), "names the run in flight: {waiting}");
     let message = waiting["message"].as_str().unwrap_or_default();
     assert!(message.contains("Step 2 (probe-4) waits for worker probe-4's run"), "{waiting}");
