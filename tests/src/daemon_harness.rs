@@ -142,6 +142,17 @@ pub fn realtime_ns() -> i128 {
     i128::from(chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default())
 }
 
+/// Each line of a demo archive worker's results journal under the demo data folder `data`: (document, run).
+pub fn results_journal(data: &std::path::Path, worker: &str) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(data.join(format!("results/{worker}.jsonl"))).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|v| {
+            (v["document"].as_str().unwrap_or_default().to_owned(), v["run"].as_str().unwrap_or_default().to_owned())
+        })
+        .collect()
+}
+
 /// A database time in realtime ns.
 pub fn at_ns(t: chrono::DateTime<chrono::Utc>) -> i128 {
     i128::from(t.timestamp_nanos_opt().unwrap_or_default())

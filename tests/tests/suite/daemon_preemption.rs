@@ -7,13 +7,13 @@
 //! waiting reason says why it waits. A preempted run whose daemon is SIGKILLed while it yields ends `owner_lost`
 //! once its lease expires and still gets its one resume.
 
-use std::{collections::BTreeMap, path::Path, time::Duration};
+use std::{collections::BTreeMap, time::Duration};
 
 use scrinalia_shared::{EndReason, FollowKind, OptionType, Run, RunState, WaitCode, runs::RunRequest};
 use scrinalia_testkit::config::{option, worker};
 use scrinalia_tests::{
     TestDb, backend_tests,
-    daemon_harness::{Setup, daemon_gpu, wait_finished, wait_run, wait_started},
+    daemon_harness::{Setup, daemon_gpu, results_journal, wait_finished, wait_run, wait_started},
     demo_worker, eventually,
 };
 use serde_json::{Value, json};
@@ -76,17 +76,6 @@ async fn run_to_success(t: &TestDb, setup: &Setup, worker: &str) -> Run {
     run
 }
 
-/// Each line of `worker`'s results journal: (document, run).
-fn journal(data: &Path, worker: &str) -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(data.join(format!("results/{worker}.jsonl"))).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .map(|v| {
-            (v["document"].as_str().unwrap_or_default().to_owned(), v["run"].as_str().unwrap_or_default().to_owned())
-        })
-        .collect()
-}
-
 async fn why(t: &TestDb, setup: &Setup, run: &Run) -> Option<scrinalia_shared::Waiting> {
     let run = t.db.api.get_run(run.id).await.ok()??;
     t.db.api.why_waiting(&setup.settings.catalogue, &run, Duration::from_secs(60)).await.ok()?
@@ -132,7 +121,7 @@ async fn an_urgent_run_preempts_the_embeddings_at_a_checkpoint_and_they_resume_b
     assert!(resume.claimed_at >= urgent.claimed_at, "the urgent run went first");
 
     // Every document embedded exactly once, across the preempted run and its resume.
-    let entries = journal(&data, "embed");
+    let entries = results_journal(&data, "embed");
     let mut times: BTreeMap<&str, usize> = BTreeMap::new();
     for (document, run) in &entries {
         assert!(run == &preempted.id.to_string() || run == &resume.id.to_string(), "{document} by {run}");

@@ -4,13 +4,13 @@
 //! children's. A transfer in two shards whose daemon for shard 0 is SIGKILLed half-way: the parent's resume
 //! resumes shard 0 alone, and across the cut child and its resume the journal holds each document once.
 
-use std::{collections::BTreeMap, path::Path, time::Duration};
+use std::{collections::BTreeMap, time::Duration};
 
 use scrinalia_shared::{FollowKind, OptionType, Run, RunState, runs::RunRequest};
 use scrinalia_testkit::config::{option, worker};
 use scrinalia_tests::{
     TestDb, backend_tests,
-    daemon_harness::{Setup, at_ns, daemon_gpu, wait_finished},
+    daemon_harness::{Setup, at_ns, daemon_gpu, results_journal, wait_finished},
     demo_worker, eventually,
 };
 use scrinalia_wire::shard::shard_of;
@@ -60,17 +60,6 @@ async fn run_to_success(t: &TestDb, setup: &Setup, worker: &str, arguments: Valu
     run
 }
 
-/// Each line of `worker`'s results journal: (document, run).
-fn journal(data: &Path, worker: &str) -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(data.join(format!("results/{worker}.jsonl"))).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .map(|v| {
-            (v["document"].as_str().unwrap_or_default().to_owned(), v["run"].as_str().unwrap_or_default().to_owned())
-        })
-        .collect()
-}
-
 async fn four_shards_of_the_embeddings_on_two_gpus_embed_each_document_once(t: &TestDb) {
     let setup = setup(t, 4);
     let data = setup.dir.join("demo");
@@ -101,7 +90,7 @@ async fn four_shards_of_the_embeddings_on_two_gpus_embed_each_document_once(t: &
     }
     assert_eq!(most, 2, "two children at once with two GPUs, never more");
 
-    let entries = journal(&data, "embed");
+    let entries = results_journal(&data, "embed");
     let by_shard: BTreeMap<String, i32> =
         children.iter().map(|c| (c.id.to_string(), c.shard.expect("a shard"))).collect();
     let mut times: BTreeMap<&str, usize> = BTreeMap::new();
@@ -170,7 +159,7 @@ async fn a_resumed_parent_transfers_each_document_once_across_its_shards(t: &Tes
     assert_eq!(again.len(), 1, "only shard 0 again: {again:?}");
     assert_eq!((again[0].follows, again[0].follows_as), (Some(victim.id), Some(FollowKind::Resume)));
 
-    let entries = journal(&data, "transfer");
+    let entries = results_journal(&data, "transfer");
     let mut times: BTreeMap<&str, usize> = BTreeMap::new();
     for (document, _) in &entries {
         *times.entry(document.as_str()).or_default() += 1;
