@@ -123,11 +123,13 @@ impl Store {
             .filter(|w| w.resources.iter().any(|r| resources.contains(r)))
             .map(|w| w.name.clone())
             .collect();
-        let (holders, waiters) = tokio::try_join!(
-            self.db.retrying(|| db::preemption::holders(&self.db, &resources)),
-            self.db.retrying(|| db::preemption::waiters(&self.db, &workers)),
-        )?;
-        if holders.is_empty() || waiters.is_empty() {
+        // An idle system has no waiter: one statement a second per daemon, and nothing more.
+        let waiters = self.db.retrying(|| db::preemption::waiters(&self.db, &workers)).await?;
+        if waiters.is_empty() {
+            return Ok(Vec::new());
+        }
+        let holders = self.db.retrying(|| db::preemption::holders(&self.db, &resources)).await?;
+        if holders.is_empty() {
             return Ok(Vec::new());
         }
         let catalogue = &*self.with_effective_capacities(catalogue).await?;
