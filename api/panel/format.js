@@ -161,3 +161,10 @@ export function progressBar(f, label) {
   }
   return bar;
 }
+
+/** A run's tags as small labels, each a link to the runs that carry it (nothing for a run without tags). */
+export function tagList(tags) {
+  if (!tags?.length) return null;
+  return h("ul", { class: "tags", "aria-label": "Tags" }, tags.map((t) => h("li", null,
+    h("a", { class: "tag", href: `#/runs?tag=${encodeURIComponent(t)}`, title: `Runs tagged ${t}` }, t))));
+}

@@ -8,7 +8,7 @@ import { ApiError, api, streamText } from "./api.js";
 import { debouncer, facts, h, replace } from "./dom.js";
 import {
   TERMINAL, count, dateTime, duration, progressBar, progressFacts, progressText, shortId, sourceBadge, stateBadge,
-  timeEl, valueText,
+  tagList, timeEl, valueText,
 } from "./format.js";
 import { createRunItems } from "./run-items.js";
 import { shardsSection } from "./run-shards.js";
@@ -60,6 +60,7 @@ export function mount(root, [id], ctx) {
     const rows = [
       ["Worker", h("a", { href: `#/overrides/${encodeURIComponent(r.worker)}` }, r.worker)],
       ["Requested", [timeEl(r.requested_at), " by ", r.requested_by]],
+      ...(r.tags?.length ? [["Tags", tagList(r.tags)]] : []),
       ["Claimed", timeEl(r.claimed_at)],
       ["Started", timeEl(r.started_at)],
       ["Finished", timeEl(r.finished_at)],

@@ -1,17 +1,18 @@
-// The runs view: the ledger, newest first, with filters (worker, state, dates), a search (who requested it,
-// error text, run id or its start) and keyset pagination. Filters and the page live in the hash
-// (#/runs?worker=…&state=…&from=…&to=…&requested_by=…&q=…&id=…&after=…), so a view can be linked. An event
+// The runs view: the ledger, newest first, with filters (worker, state, dates, a tag), a search (who requested
+// it, error text, run id or its start) and keyset pagination. Filters and the page live in the hash
+// (#/runs?worker=…&state=…&from=…&to=…&requested_by=…&q=…&id=…&tag=…&after=…), so a view can be linked; a run's
+// tags are links to the runs that carry the same tag. An event
 // refetches only the run it concerns: a row on screen is replaced, a new run matching the filters is put on top
 // of the first page.
 
 import { ApiError, api } from "./api.js";
 import { debouncer, h, replace } from "./dom.js";
 import { field } from "./form.js";
-import { STATES, duration, resultSummary, shortId, stateBadge, timeEl } from "./format.js";
+import { STATES, duration, resultSummary, shortId, stateBadge, tagList, timeEl } from "./format.js";
 
 const PAGE_SIZES = [25, 50, 100, 200];
 // What the hash keeps, in this order.
-const SEARCH_KEYS = ["worker", "state", "from", "to", "requested_by", "q", "id", "after"];
+const SEARCH_KEYS = ["worker", "state", "from", "to", "requested_by", "q", "id", "tag", "after"];
 
 function parseQuery(text) {
   const q = new URLSearchParams(text ?? "");
@@ -23,6 +24,7 @@ function parseQuery(text) {
     requested_by: q.get("requested_by") ?? "",
     q: q.get("q") ?? "",
     id: q.get("id") ?? "",
+    tag: q.get("tag") ?? "",
     limit: PAGE_SIZES.includes(Number(q.get("limit"))) ? Number(q.get("limit")) : 50,
     after: q.get("after") ?? "",
   };
@@ -85,6 +87,10 @@ export function mount(root, [queryText], ctx) {
     id: "filter-id", name: "id", type: "text", value: filter.id, autocomplete: "off", spellcheck: "false",
     placeholder: "0193ab12…", size: 14,
   });
+  const tagInput = h("input", {
+    id: "filter-tag", name: "tag", type: "text", value: filter.tag, autocomplete: "off", spellcheck: "false",
+    placeholder: "collection:1921-letters", maxlength: 64, size: 18,
+  });
   const limitSelect = h("select", { id: "filter-limit", name: "limit" },
     PAGE_SIZES.map((n) => h("option", { value: n, selected: n === filter.limit }, n)));
   const onsubmit = (e) => {
@@ -93,7 +99,7 @@ export function mount(root, [queryText], ctx) {
     ctx.navigate(toHash({
       worker: workerSelect.value, state: stateSelect.value, from: fromInput.value, to: toInput.value,
       requested_by: byInput.value.trim(), q: errorInput.value.trim(), id: idInput.value.trim(),
-      limit: Number(limitSelect.value), after: "",
+      tag: tagInput.value.trim(), limit: Number(limitSelect.value), after: "",
     }));
   };
   const reset = () => {
@@ -107,6 +113,7 @@ export function mount(root, [queryText], ctx) {
     field("filter-requested-by", "Requested by", byInput),
     field("filter-q", "Error text", errorInput),
     field("filter-id", "Run id (or its start)", idInput),
+    field("filter-tag", "Tag", tagInput),
     field("filter-limit", "Per page", limitSelect),
     h("div", { class: "field buttons" }, h("button", { type: "submit", class: "primary" }, "Apply"),
       h("a", { href: "#/runs", class: "button", onclick: reset }, "Reset")));
@@ -151,7 +158,7 @@ export function mount(root, [queryText], ctx) {
     const to = filter.to && dayBound(filter.to, true);
     if (from) q.set("from", from);
     if (to) q.set("to", to);
-    for (const key of ["requested_by", "q", "id"]) if (filter[key]) q.set(key, filter[key]);
+    for (const key of ["requested_by", "q", "id", "tag"]) if (filter[key]) q.set(key, filter[key]);
     q.set("limit", filter.limit);
     if (after) q.set("after", after);
     return `/api/runs?${q}`;
@@ -169,6 +176,7 @@ export function mount(root, [queryText], ctx) {
     if (filter.q && !run.error?.toLowerCase().includes(filter.q.toLowerCase())) return false;
     const compact = (id) => id.replaceAll("-", "").toLowerCase();
     if (filter.id && !compact(run.id).startsWith(compact(filter.id))) return false;
+    if (filter.tag && !(run.tags ?? []).includes(filter.tag)) return false;
     return true;
   }
 
@@ -178,7 +186,7 @@ export function mount(root, [queryText], ctx) {
     const error = errorExcerpt(r.error, filter.q);
     return h("tr", { dataset: { run: r.id, state: r.state, worker: r.worker } },
       h("td", null, timeEl(r.requested_at)),
-      h("td", null, h("a", { href: `#/runs?worker=${encodeURIComponent(r.worker)}` }, r.worker)),
+      h("td", null, h("a", { href: `#/runs?worker=${encodeURIComponent(r.worker)}` }, r.worker), tagList(r.tags)),
       h("td", { class: "state-cell" }, stateBadge(r.state),
         cancelAsked ? h("small", { class: "muted" }, " cancel requested") : null),
       h("td", null, r.requested_by),

@@ -150,6 +150,7 @@ impl From<RequestError> for ApiError {
         match e {
             RequestError::UnknownWorker { worker } => Self::unknown_worker(&worker),
             RequestError::InvalidArguments(e) => Self::bad_request("invalid_arguments", e.to_string()),
+            RequestError::InvalidTags(e) => Self::bad_request("invalid_tags", e),
             e @ RequestError::InvalidOverride { .. } => Self::conflict("invalid_override", e.to_string()),
             RequestError::InFlight { run_id, state, daemon_id, .. } => Self::conflict("run_in_flight", e.to_string())
                 .with("run_id", run_id)
@@ -194,6 +195,7 @@ impl From<ScheduleError> for ApiError {
             ScheduleError::Cron(CronError::TimeZone { message }) => Self::bad_request("invalid_time_zone", message),
             ScheduleError::Reason(e) => e.into(),
             ScheduleError::Database(e) => e.into(),
+            ScheduleError::Tags(e) => Self::bad_request("invalid_tags", e),
             invalid @ (ScheduleError::InvalidName(_)
             | ScheduleError::Target
             | ScheduleError::UnknownWorker(_)
@@ -216,6 +218,7 @@ impl From<PipelineError> for ApiError {
                 Self::conflict("invalid_override", e.to_string())
             }
             PipelineError::Step { error: RequestError::Database(e), .. } | PipelineError::Database(e) => e.into(),
+            PipelineError::Tags(e) => Self::bad_request("invalid_tags", e),
             invalid @ (PipelineError::Arguments(_) | PipelineError::Step { .. }) => {
                 Self::bad_request("invalid_arguments", invalid.to_string())
             }

@@ -171,6 +171,7 @@ pub fn request(worker: &str, options: serde_json::Value) -> RunRequest {
         requested_by: "bench".to_owned(),
         arguments: arguments(options),
         trace_context: None,
+        tags: Vec::new(),
     }
 }
 

@@ -302,6 +302,9 @@ pub struct ScheduleFields {
     /// read as JSON when it parses, else as text. Repeat for several options.
     #[arg(long = "option", short = 'o', value_name = "NAME=VALUE", value_parser = parse_option)]
     pub options: Vec<(String, Value)>,
+    /// A tag its runs carry (a short word); repeat for several, up to 10. Given to `edit`, they replace its tags.
+    #[arg(long = "tag", value_name = "TAG")]
+    pub tags: Vec<String>,
 }
 
 /// `scrinalia schedules edit`.
@@ -358,6 +361,9 @@ pub enum PipelineCommand {
         /// parses, else as text. Repeat for several options.
         #[arg(long = "option", short = 'o', value_name = "STEP.NAME=VALUE", value_parser = parse_option)]
         options: Vec<(String, Value)>,
+        /// A tag every step's run carries, besides the pipeline's own; repeat for several.
+        #[arg(long = "tag", value_name = "TAG")]
+        tags: Vec<String>,
     },
     /// List a pipeline's runs, newest first.
     Runs {
@@ -399,6 +405,9 @@ pub struct RunsArgs {
     /// Only runs in this state (queued, running, succeeded, failed, cancelled, interrupted).
     #[arg(long, value_name = "STATE")]
     pub state: Option<scrinalia_wire::RunState>,
+    /// Only runs that carry this tag.
+    #[arg(long, value_name = "TAG")]
+    pub tag: Option<String>,
     /// At most this many runs.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=500))]
     pub limit: Option<u32>,

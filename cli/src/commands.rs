@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use anyhow::Context;
 use scrinalia_wire::{
     CancelKind, CancelView, ChoreKind, ChoreRequested, Daemon, DaemonsView, ExplicitArgs, HealthView, Named, Run,
-    RunDetail, RunPage, Status, WorkerView, WorkersView,
+    RunDetail, RunPage, Status, TriggerBody, WorkerView, WorkersView,
 };
 use serde_json::Value;
 use uuid::Uuid;
@@ -120,6 +120,9 @@ pub fn runs_query(args: &RunsArgs) -> Vec<(&'static str, String)> {
     if let Some(s) = args.state {
         query.push(("state", s.as_str().to_owned()));
     }
+    if let Some(t) = &args.tag {
+        query.push(("tag", t.clone()));
+    }
     if let Some(l) = args.limit {
         query.push(("limit", l.to_string()));
     }
@@ -179,7 +182,7 @@ fn explicit(given: RunArguments) -> Result<ExplicitArgs, Verdict> {
 }
 
 async fn trigger(client: &Client, out: Out, args: TriggerArgs) -> anyhow::Result<()> {
-    let arguments = explicit(args.arguments)?;
+    let arguments = TriggerBody { arguments: explicit(args.arguments)?, tags: args.tags };
     let body = client
         .post(&["workers", &args.worker, "runs"], Some(&arguments))
         .await

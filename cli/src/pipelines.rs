@@ -21,7 +21,7 @@ use crate::{
 pub async fn run(client: &Client, out: Out, command: Option<PipelineCommand>) -> anyhow::Result<()> {
     match command {
         None => list(client, out).await,
-        Some(PipelineCommand::Run { name, options }) => start(client, out, &name, options).await,
+        Some(PipelineCommand::Run { name, options, tags }) => start(client, out, &name, options, tags).await,
         Some(PipelineCommand::Runs { name, limit }) => runs(client, out, &name, limit).await,
         Some(PipelineCommand::Show { id }) => show(client, out, id).await,
         Some(PipelineCommand::Cancel { id }) => cancel(client, out, id).await,
@@ -84,11 +84,17 @@ pub fn pipelines_table(views: &[PipelineView]) -> Table {
     table
 }
 
-async fn start(client: &Client, out: Out, name: &str, options: Vec<(String, Value)>) -> anyhow::Result<()> {
+async fn start(
+    client: &Client,
+    out: Out,
+    name: &str,
+    options: Vec<(String, Value)>,
+    tags: Vec<String>,
+) -> anyhow::Result<()> {
     let mut arguments = Value::Object(Map::new());
     apply_options(&mut arguments, TargetKind::Pipeline, options_once(options)?, false)?;
     let body = client
-        .post(&["pipelines", name, "runs"], Some(&StartPipeline { arguments: Some(arguments) }))
+        .post(&["pipelines", name, "runs"], Some(&StartPipeline { arguments: Some(arguments), tags }))
         .await
         .with_context(|| format!("starting a run of pipeline {name}"))?;
     if out.json {

@@ -98,6 +98,7 @@ async fn create(client: &Client, out: Out, args: ScheduleCreateArgs) -> anyhow::
         overlap: args.common.overlap,
         missed: args.common.missed,
         reason: Some(args.reason.to_string()),
+        tags: args.common.tags,
     };
     let body =
         client.post(&["schedules"], Some(&input)).await.with_context(|| format!("creating schedule {}", args.name))?;

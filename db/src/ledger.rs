@@ -60,6 +60,8 @@ pub struct RunFilter {
     pub error_contains: Option<String>,
     /// Only runs whose id is in this range (a whole id, or the ids that start with some hex digits).
     pub ids: Option<IdRange>,
+    /// Only runs that carry this tag.
+    pub tag: Option<String>,
 }
 
 /// `LIKE` without regard to case: PostgreSQL's `ilike`; SQLite's `like` already ignores the case of ASCII letters.
@@ -127,8 +129,29 @@ pub(crate) const LIST_IN_STATE: Sql = ledger_page!(any_index; "state = $2 and ")
 /// A page of one worker's runs in one state.
 pub(crate) const LIST_OF_WORKER_IN_STATE: Sql = ledger_page!(worker_state_index; "worker = $1 and state = $2 and ");
 
+/// A page of the runs that carry one tag (`$12`), with any other filter: `run_tags_ledger` gives the tagged runs in
+/// the ledger's order, from the newest, each read by its id and dropped when another filter does not hold. The
+/// tag's rows come first whatever the planner thinks (SQLite takes the left side of a `cross join` as the outer
+/// loop; PostgreSQL's planner finds it by itself): walking the whole ledger for a rare tag is the scan to avoid.
+pub(crate) const LIST_OF_TAG: Sql = sql!(
+    "select ",
+    run_columns!(),
+    " from run_tags cross join worker_runs \
+     where tag = $12 and id = run_id and ($1 is null or worker = $1) and ($2 is null or state = $2) \
+       and run_requested_at >= $3 and run_requested_at < $4 and (run_requested_at, run_id) < ($5, $6) \
+       and ($8 is null or requested_by = $8) \
+       and ($9 is null or error ",
+    case_insensitive_like!(),
+    " $9 escape '\\') \
+       and ($10 is null or id between $10 and $11) \
+     order by run_requested_at desc, run_id desc limit $7"
+);
+
 /// The statement of a page of `filter`.
 pub(crate) fn list_statement(filter: &RunFilter) -> Sql {
+    if filter.tag.is_some() {
+        return LIST_OF_TAG;
+    }
     match (filter.worker.is_some(), filter.state.is_some()) {
         (false, false) => LIST,
         (true, false) => LIST_OF_WORKER,
@@ -158,19 +181,25 @@ pub(crate) fn list_bounds(filter: &RunFilter) -> (DbTime, DbTime, DbTime, Uuid) 
 /// runs, with `plan_cache_mode = force_generic_plan`), where the custom plan reads the page off an index.
 pub async fn list(on: impl Into<On<'_>>, filter: &RunFilter, limit: u32) -> Result<Vec<Run>> {
     let (from, to, at, id) = list_bounds(filter);
-    run!(on, list_statement(filter), |pool, sql| sqlx::query_as(sql)
-        .persistent(false)
-        .bind(&filter.worker)
-        .bind(filter.state)
-        .bind(from)
-        .bind(to)
-        .bind(at)
-        .bind(id)
-        .bind(i64::from(limit))
-        .bind(&filter.requested_by)
-        .bind(filter.error_contains.as_deref().map(contains_pattern))
-        .bind(filter.ids.map(|r| r.low))
-        .bind(filter.ids.map(|r| r.high))
-        .fetch_all(pool)
-        .await)
+    run!(on, list_statement(filter), |pool, sql| {
+        let query = sqlx::query_as(sql)
+            .persistent(false)
+            .bind(&filter.worker)
+            .bind(filter.state)
+            .bind(from)
+            .bind(to)
+            .bind(at)
+            .bind(id)
+            .bind(i64::from(limit))
+            .bind(&filter.requested_by)
+            .bind(filter.error_contains.as_deref().map(contains_pattern))
+            .bind(filter.ids.map(|r| r.low))
+            .bind(filter.ids.map(|r| r.high));
+        // Only the tag's statement has a `$12`.
+        let query = match &filter.tag {
+            Some(tag) => query.bind(tag),
+            None => query,
+        };
+        query.fetch_all(pool).await
+    })
 }

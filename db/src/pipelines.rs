@@ -17,7 +17,7 @@ use crate::{
 macro_rules! pipeline_columns {
     ($d:ident;) => {
         "id, pipeline, state, steps, step, current_run, arguments, requested_by, requested_at, finished_at, error, \
-         schedule_id, fire_at, cancel_requested_at, cancel_requested_by"
+         schedule_id, fire_at, cancel_requested_at, cancel_requested_by, tags"
     };
 }
 
@@ -68,14 +68,16 @@ pub struct NewPipelineRun<'a> {
     pub arguments: &'a serde_json::Value,
     pub requested_by: &'a str,
     pub fire: Option<(Uuid, chrono::DateTime<chrono::Utc>)>,
+    /// The tags every step's run carries.
+    pub tags: &'a [String],
 }
 
 /// Inserts a pipeline run, `on conflict do nothing` (one in flight per pipeline, one per schedule fire); its id,
 /// or `None` when refused.
 pub async fn insert(on: impl Into<On<'_>>, new: &NewPipelineRun<'_>) -> Result<Option<Uuid>> {
     const INSERT: Sql = sql!(
-        "insert into pipeline_runs (id, pipeline, steps, configs, arguments, requested_by, schedule_id, fire_at) \
-         values ($1, $2, $3, $4, $5, $6, $7, $8) on conflict do nothing returning id"
+        "insert into pipeline_runs (id, pipeline, steps, configs, arguments, requested_by, schedule_id, fire_at, tags) \
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9) on conflict do nothing returning id"
     );
     run!(on, INSERT, |pool, sql| sqlx::query_scalar(sql)
         .bind(new.id)
@@ -86,6 +88,7 @@ pub async fn insert(on: impl Into<On<'_>>, new: &NewPipelineRun<'_>) -> Result<O
         .bind(new.requested_by)
         .bind(new.fire.map(|f| f.0))
         .bind(new.fire.map(|f| DbTime(f.1)))
+        .bind(Json(new.tags))
         .fetch_optional(pool)
         .await)
 }

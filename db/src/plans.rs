@@ -39,6 +39,10 @@ pub struct PlanSample {
     pub run: Uuid,
     /// The claiming daemon.
     pub daemon: Uuid,
+    /// A tag many runs of the ledger carry (the runs list's tag filter).
+    pub tag: String,
+    /// A tag few runs carry.
+    pub rare_tag: String,
 }
 
 /// One statement and its plans.
@@ -110,7 +114,7 @@ struct Read {
 /// A runs-list page of `filter`, bound as [`ledger::list`] binds it.
 fn page(name: &'static str, filter: &RunFilter) -> Read {
     let (from, to, at, id) = ledger::list_bounds(filter);
-    Read {
+    let mut read = Read {
         name,
         sql: ledger::list_statement(filter),
         params: vec![
@@ -126,7 +130,11 @@ fn page(name: &'static str, filter: &RunFilter) -> Read {
             Param::Uuid(filter.ids.map(|r| r.low)),
             Param::Uuid(filter.ids.map(|r| r.high)),
         ],
+    };
+    if let Some(tag) = &filter.tag {
+        read.params.push(Param::Text(Some(tag.clone())));
     }
+    read
 }
 
 /// Every statement of the list, with its values.
@@ -179,6 +187,13 @@ fn reads(db: &Database, s: &PlanSample) -> Vec<Read> {
             "runs list: one worker, deep cursor page",
             &RunFilter { worker: Some(s.worker.clone()), after: Some(s.deep), ..first.clone() },
         ),
+        page("runs list: one tag", &RunFilter { tag: Some(s.tag.clone()), ..first.clone() }),
+        page("runs list: a rare tag", &RunFilter { tag: Some(s.rare_tag.clone()), ..first.clone() }),
+        page(
+            "runs list: one tag, deep cursor page",
+            &RunFilter { tag: Some(s.tag.clone()), after: Some(s.deep), ..first.clone() },
+        ),
+        page("runs list: one tag, worker, state and day", &RunFilter { tag: Some(s.tag.clone()), ..day.clone() }),
         Read { name: "run detail: the run", sql: runs::GET, params: vec![Param::Uuid(Some(s.run))] },
         Read { name: "run detail: progress history", sql: runs::PROGRESS, params: vec![Param::Uuid(Some(s.run))] },
         Read { name: "run detail: chain", sql: runs::CHAIN, params: vec![Param::Uuid(Some(s.run))] },

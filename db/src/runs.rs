@@ -23,7 +23,7 @@ macro_rules! run_columns {
          lease_expires_at, started_at, finished_at, duration_ms, exit_code, end_reason, error, progress, result, \
          cancel_requested_at, cancel_requested_by, trace_context, log_key, attempt, retry_of, not_before, schedule_id, \
          fire_at, pipeline_run_id, pipeline_step, checkpoint, checkpoint_at, follows, follows_as, usage, parent_id, shard, \
-         shards, priority, expires_at, preempt_requested_at, preempted_for"
+         shards, priority, expires_at, preempt_requested_at, preempted_for, tags"
     };
 }
 
@@ -43,6 +43,9 @@ pub struct NewRun<'a> {
     /// configuration resolved against a cached override is never queued once that override was replaced.
     /// `None` inserts whatever the override is now (the caller read it in the same transaction).
     pub override_version: Option<i64>,
+    /// The short words it carries (checked by the caller): its request's, or those of the run it continues, the
+    /// schedule that fired it, the pipeline it is a step of. The insert's trigger files them in `run_tags`.
+    pub tags: &'a [String],
 }
 
 impl NewRun<'_> {
@@ -108,7 +111,7 @@ pub async fn insert(on: impl Into<On<'_>>, new: &NewRun<'_>) -> Result<Option<Ru
     const INSERT: Sql = sql!(
         "insert into worker_runs (id, worker, requested_by, arguments, config, trace_context, schedule_id, fire_at, \
              retry_of, attempt, not_before, pipeline_run_id, pipeline_step, follows, follows_as, checkpoint, \
-             checkpoint_at, requested_at, parent_id, shard, shards, priority, expires_at) \
+             checkpoint_at, requested_at, parent_id, shard, shards, priority, expires_at, tags) \
          select $1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, 1), ",
         now_plus(11),
         ", $12, $13, $14, $15, $16, $17, case when $18 then ",
@@ -117,7 +120,7 @@ pub async fn insert(on: impl Into<On<'_>>, new: &NewRun<'_>) -> Result<Option<Ru
         now,
         " end, $20, $21, $22, $23, ",
         now_plus(24),
-        " where cast($19 as bigint) is null \
+        ", $25 where cast($19 as bigint) is null \
              or coalesce((select max(id) from worker_override_audit where worker = $2), 0) = $19 \
          on conflict do nothing returning ",
         run_columns!()
@@ -148,6 +151,7 @@ pub async fn insert(on: impl Into<On<'_>>, new: &NewRun<'_>) -> Result<Option<Ru
         .bind(shard.map(|s| s.2))
         .bind(i16::from(new.config.priority.value))
         .bind(new.expires_after_seconds())
+        .bind(Json(new.tags))
         .fetch_optional(pool)
         .await);
     match inserted {

@@ -19,7 +19,7 @@ use crate::{
 macro_rules! schedule_columns {
     ($d:ident;) => {
         "id, name, target_kind, target, cron, time_zone, arguments, enabled, overlap, missed, next_fire_at, \
-         waiting_fire_at, created_by, created_at, updated_by, updated_at"
+         waiting_fire_at, created_by, created_at, updated_by, updated_at, tags"
     };
 }
 
@@ -73,6 +73,8 @@ pub struct ScheduleRow {
     pub missed: MissedPolicy,
     /// When it fires next (`None`: never again).
     pub next_fire_at: Option<DateTime<Utc>>,
+    /// The tags of the runs it requests.
+    pub tags: Vec<String>,
 }
 
 /// Writes schedule `id` as `row` says (inserting it when it is new), as `actor`; the schedule as stored. A
@@ -80,12 +82,12 @@ pub struct ScheduleRow {
 pub async fn upsert(on: impl Into<On<'_>>, id: Uuid, row: &ScheduleRow, actor: &str) -> Result<Schedule> {
     const UPSERT: Sql = sql!(
         "insert into schedules (id, name, target_kind, target, cron, time_zone, arguments, enabled, overlap, missed, \
-             next_fire_at, created_by, updated_by) \
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12) \
+             next_fire_at, created_by, updated_by, tags) \
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $13) \
          on conflict (id) do update set name = excluded.name, target_kind = excluded.target_kind, \
              target = excluded.target, cron = excluded.cron, time_zone = excluded.time_zone, \
              arguments = excluded.arguments, enabled = excluded.enabled, overlap = excluded.overlap, \
-             missed = excluded.missed, next_fire_at = excluded.next_fire_at, \
+             missed = excluded.missed, next_fire_at = excluded.next_fire_at, tags = excluded.tags, \
              waiting_fire_at = case when excluded.enabled then schedules.waiting_fire_at else null end, \
              updated_by = excluded.updated_by, updated_at = ",
         now,
@@ -105,6 +107,7 @@ pub async fn upsert(on: impl Into<On<'_>>, id: Uuid, row: &ScheduleRow, actor: &
         .bind(row.missed)
         .bind(row.next_fire_at.map(DbTime))
         .bind(actor)
+        .bind(Json(&row.tags))
         .fetch_one(pool)
         .await)
 }

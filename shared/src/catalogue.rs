@@ -157,6 +157,10 @@ pub struct PipelineSpec {
     pub description: Option<String>,
     /// The workers, in order.
     pub steps: Vec<String>,
+    /// Up to 10 short words every step's run carries (`collection:1921-letters`; see
+    /// [`scrinalia_wire::tag`]), before those of whoever starts it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 /// The validated catalogue: workers in order, the engines they use, and the pipelines over them.
@@ -406,6 +410,9 @@ impl Catalogue {
             }
             if pipeline.steps.is_empty() {
                 push(format!("{at}.steps"), format!("pipeline {:?} has no steps", pipeline.name));
+            }
+            if let Err(problem) = scrinalia_wire::tag::check_tags(&pipeline.tags) {
+                push(format!("{at}.tags"), problem);
             }
             for (j, step) in pipeline.steps.iter().enumerate() {
                 if !seen.contains(step.as_str()) {

@@ -37,6 +37,7 @@ pub(crate) fn pipeline(step: i32) -> PipelineRun {
         fire_at: None,
         cancel_requested_at: None,
         cancel_requested_by: None,
+        tags: Vec::new(),
     }
 }
 
@@ -63,6 +64,7 @@ pub(crate) fn schedule(
         created_at: Utc::now(),
         updated_by: "ada".into(),
         updated_at: Utc::now(),
+        tags: Vec::new(),
     }
 }
 

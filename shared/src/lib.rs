@@ -62,6 +62,7 @@ pub use scrinalia_wire::{
     RetryPolicy, Schedule, ScheduleAction, ScheduleAuditEntry, ScheduleFire, ScheduleInput, SchedulePreview,
     ScheduleView, TargetKind,
 };
+pub use scrinalia_wire::{TriggerBody, tag};
 
 /// The version every binary reports (daemon registry, health, OpenAPI).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -44,6 +44,9 @@ pub enum PipelineError {
     /// The arguments are not an object of step workers.
     #[error("{0}")]
     Arguments(String),
+    /// A tag is not a short word, or there are more than ten.
+    #[error("{0}")]
+    Tags(String),
     /// A step's configuration does not resolve.
     #[error("Step {step} ({worker}) cannot run: {error}")]
     Step {
@@ -124,16 +127,19 @@ impl StepConfigs {
 
 impl Store {
     /// Starts a run of `pipeline` for `requested_by`, with `arguments` by step worker, and requests its first
-    /// step in the same transaction. Refused with [`PipelineError::InFlight`] while another run of it is in
-    /// flight.
+    /// step in the same transaction; every step's run carries the pipeline's tags, then `tags`. Refused with
+    /// [`PipelineError::InFlight`] while another run of it is in flight.
     pub(crate) async fn start_pipeline(
         &self,
         catalogue: &Catalogue,
         pipeline: &str,
         requested_by: &str,
         arguments: &Value,
+        tags: &[String],
     ) -> Result<PipelineRunView, PipelineError> {
         let spec = catalogue.pipeline(pipeline).ok_or_else(|| PipelineError::UnknownPipeline(pipeline.to_owned()))?;
+        let tags = crate::tag::check_tags(tags).map_err(PipelineError::Tags)?;
+        let tags = crate::tag::merged(&spec.tags, &tags);
         let configs = StepConfigs::resolve(self, catalogue, spec, arguments).await?;
         let arguments = if arguments.is_null() { Value::Object(Default::default()) } else { arguments.clone() };
         let new = NewPipelineRun {
@@ -144,6 +150,7 @@ impl Store {
             arguments: &arguments,
             requested_by,
             fire: None,
+            tags: &tags,
         };
         match advance::start(&self.db, &new).await? {
             Some(started) => self.pipeline_view(started).await.map_err(PipelineError::from),
@@ -155,7 +162,7 @@ impl Store {
                     steps: blocking.steps.len(),
                 }),
                 // It ended in between: a second try finds the way clear, or another in flight.
-                None => Box::pin(self.start_pipeline(catalogue, pipeline, requested_by, &arguments)).await,
+                None => Box::pin(self.start_pipeline(catalogue, pipeline, requested_by, &arguments, &tags)).await,
             },
         }
     }
@@ -190,6 +197,7 @@ impl Store {
                 name: p.name.clone(),
                 description: p.description.clone(),
                 steps: p.steps.clone(),
+                tags: p.tags.clone(),
                 last_run: last.iter().find(|r| r.pipeline == p.name).cloned(),
             })
             .collect())

@@ -47,6 +47,8 @@ pub struct RunRequest {
     pub arguments: ExplicitArgs,
     /// The caller's W3C trace context, continued by the daemon and the worker.
     pub trace_context: Option<String>,
+    /// Short words the run carries (at most [`crate::tag::MAX_TAGS`]; see [`crate::tag::check_tags`]).
+    pub tags: Vec<String>,
 }
 
 /// What the recovery sweep has to do, as of one read of the database clock.
@@ -80,6 +82,9 @@ pub enum RequestError {
     /// The arguments do not fit the worker (unknown option, wrong type, unknown engine or preset, …).
     #[error("{0}")]
     InvalidArguments(ResolveError),
+    /// A tag is not a short word, or there are more than ten.
+    #[error("{0}")]
+    InvalidTags(String),
     /// The arguments are fine, but the worker's stored override no longer fits the catalogue.
     #[error("The stored override of worker {worker:?} no longer fits the catalogue: {error} Change or clear it.")]
     InvalidOverride {
@@ -175,6 +180,7 @@ impl Store {
         let spec = catalogue
             .worker(&request.worker)
             .ok_or_else(|| RequestError::UnknownWorker { worker: request.worker.clone() })?;
+        let tags = crate::tag::check_tags(&request.tags).map_err(RequestError::InvalidTags)?;
         let id = Uuid::now_v7();
         let mut fresh = false;
         for _ in 0..3 {
@@ -203,6 +209,7 @@ impl Store {
                 trace_context: request.trace_context.as_deref(),
                 links: db::runs::Links::default(),
                 override_version: Some(resolved.version),
+                tags: &tags,
             };
             if let Some(run) = self.db.retrying(|| self.insert(&new)).await? {
                 return Ok(run);

@@ -68,6 +68,9 @@ pub enum ScheduleError {
     /// The arguments do not fit the target.
     #[error("{0}")]
     Arguments(String),
+    /// A tag is not a short word, or there are more than ten.
+    #[error("{0}")]
+    Tags(String),
     /// No reason, or one that cannot be kept.
     #[error(transparent)]
     Reason(#[from] ReasonError),
@@ -101,6 +104,7 @@ struct Checked {
     enabled: bool,
     overlap: OverlapPolicy,
     missed: MissedPolicy,
+    tags: Vec<String>,
 }
 
 /// The row a change `action` of a schedule writes, given the schedule as it is (`current`) and the database
@@ -130,6 +134,7 @@ fn row_after(
                 overlap: current.overlap,
                 missed: current.missed,
                 next_fire_at: if enabled { cron.next_after(now) } else { None },
+                tags: current.tags.clone(),
             })
         }
         _ => None,
@@ -142,6 +147,7 @@ impl Store {
             return Err(ScheduleError::InvalidName(input.name.clone()));
         }
         let cron = CronSchedule::parse(&input.cron, input.time_zone.as_deref().unwrap_or("UTC"))?;
+        let tags = crate::tag::check_tags(&input.tags).map_err(ScheduleError::Tags)?;
         let arguments = input.arguments.clone().unwrap_or_else(|| Value::Object(Default::default()));
         let (target_kind, target) = match (&input.worker, &input.pipeline) {
             (Some(worker), None) => {
@@ -171,6 +177,7 @@ impl Store {
             enabled: input.enabled.unwrap_or(true),
             overlap: input.overlap.unwrap_or_default(),
             missed: input.missed.unwrap_or_default(),
+            tags,
         })
     }
 
@@ -363,6 +370,7 @@ fn row_of(name: &str, c: &Checked, now: DateTime<Utc>) -> ScheduleRow {
         overlap: c.overlap,
         missed: c.missed,
         next_fire_at: if c.enabled { c.cron.next_after(now) } else { None },
+        tags: c.tags.clone(),
     }
 }
 

@@ -79,6 +79,7 @@ impl Setup {
             requested_by: "test".to_owned(),
             arguments: ExplicitArgs { options, ..ExplicitArgs::default() },
             trace_context: Some(TRACEPARENT.to_owned()),
+            tags: Vec::new(),
         };
         db.request_run(&self.settings.catalogue, request).await.unwrap_or_else(|e| panic!("request {worker}: {e}"))
     }

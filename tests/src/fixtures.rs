@@ -29,6 +29,7 @@ pub fn request(worker: &str) -> RunRequest {
         requested_by: "tester".to_owned(),
         arguments: ExplicitArgs::default(),
         trace_context: None,
+        tags: Vec::new(),
     }
 }
 

@@ -24,6 +24,7 @@ pub mod resource;
 pub mod run;
 pub mod schedule;
 pub mod shard;
+pub mod tag;
 pub mod usage;
 pub mod waiting;
 pub mod worker;
@@ -56,6 +57,7 @@ pub use schedule::{
     FireOutcome, MissedPolicy, OverlapPolicy, PreviewInput, RetryOn, RetryPolicy, Schedule, ScheduleAction,
     ScheduleAuditEntry, ScheduleFire, ScheduleInput, SchedulePreview, ScheduleView, TargetKind,
 };
+pub use tag::TriggerBody;
 pub use usage::{ReportedUsage, RunUsage};
 pub use waiting::{WaitCode, Waiting};
 pub use worker::{

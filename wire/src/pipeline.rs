@@ -84,6 +84,10 @@ pub struct PipelineRun {
     pub cancel_requested_at: Option<DateTime<Utc>>,
     /// Who.
     pub cancel_requested_by: Option<String>,
+    /// The tags every step's run carries: the pipeline's own (catalogue), then those of whoever started it.
+    #[serde(default)]
+    #[cfg_attr(feature = "sqlx", sqlx(json))]
+    pub tags: Vec<String>,
 }
 
 /// A pipeline run with the runs of its steps, oldest first (retries included).
@@ -130,6 +134,9 @@ pub struct PipelineView {
     pub steps: Vec<String>,
     /// Its run in flight or its last run.
     pub last_run: Option<PipelineRun>,
+    /// The tags (catalogue) every step's run of it carries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 /// What a pipeline run is started with (`POST /api/pipelines/{name}/runs`).
@@ -141,6 +148,9 @@ pub struct StartPipeline {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub arguments: Option<Value>,
+    /// Up to 10 short words every step's run carries, besides the pipeline's own (see [`crate::tag`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 #[cfg(test)]

@@ -317,6 +317,11 @@ pub struct Run {
     /// The run it is preempted for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempted_for: Option<Uuid>,
+    /// The short words its request carried (`collection:1921-letters`), kept by its retries, resumes and
+    /// shards; `GET /api/runs?tag=` finds it by one.
+    #[serde(default)]
+    #[cfg_attr(feature = "sqlx", sqlx(json))]
+    pub tags: Vec<String>,
 }
 
 impl Run {

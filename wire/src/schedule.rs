@@ -124,6 +124,10 @@ pub struct Schedule {
     pub updated_by: String,
     /// When.
     pub updated_at: DateTime<Utc>,
+    /// The tags of the runs it requests (a pipeline's runs get the pipeline's too).
+    #[serde(default)]
+    #[cfg_attr(feature = "sqlx", sqlx(json))]
+    pub tags: Vec<String>,
 }
 
 /// A schedule with what people want to see beside it.
@@ -173,6 +177,9 @@ pub struct ScheduleInput {
     /// Why (required, kept in the audit trail).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Up to 10 short words its runs carry (see [`crate::tag`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 /// An expression to preview (`POST /api/schedules/preview`).

@@ -53,7 +53,8 @@ pub(crate) async fn list_pipelines(_: Viewer, State(state): State<AppState>) -> 
     request_body(content = Option<StartPipeline>, description = "Arguments by step worker; the body may be empty"),
     responses(
         (status = 201, body = PipelineRunView, description = "The pipeline run, its first step requested", headers(("Location" = String))),
-        (status = 400, body = ErrorBody, description = "`invalid_arguments`: arguments for a worker that is not a step, or a step's arguments that do not fit"),
+        (status = 400, body = ErrorBody, description = "`invalid_arguments`: arguments for a worker that is not a step, or a step's arguments that do not fit; \
+            `invalid_tags`: a tag that is not a short word, or more than 10"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody, description = "`pipeline_not_found`"),
         (status = 409, body = ErrorBody, description = "`pipeline_in_flight` (with `pipeline_run_id`): the pipeline already has a run in flight; \
@@ -67,7 +68,7 @@ pub(crate) async fn start_pipeline(
     JsonBody(body): JsonBody<StartPipeline>,
 ) -> ApiResult<impl IntoResponse> {
     let arguments = body.arguments.unwrap_or(Value::Null);
-    let view = state.db().start_pipeline(state.catalogue(), &name, &caller.name, &arguments).await?;
+    let view = state.db().start_pipeline(state.catalogue(), &name, &caller.name, &arguments, &body.tags).await?;
     let view = explained(&state, view).await?;
     let run = &view.pipeline_run;
     tracing::info!(pipeline = %run.pipeline, pipeline_run = %run.id, actor = %caller.name, action = "start",

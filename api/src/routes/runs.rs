@@ -13,7 +13,7 @@ use scrinalia_shared::{
     auth::Role,
     runs::{CancelOutcome, Cursor, IdRange, RunFilter, RunRequest},
 };
-use scrinalia_wire::{CancelKind, CancelView, ExplicitArgs, ProgressPage, Run, RunDetail, RunPage, RunState};
+use scrinalia_wire::{CancelKind, CancelView, ProgressPage, Run, RunDetail, RunPage, RunState, TriggerBody};
 use serde::Deserialize;
 use utoipa::IntoParams;
 use uuid::Uuid;
@@ -43,10 +43,11 @@ pub fn parse_run_id(id: &str) -> ApiResult<Uuid> {
 #[utoipa::path(post, path = "/api/workers/{name}/runs", tag = "runs",
     params(("name" = String, Path, description = "The worker's name"),
         ("traceparent" = Option<String>, Header, description = "W3C trace context to continue")),
-    request_body(content = Option<ExplicitArgs>, description = "Arguments for this run; every field is optional"),
+    request_body(content = Option<TriggerBody>, description = "Arguments for this run and its tags; every field is optional"),
     responses(
         (status = 201, body = Run, description = "The run request, queued", headers(("Location" = String))),
-        (status = 400, body = ErrorBody, description = "Unknown option, wrong type, unknown engine or preset"),
+        (status = 400, body = ErrorBody, description = "`invalid_arguments`: unknown option, wrong type, unknown engine or preset; \
+            `invalid_tags`: a tag that is not a short word, or more than 10"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody, description = "Unknown worker"),
         (status = 409, body = ErrorBody, description = "`run_in_flight`: the worker already has a run queued or running"),
@@ -58,7 +59,7 @@ pub(crate) async fn trigger_run(
     State(state): State<AppState>,
     TraceParent(trace_context): TraceParent,
     Path(name): Path<String>,
-    JsonBody(arguments): JsonBody<ExplicitArgs>,
+    JsonBody(TriggerBody { arguments, tags }): JsonBody<TriggerBody>,
 ) -> ApiResult<impl IntoResponse> {
     if let Some(asked) = arguments.priority
         && caller.role < Role::Admin
@@ -76,8 +77,13 @@ pub(crate) async fn trigger_run(
         ));
     }
     let raised = arguments.priority.is_some_and(|p| p > i64::from(scrinalia_wire::choice::DEFAULT_PRIORITY));
-    let request =
-        RunRequest { worker: name, requested_by: caller.name.clone(), arguments, trace_context: Some(trace_context) };
+    let request = RunRequest {
+        worker: name,
+        requested_by: caller.name.clone(),
+        arguments,
+        trace_context: Some(trace_context),
+        tags,
+    };
     let run = state.db().request_run(state.catalogue(), request).await?;
     tracing::info!(run_id = %run.id, worker = %run.worker, actor = %caller.name, priority = run.priority, raised, traceparent = run.trace_context.as_deref().unwrap_or_default(), "run requested");
     Ok((StatusCode::CREATED, [(header::LOCATION, format!("/api/runs/{}", run.id))], Json(run)))
@@ -103,6 +109,8 @@ pub struct RunsQuery {
     q: Option<String>,
     /// Only this run: its whole id, or its first 4 or more hex digits (every run whose id starts so).
     id: Option<String>,
+    /// Only runs that carry this tag (a short word such as `collection:1921-letters`).
+    tag: Option<String>,
 }
 
 /// The longest `q` and `requested_by` taken.
@@ -157,7 +165,12 @@ impl RunsQuery {
                 })
             })
             .transpose()?;
+        let tag = self.tag.filter(|t| !t.is_empty());
+        if let Some(t) = &tag {
+            scrinalia_shared::tag::check_tag(t).map_err(|e| bad(format!("`tag`: {e}")))?;
+        }
         Ok(RunFilter {
+            tag,
             requested_by,
             error_contains,
             ids,

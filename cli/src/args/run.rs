@@ -17,6 +17,9 @@ pub struct TriggerArgs {
     /// Print the run's output until it ends, and exit with its outcome (8 unless it succeeded).
     #[arg(short, long)]
     pub follow: bool,
+    /// A tag the run carries (a short word such as collection:1921-letters); repeat for several, up to 10.
+    #[arg(long = "tag", value_name = "TAG")]
+    pub tags: Vec<String>,
 }
 
 /// `scrinalia rerun` and `rerun-failed`: each argument given replaces the earlier run's (an option that option).

@@ -41,6 +41,7 @@ pub fn edited(current: Schedule, args: ScheduleEditArgs) -> anyhow::Result<Sched
         overlap: Some(args.common.overlap.unwrap_or(current.overlap)),
         missed: Some(args.common.missed.unwrap_or(current.missed)),
         reason: Some(args.reason.to_string()),
+        tags: if args.common.tags.is_empty() { current.tags } else { args.common.tags },
     })
 }
 

@@ -74,6 +74,7 @@ pub fn run_detail(detail: &RunDetail, colour: bool) -> String {
             lines.push((key, v));
         }
     };
+    push("tags", Some(run.tags.join(", ")).filter(|t| !t.is_empty()));
     for (key, value) in lineage(detail, Utc::now()) {
         push(key, Some(value));
     }

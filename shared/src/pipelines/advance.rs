@@ -78,6 +78,7 @@ pub(crate) fn step_run<'a>(row: &'a PipelineRow, step: i32, arguments: &'a Expli
         config: row.configs.get(index)?,
         trace_context: None,
         override_version: None,
+        tags: &row.run.tags,
         links: Links { step: Some((row.run.id, step)), ..Links::default() },
     })
 }

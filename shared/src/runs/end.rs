@@ -149,6 +149,7 @@ async fn resume_preempted(tx: &mut Tx, ended: &Run) -> db::Result<()> {
         config: &config,
         trace_context: ended.trace_context.as_deref(),
         override_version: None,
+        tags: &ended.tags,
         links: db::runs::Links {
             step: ended.pipeline_run_id.zip(ended.pipeline_step),
             follows: Some((ended.id, crate::FollowKind::Resume)),
@@ -198,6 +199,7 @@ impl Retry {
             config: &ended.config,
             trace_context: ended.trace_context.as_deref(),
             override_version: None,
+            tags: &ended.tags,
             links: db::runs::Links {
                 fire: None,
                 retry: Some((ended.id, self.attempt)),

@@ -160,6 +160,8 @@ impl Store {
             config: &config,
             trace_context: None,
             override_version: None,
+            // A resume, a restart or a rerun carries what the earlier run carried: it is found with it.
+            tags: &original.tags,
             links: db::runs::Links { follows: Some((id, how)), checkpoint, ..db::runs::Links::default() },
         };
         let inserted = match how {

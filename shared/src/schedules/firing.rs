@@ -63,6 +63,7 @@ pub(super) fn target_of(catalogue: &Catalogue, resolver: &Resolver, schedule: &S
                 steps: spec.steps.clone(),
                 configs: configs.0,
                 arguments,
+                tags: spec.tags.clone(),
             })
         }
     }

@@ -28,7 +28,7 @@ pub(crate) enum Target {
     /// A run of a worker.
     Run { worker: String, arguments: ExplicitArgs, config: Box<ResolvedConfig> },
     /// A pipeline run (its first step is requested with it).
-    Pipeline { pipeline: String, steps: Vec<String>, configs: Vec<ResolvedConfig>, arguments: Value },
+    Pipeline { pipeline: String, steps: Vec<String>, configs: Vec<ResolvedConfig>, arguments: Value, tags: Vec<String> },
 }
 
 /// One fire as planned from the schedule and the clock: record it missed (or skipped for a reason known
@@ -207,6 +207,7 @@ async fn request(
                 config,
                 trace_context: None,
                 override_version: None,
+                tags: &schedule.tags,
                 links: Links { fire, stamped_when_written: after_wait, ..Links::default() },
             };
             match crate::runs::shards::insert(tx, &new).await? {
@@ -214,9 +215,18 @@ async fn request(
                 None => Requested::Blocked(db::runs::in_flight_of(&mut *tx, worker).await?.map(|r| r.id)),
             }
         }
-        Target::Pipeline { pipeline, steps, configs, arguments } => {
-            let new =
-                NewPipelineRun { id: Uuid::now_v7(), pipeline, steps, configs, arguments, requested_by: &by, fire };
+        Target::Pipeline { pipeline, steps, configs, arguments, tags } => {
+            let tags = crate::tag::merged(tags, &schedule.tags);
+            let new = NewPipelineRun {
+                id: Uuid::now_v7(),
+                pipeline,
+                steps,
+                configs,
+                arguments,
+                requested_by: &by,
+                fire,
+                tags: &tags,
+            };
             match pipelines::insert_and_start(tx, &new).await? {
                 Some(id) => Requested::Pipeline(id),
                 None => Requested::Blocked(db::pipelines::in_flight_of(&mut *tx, pipeline).await?.map(|p| p.id)),

@@ -156,13 +156,14 @@ impl ApiStore {
         /// The catalogue's pipelines with their last runs.
         pub async fn pipelines(&self, catalogue: &Catalogue) -> Result<Vec<PipelineView>, DbError>;
         /// Starts a run of `pipeline` for `requested_by`, with `arguments` by step worker, and requests its first step
-        /// in the same transaction.
+        /// in the same transaction; its steps' runs carry the pipeline's tags and `tags`.
         pub async fn start_pipeline(
             &self,
             catalogue: &Catalogue,
             pipeline: &str,
             requested_by: &str,
             arguments: &Value,
+            tags: &[String],
         ) -> Result<PipelineRunView, PipelineError>;
 
         // Queue measurements.

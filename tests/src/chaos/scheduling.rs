@@ -50,6 +50,7 @@ pub fn configure(file: &mut SettingsFile) {
         name: PIPELINE.into(),
         description: Some("three probes under faults".into()),
         steps: vec!["probe-7".into(), "probe-8".into(), "probe-9".into()],
+        tags: Vec::new(),
     });
 }
 
@@ -96,7 +97,7 @@ pub async fn pipeline_traffic(db: ApiStore, catalogue: Catalogue, seed: u64, end
     while Instant::now() < end {
         if latest.is_none() || rng.random_bool(0.75) {
             // A run in flight already (409) and a cut connection are part of the weather.
-            if let Ok(view) = db.start_pipeline(&catalogue, PIPELINE, "chaos", &json!({})).await {
+            if let Ok(view) = db.start_pipeline(&catalogue, PIPELINE, "chaos", &json!({}), &[]).await {
                 latest = Some(view.pipeline_run.id);
             }
         } else if let Some(id) = latest {

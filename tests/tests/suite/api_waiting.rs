@@ -162,6 +162,7 @@ async fn a_pipeline_step_and_a_worker_card_say_why_they_wait(t: &TestDb) {
             name: "pair".into(),
             description: None,
             steps: vec!["probe-1".into(), "probe-4".into()],
+            tags: Vec::new(),
         }];
     });
     let stack =

@@ -24,6 +24,7 @@ async fn start(kind: Kind) -> System {
                     name: "chain".into(),
                     description: Some("probe-1, then probe-2".into()),
                     steps: vec!["probe-1".into(), "probe-2".into()],
+                    tags: Vec::new(),
                 }];
             })
             .workers(probes)

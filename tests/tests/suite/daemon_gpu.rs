@@ -72,6 +72,7 @@ async fn two_daemons_with_one_gpu_each_run_two_shards_at_a_time(t: &TestDb) {
         requested_by: "ada".into(),
         arguments: serde_json::from_value(json!({"shards": 4, "options": {"duration_ms": 1500}})).expect("arguments"),
         trace_context: None,
+        tags: Vec::new(),
     };
     let parent = t.db.api.request_run(&setup.settings.catalogue, request).await.expect("requested");
     let ended = wait_finished(&t.db.api, parent.id, Duration::from_secs(90)).await;

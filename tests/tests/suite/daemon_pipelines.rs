@@ -32,6 +32,7 @@ fn setup(t: &TestDb) -> Setup {
             name: "three".into(),
             description: Some("three probes in a row".into()),
             steps: vec!["probe-1".into(), "probe-2".into(), "probe-3".into()],
+            tags: Vec::new(),
         }];
         let probe = f.workers.iter_mut().find(|w| w.name == "probe-2").expect("probe-2");
         probe.retry = Some(RetryPolicy {
@@ -48,7 +49,7 @@ fn setup(t: &TestDb) -> Setup {
 }
 
 async fn start(t: &TestDb, setup: &Setup, arguments: Value) -> Uuid {
-    let started = t.db.api.start_pipeline(&setup.settings.catalogue, "three", "test", &arguments).await;
+    let started = t.db.api.start_pipeline(&setup.settings.catalogue, "three", "test", &arguments, &[]).await;
     started.expect("start the pipeline").pipeline_run.id
 }
 

@@ -65,6 +65,7 @@ async fn request(t: &TestDb, setup: &Setup, worker: &str, arguments: Value) -> R
         requested_by: "ada".into(),
         arguments: serde_json::from_value(arguments).expect("arguments"),
         trace_context: None,
+        tags: Vec::new(),
     };
     t.db.api.request_run(&setup.settings.catalogue, request).await.unwrap_or_else(|e| panic!("{worker}: {e}"))
 }

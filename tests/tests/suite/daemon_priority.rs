@@ -56,6 +56,7 @@ async fn request(t: &TestDb, setup: &Setup, worker: &str, options: Value, more: 
         requested_by: "test".into(),
         arguments: arguments(options, more),
         trace_context: None,
+        tags: Vec::new(),
     };
     t.db.api.request_run(&setup.settings.catalogue, request).await.unwrap_or_else(|e| panic!("{worker}: {e}"))
 }
@@ -124,6 +125,7 @@ async fn a_request_no_daemon_can_place_expires_and_one_claimed_in_time_does_not(
             name: "gpu-pair".into(),
             description: None,
             steps: vec!["probe-2".into(), "probe-1".into()],
+            tags: Vec::new(),
         }];
     });
     let setup = Setup::with(t, config);
@@ -154,7 +156,7 @@ async fn a_request_no_daemon_can_place_expires_and_one_claimed_in_time_does_not(
 
     // A pipeline whose first step expires ends with it.
     let step_args = json!({"probe-2": {"expires_after_seconds": 1}});
-    let started = t.db.api.start_pipeline(&setup.settings.catalogue, "gpu-pair", "test", &step_args).await;
+    let started = t.db.api.start_pipeline(&setup.settings.catalogue, "gpu-pair", "test", &step_args, &[]).await;
     let started = started.expect("a pipeline run");
     let id = started.pipeline_run.id;
     let ended = eventually(Duration::from_secs(30), "the pipeline run to end", || async {

@@ -50,6 +50,7 @@ async fn a_resource_of_capacity_one_never_has_two_holders(t: &TestDb) {
             requested_by: "test".into(),
             arguments: serde_json::from_value(json!({"options": {"duration_ms": 60}})).expect("arguments"),
             trace_context: None,
+            tags: Vec::new(),
         };
         // One in flight per worker: most triggers are refused while the other worker holds the slot.
         accepted += usize::from(t.db.api.request_run(&setup.settings.catalogue, request).await.is_ok());

@@ -123,6 +123,7 @@ async fn a_waiting_retry_holds_its_worker_and_cancelling_it_ends_the_chain(t: &T
             requested_by: "bob".into(),
             arguments: Default::default(),
             trace_context: None,
+            tags: Vec::new(),
         },
     );
     match refused.await {

@@ -40,6 +40,7 @@ fn request(arguments: Value) -> RunRequest {
         requested_by: "ada".into(),
         arguments: serde_json::from_value(arguments).expect("arguments"),
         trace_context: None,
+        tags: Vec::new(),
     }
 }
 

@@ -53,6 +53,7 @@ async fn run_to_success(t: &TestDb, setup: &Setup, worker: &str, arguments: Valu
         requested_by: "ada".into(),
         arguments: serde_json::from_value(arguments).expect("arguments"),
         trace_context: None,
+        tags: Vec::new(),
     };
     let run = t.db.api.request_run(&setup.settings.catalogue, request).await.expect("requested");
     let run = wait_finished(&t.db.api, run.id, Duration::from_secs(90)).await;
@@ -135,6 +136,7 @@ async fn a_resumed_parent_transfers_each_document_once_across_its_shards(t: &Tes
         arguments: serde_json::from_value(json!({"shards": 2, "options": {"batch_size": 1, "delay_ms": 300}}))
             .expect("arguments"),
         trace_context: None,
+        tags: Vec::new(),
     };
     let catalogue = &setup.settings.catalogue;
     let parent = t.db.api.request_run(catalogue, request).await.expect("requested");

@@ -107,6 +107,7 @@ async fn a_worker_reaches_none_of_the_daemons_secrets(db: &TestDb) {
         requested_by: "test".to_owned(),
         arguments: ExplicitArgs { options, ..ExplicitArgs::default() },
         trace_context: None,
+        tags: Vec::new(),
     };
     let run = db.db.api.request_run(&settings.catalogue, request).await.expect("request a run");
     let done = wait_finished(&db.db.api, run.id, Duration::from_secs(60)).await;

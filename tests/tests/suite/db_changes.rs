@@ -158,7 +158,12 @@ async fn schedules_pipelines_and_run_ends_reach_panels_and_daemons(t: &TestDb) {
     let catalogue = scrinalia_shared::Catalogue::with_pipelines(
         catalogue_of(&["first", "second"]).workers,
         Default::default(),
-        vec![scrinalia_shared::catalogue::PipelineSpec { name: "pair".into(), description: None, steps }],
+        vec![scrinalia_shared::catalogue::PipelineSpec {
+            name: "pair".into(),
+            description: None,
+            steps,
+            tags: Vec::new(),
+        }],
     )
     .expect("a catalogue");
 
@@ -176,7 +181,8 @@ async fn schedules_pipelines_and_run_ends_reach_panels_and_daemons(t: &TestDb) {
     writer.api.delete_schedule("nightly", "ada", Some("not needed")).await.expect("delete");
     next_matching(&mut events, "the deleted schedule", |c| *c == changed).await;
 
-    let started = writer.api.start_pipeline(&catalogue, "pair", "ada", &serde_json::Value::Null).await.expect("start");
+    let started =
+        writer.api.start_pipeline(&catalogue, "pair", "ada", &serde_json::Value::Null, &[]).await.expect("start");
     let id = started.pipeline_run.id;
     let running =
         Change::Pipeline { pipeline_run: id, pipeline: "pair".into(), state: scrinalia_shared::PipelineState::Running };

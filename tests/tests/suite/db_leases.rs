@@ -32,6 +32,7 @@ async fn take_one_of_each(db: &Database, holder: Uuid) -> Vec<(&'static Leased, 
         trace_context: None,
         override_version: None,
         links: Links::default(),
+        tags: &[],
     };
     let run = runs::insert(db, &new).await.expect("insert").expect("inserted");
     let claimed = runs::claim(db, holder, Duration::from_secs(60), 1, None, None, None).await.expect("claim");

@@ -126,6 +126,7 @@ async fn a_request_never_resolves_against_a_replaced_override(t: &TestDb) {
         requested_by: "ada".into(),
         arguments: Default::default(),
         trace_context: None,
+        tags: Vec::new(),
     };
     let preset_of_next_run = async |expected: &str| {
         let run = t.db.api.request_run(&catalogue, request()).await.expect("requested");

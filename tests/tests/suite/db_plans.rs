@@ -1,7 +1,8 @@
 //! The panel's reads stay index-served on a large ledger: on a table of 1,000,000 analysed runs (40 workers, a
 //! year of request times, most finished, some retried or resumed, one in ten with progress history), the plan of
 //! every panel read (the worker view, the runs list's first page, filtered pages and a deep cursor page, a run's
-//! detail) and of the claim reads `worker_runs` and `run_progress` through an index, never a sequential scan, and
+//! detail, the runs list of one tag, common or rare, alone and with the other filters) and of the claim reads
+//! `worker_runs`, `run_progress` and `run_tags` through an index, never a sequential scan, and
 //! never a whole non-partial index (an index walked without a condition is the same scan in disguise). On
 //! PostgreSQL both the custom plan (of the values) and the generic plan (which a prepared statement switches to
 //! after its fifth run) are checked; on SQLite the plan of `EXPLAIN QUERY PLAN`. The claim reaches the queued
@@ -27,7 +28,7 @@ backend_tests!(every_panel_read_and_the_claim_are_index_served_on_a_million_anal
 /// Runs in the seeded ledger.
 const ROWS: i64 = 1_000_000;
 /// The tables that grow with history.
-const LEDGER: [&str; 2] = ["worker_runs", "run_progress"];
+const LEDGER: [&str; 3] = ["worker_runs", "run_progress", "run_tags"];
 /// The partial indexes of the hot rows (queued, running): walking one whole reads no history.
 const HOT: [&str; 4] =
     ["worker_runs_one_in_flight", "worker_runs_queued", "worker_runs_queued_by_priority", "worker_runs_running_lease"];
@@ -40,6 +41,11 @@ const QUEUED: [&str; 3] = ["worker_runs_queued", "worker_runs_queued_by_priority
 const STATE: &str = "case when i <= 20 then 'queued' when i <= 40 then 'running' \
     when (i / 40) % 20 < 16 then 'succeeded' when (i / 40) % 20 < 18 then 'failed' \
     when (i / 40) % 20 = 18 then 'cancelled' else 'interrupted' end";
+
+/// The tags of run `i` of the seed (a JSON list): one run in three carries `kind:letters` and one of 50
+/// collections; about one in ten thousand carries `rare` instead.
+const TAGS: &str = "case when i % 10007 = 0 then '[\"rare\"]' \
+    when i % 3 = 0 then '[\"kind:letters\", \"collection:c-' || (i % 50) || '\"]' else '[]' end";
 
 /// The configuration every seeded run carries: about the size of a real resolved one.
 fn config() -> String {
@@ -68,7 +74,7 @@ fn postgres_seed() -> String {
         "set session_replication_role = replica;
         insert into worker_runs (id, worker, state, end_reason, requested_by, requested_at, arguments, config,
             claimed_by, claimed_at, lease_expires_at, started_at, finished_at, duration_ms, exit_code, error, result,
-            log_key, attempt, retry_of, follows, follows_as)
+            log_key, attempt, retry_of, follows, follows_as, tags)
         select md5(i::text)::uuid, 'w-' || (i % 40), s.state,
             case s.state when 'queued' then null when 'running' then null when 'cancelled' then 'cancelled'
                 when 'interrupted' then 'owner_lost' else 'exit_status' end,
@@ -86,8 +92,12 @@ fn postgres_seed() -> String {
             case when i % 97 = 0 and i > 40 then 2 else 1 end,
             case when i % 97 = 0 and i > 40 then md5((i + 40)::text)::uuid end,
             case when i % 89 = 0 and i > 40 then md5((i + 80)::text)::uuid end,
-            case when i % 89 = 0 and i > 40 then 'resume' end
+            case when i % 89 = 0 and i > 40 then 'resume' end,
+            ({TAGS})::jsonb
         from generate_series(1, {ROWS}) as i, lateral (select {STATE} as state) as s;
+        insert into run_tags (tag, run_requested_at, run_id)
+        select t, r.requested_at, r.id from worker_runs r, jsonb_array_elements_text(r.tags) as t
+        where r.tags <> '[]'::jsonb;
         insert into run_progress (run_id, seq, at, progress)
         select md5(i::text)::uuid, seq, now() - make_interval(secs => i * 30 - seq), '{{\"done\": 3, \"total\": 10}}'::jsonb
         from generate_series(10, {ROWS}, 10) as i, generate_series(1, 3) as seq;
@@ -106,7 +116,7 @@ fn sqlite_seed() -> String {
         "begin;
         insert into worker_runs (id, worker, state, end_reason, requested_by, requested_at, arguments, config,
             claimed_by, claimed_at, lease_expires_at, started_at, finished_at, duration_ms, exit_code, error, result,
-            log_key, attempt, retry_of, follows, follows_as)
+            log_key, attempt, retry_of, follows, follows_as, tags)
         with recursive n(i) as (select 1 union all select i + 1 from n where i < {ROWS}),
             s(i, state) as (select i, {STATE} from n)
         select {id_i}, 'w-' || (i % 40), state,
@@ -126,7 +136,8 @@ fn sqlite_seed() -> String {
             case when i % 97 = 0 and i > 40 then 2 else 1 end,
             case when i % 97 = 0 and i > 40 then {id_retry} end,
             case when i % 89 = 0 and i > 40 then {id_follow} end,
-            case when i % 89 = 0 and i > 40 then 'resume' end
+            case when i % 89 = 0 and i > 40 then 'resume' end,
+            {TAGS}
         from s;
         insert into run_progress (run_id, seq, at, progress)
         with recursive n(i) as (select 10 union all select i + 10 from n where i + 10 <= {ROWS}),
@@ -225,7 +236,7 @@ fn full_scans(read: &ExplainedRead, kind: &str, plan: &Value) -> Vec<String> {
 /// `full_scans`, yet visits every run the other part drops: a worker's index alone read ten times the page for
 /// one worker's failed runs at ten million runs.
 fn filtered_equalities(read: &ExplainedRead, kind: &str, plan: &Value) -> Vec<String> {
-    let columns: Vec<&str> = [("worker", "worker = $1"), ("state", "state = $2")]
+    let columns: Vec<&str> = [("worker", "worker = $1 and"), ("state", "state = $2 and"), ("tag", "tag = $12 and")]
         .iter()
         .filter(|(_, eq)| read.sql.contains(eq))
         .map(|(c, _)| *c)
@@ -238,7 +249,7 @@ fn filtered_equalities(read: &ExplainedRead, kind: &str, plan: &Value) -> Vec<St
             .into_iter()
             .flatten()
             .filter_map(Value::as_str)
-            .filter(|l| l.starts_with("SEARCH worker_runs"))
+            .filter(|l| l.starts_with("SEARCH worker_runs") || l.starts_with("SEARCH run_tags"))
             .map(|l| l.split_once(" (").map_or("", |(_, c)| c).replace(' ', ""))
             .collect()
     } else {
@@ -246,7 +257,11 @@ fn filtered_equalities(read: &ExplainedRead, kind: &str, plan: &Value) -> Vec<St
         // Index and bitmap index scans alike name their index (a bitmap index scan names no relation).
         nodes(root)
             .into_iter()
-            .filter(|n| n.get("Index Name").and_then(Value::as_str).is_some_and(|i| i.starts_with("worker_runs")))
+            .filter(|n| {
+                n.get("Index Name")
+                    .and_then(Value::as_str)
+                    .is_some_and(|i| i.starts_with("worker_runs") || i.starts_with("run_tags"))
+            })
             .map(|n| n.get("Index Cond").and_then(Value::as_str).unwrap_or_default().replace(' ', ""))
             .collect()
     };
@@ -288,6 +303,7 @@ async fn every_panel_read_and_the_claim_are_index_served_on_a_million_analysed_r
         // Vacuumed too, as autovacuum keeps a real ledger: its visibility map lets index-only scans skip the heap.
         t.execute("vacuum analyze worker_runs").await.expect("analyse the runs");
         t.execute("vacuum analyze run_progress").await.expect("analyse the progress");
+        t.execute("vacuum analyze run_tags").await.expect("analyse the tags");
     }
     eprintln!("{}: seeded {ROWS} runs in {:.1} s", t.kind.name(), started.elapsed().as_secs_f64());
 
@@ -303,6 +319,8 @@ async fn every_panel_read_and_the_claim_are_index_served_on_a_million_analysed_r
         deep: Cursor { requested_at: deep_at, id: deep_id },
         run,
         daemon: Uuid::now_v7(),
+        tag: "kind:letters".into(),
+        rare_tag: "rare".into(),
     };
     // The plans are of the SQL layer's own statements, which it explains on a pool of its own (no store forwards
     // this: it is the test's question, not a process's).
@@ -370,6 +388,15 @@ async fn every_panel_read_and_the_claim_are_index_served_on_a_million_analysed_r
     let first = t.db.api.list_runs(&RunFilter { limit: 50, ..RunFilter::default() }).await.expect("the first page");
     assert_eq!(first.runs.len(), 50);
     assert!(first.next.is_some(), "the first page has a next one");
+    // A tag's pages hold its runs only, newest first, down to a deep cursor.
+    for (tag, after) in [("rare", None), ("kind:letters", None), ("kind:letters", Some(sample.deep))] {
+        let filter = RunFilter { tag: Some(tag.into()), after, limit: 50, ..RunFilter::default() };
+        let page = t.db.api.list_runs(&filter).await.expect("a tag's page");
+        assert_eq!(page.runs.len(), 50, "{tag}: a full page");
+        assert!(page.runs.iter().all(|r| r.tags.iter().any(|t| t == tag)), "{tag}: every run carries it");
+        assert!(page.runs.windows(2).all(|w| (w[0].requested_at, w[0].id) > (w[1].requested_at, w[1].id)));
+        assert!(after.is_none_or(|c| page.runs.iter().all(|r| (r.requested_at, r.id) < (c.requested_at, c.id))));
+    }
     let chain = t.db.api.run_chain(run).await.expect("the chain");
     assert!(chain.len() >= 2 && chain.iter().any(|r| r.id == run), "the retry's chain holds it and what it retries");
     eprintln!(

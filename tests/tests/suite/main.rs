@@ -22,6 +22,7 @@ mod api_role_matrix;
 mod api_runs;
 mod api_schedules;
 mod api_security;
+mod api_tags;
 mod api_tokens;
 mod api_waiting;
 mod architecture;

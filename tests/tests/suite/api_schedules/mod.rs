@@ -56,6 +56,7 @@ async fn api_of(t: &TestDb) -> TestApi {
         name: "p".into(),
         description: Some("Transfer, then tag.".into()),
         steps: vec!["transfer".into(), "tagger".into()],
+        tags: Vec::new(),
     };
     let config = config_file(&t.url, t.dir.path(), &ApiConfig::default()).with(|f| f.pipelines = vec![pipeline]);
     let settings = config.load(&t.dir.path().join("config.toml")).expect("a valid configuration");

@@ -10,7 +10,8 @@
 //! - SQL and shell metacharacters, newlines, argument look-alikes and NUL in every string field (worker name,
 //!   engine, preset, option names and values, override reason, every query parameter) are either stored
 //!   verbatim (2xx) or refused with a sentence (4xx); a string option value reaches the probe's argv verbatim;
-//!   the tables are still there, no file appears where an injected command would create one.
+//!   the tables are still there, no file appears where an injected command would create one;
+//! - tags that are not short words, or more than ten, get a 400 naming the tag.
 //!
 //! Nothing answers 5xx, nothing panics, and the API and the daemon are alive at the end of every test.
 
@@ -31,11 +32,13 @@ use serde_json::{Value, json};
 mod bodies;
 mod metacharacters;
 mod paths;
+mod tags;
 mod tokens;
 
 use bodies::oversized_bodies_get_413;
 use metacharacters::metacharacters_are_stored_verbatim_or_refused_and_reach_a_worker_verbatim;
 use paths::traversal_and_bad_ids_get_a_sentence;
+use tags::tags_that_are_not_short_words_or_too_many_get_a_sentence;
 use tokens::writes_refuse_missing_malformed_and_low_role_tokens;
 
 backend_tests!(
@@ -43,6 +46,7 @@ backend_tests!(
     traversal_and_bad_ids_get_a_sentence,
     oversized_bodies_get_413,
     metacharacters_are_stored_verbatim_or_refused_and_reach_a_worker_verbatim,
+    tags_that_are_not_short_words_or_too_many_get_a_sentence,
 );
 
 /// How long the registry waits for a silent daemon (the tests' `daemon.gone_after_seconds`).

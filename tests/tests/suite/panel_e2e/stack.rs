@@ -150,6 +150,7 @@ impl Stack {
                     name: "probes".into(),
                     description: Some("Probe 1, then the quality probe.".into()),
                     steps: vec!["probe-1".into(), "probe-2".into()],
+                    tags: Vec::new(),
                 }];
                 let d = &mut f.daemon;
                 (d.capacity, d.lease_seconds, d.poll_seconds, d.heartbeat_seconds) = (3, 10, 1, 1);
