@@ -20,6 +20,7 @@ mod search;
 mod shards;
 mod signin;
 mod stack;
+mod tags;
 mod usage;
 mod waiting;
 
