@@ -64,7 +64,8 @@ async fn failed_runs_in_a_row_pause_the_worker_until_an_operator_resumes_it(t: &
     assert!(body["message"].as_str().is_some_and(|m| m.contains("pause_after_failures must be at least 1")), "{body}");
 
     // A run that fails, retried: the third failure in a row pauses the worker, and requests no fourth attempt.
-    let first = stack.json(Method::POST, "/api/workers/probe-1/runs", OPERATOR, json!({"options": {"exit_code": 3}})).await;
+    let first =
+        stack.json(Method::POST, "/api/workers/probe-1/runs", OPERATOR, json!({"options": {"exit_code": 3}})).await;
     let first = first.expect(StatusCode::CREATED, None)["id"].as_str().expect("an id").to_owned();
     let view = eventually(Duration::from_secs(60), "the worker pauses", || async {
         let w = worker(&stack, "probe-1").await;
@@ -86,9 +87,13 @@ async fn failed_runs_in_a_row_pause_the_worker_until_an_operator_resumes_it(t: &
     let run = stack.json(Method::POST, "/api/workers/probe-1/runs", OPERATOR, json!({})).await;
     let body = run.expect(StatusCode::CONFLICT, Some("worker_paused"));
     let message = body["message"].as_str().expect("a sentence");
-    for part in ["Worker probe-1 is paused", "automatically by scrinalia", "its last 3 runs failed",
-        "POST /api/workers/probe-1/resume", "scrinalia worker resume probe-1 --reason"]
-    {
+    for part in [
+        "Worker probe-1 is paused",
+        "automatically by scrinalia",
+        "its last 3 runs failed",
+        "POST /api/workers/probe-1/resume",
+        "scrinalia worker resume probe-1 --reason",
+    ] {
         assert!(message.contains(part), "{part:?} missing from {message:?}");
     }
     assert_eq!(body["paused"]["automatic"], json!(true), "{body}");
@@ -109,7 +114,8 @@ async fn failed_runs_in_a_row_pause_the_worker_until_an_operator_resumes_it(t: &
     stack.json(Method::POST, "/api/schedules", OPERATOR, schedule).await.expect(StatusCode::CREATED, None);
     let fires = eventually(Duration::from_secs(30), "a fire skipped while paused", || async {
         let fires = stack.get("/api/schedules/every-second/fires", VIEWER).await.expect(StatusCode::OK, None);
-        let skipped: Vec<Value> = fires.as_array().expect("fires").iter().filter(|f| f["outcome"] == "skipped").cloned().collect();
+        let skipped: Vec<Value> =
+            fires.as_array().expect("fires").iter().filter(|f| f["outcome"] == "skipped").cloned().collect();
         (skipped.len() >= 2).then_some(skipped)
     })
     .await;
@@ -218,12 +224,15 @@ async fn interruptions_and_cancellations_do_not_count_and_a_pause_by_hand_cancel
     assert!(pause.automatic && pause.reason.starts_with("its last 2 runs failed in a row"), "{pause:?}");
     assert_eq!(api.run_chain(second.id).await.expect("chain").len(), 1, "no retry once paused");
     let refused = api
-        .request_run(catalogue, scrinalia_shared::runs::RunRequest {
-            worker: "probe-2".into(),
-            requested_by: "ada".into(),
-            arguments: Default::default(),
-            trace_context: None,
-        })
+        .request_run(
+            catalogue,
+            scrinalia_shared::runs::RunRequest {
+                worker: "probe-2".into(),
+                requested_by: "ada".into(),
+                arguments: Default::default(),
+                trace_context: None,
+            },
+        )
         .await
         .expect_err("paused");
     assert!(matches!(refused, RequestError::Paused { .. }), "{refused}");
@@ -250,7 +259,11 @@ async fn interruptions_and_cancellations_do_not_count_and_a_pause_by_hand_cancel
         history.iter().map(|e| (e.action, e.actor.as_str(), e.automatic)).collect();
     assert_eq!(
         actions,
-        [(PauseAction::Pause, "bob", false), (PauseAction::Resume, "ada", false), (PauseAction::Pause, "scrinalia", true)]
+        [
+            (PauseAction::Pause, "bob", false),
+            (PauseAction::Resume, "ada", false),
+            (PauseAction::Pause, "scrinalia", true)
+        ]
     );
     assert_eq!(history[0].reason, "maintenance of the model server");
 }
