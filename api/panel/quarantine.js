@@ -24,11 +24,11 @@ export function quarantineLink(worker, n) {
  * required reason, `confirm` (its submit button's words) calls `send(reason)`; the API's refusal is shown in its
  * sentence. The form is kept across redraws, so a reason being typed is never lost.
  */
-function askReason(idBase, label, confirmLabel, send, buttonClass = "release") {
+export function askReason(idBase, label, confirmLabel, send, buttonClass = "release", noun = "release") {
   const alert = h("p", { class: "alert", role: "alert", hidden: true });
   const reason = h("textarea", {
     id: `${idBase}-reason`, class: "reason-input", name: "reason", rows: 2,
-    placeholder: "Why? Recorded with the release.", oninput: () => { alert.hidden = true; },
+    placeholder: `Why? Recorded with the ${noun}.`, oninput: () => { alert.hidden = true; },
   });
   const confirm = h("button", { type: "submit", class: "primary" }, confirmLabel);
   const button = h("button", { type: "button", class: buttonClass, onclick: open }, label);
@@ -56,7 +56,7 @@ function askReason(idBase, label, confirmLabel, send, buttonClass = "release") {
     event.preventDefault();
     const why = reason.value.trim();
     if (!why) {
-      alert.textContent = "Give a reason: it is recorded with the release.";
+      alert.textContent = `Give a reason: it is recorded with the ${noun}.`;
       alert.hidden = false;
       reason.focus();
       return;

@@ -18,6 +18,7 @@ import {
 } from "./format.js";
 import { itemsPoller, runningItems } from "./worker-items.js";
 import { limitNotes } from "./worker-limits.js";
+import { pauseBox } from "./worker-pause.js";
 
 // The chores an operator may ask for now: the endpoint's verb and the button's words.
 const CHORES = [
@@ -193,6 +194,7 @@ export function mount(root, _params, ctx) {
       "aria-label": `${c.label}: ${w.name}`, onclick: () => askChore(w.name, c.verb),
     }, c.label));
     const choreMessage = h("p", { class: "chore-message muted", role: "status", id: `${id}-chore-message` });
+    const pause = pauseBox(w.name, id, () => loadOne(w.name));
     const chores = h("div", { class: "chores", role: "group", "aria-label": `Chores of ${w.name}` },
       choreButtons, choreMessage);
     const header = h("header", null,
@@ -205,11 +207,12 @@ export function mount(root, _params, ctx) {
     const article = h("article", attrs, header,
       w.description ? h("p", { class: "description" }, w.description) : null,
       status,
+      pause.el,
       schedules.section("worker", w.name, () => workers.get(w.name)?.data.options ?? w.options),
       history.section(w.name),
       h("div", { class: "actions" }, controls, reason, alert, chores, overrideLink));
     return { article, status, alert, reason, runButton, controls, form: null, formKey: null, chores, choreButtons,
-      choreMessage };
+      choreMessage, pause };
   }
 
   // The form follows the options and engines the worker accepts, which change when its code describes itself
@@ -282,7 +285,9 @@ export function mount(root, _params, ctx) {
       b.disabled = choresBusy.has(`${name} ${b.dataset.chore}`);
     });
     let reason = "";
+    card.pause.update(w, operator);
     if (!operator) reason = "Running and cancelling need the operator role.";
+    else if (w.paused) reason = "The worker is paused: resume it to run it.";
     else if (w.in_flight) {
       reason = `A run is already ${w.in_flight.state}; wait for it to end or cancel it.`;
     } else {
@@ -295,6 +300,7 @@ export function mount(root, _params, ctx) {
     card.reason.textContent = reason;
     card.reason.hidden = !reason;
     card.article.dataset.inFlight = w.in_flight ? w.in_flight.state : "";
+    card.article.dataset.paused = w.paused ? "true" : "";
     card.article.dataset.ready = readinessFacts(w.readiness).state;
   }
 

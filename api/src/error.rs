@@ -156,6 +156,11 @@ impl From<RequestError> for ApiError {
                 .with("run_id", run_id)
                 .with("state", state)
                 .with("daemon_id", daemon_id),
+            RequestError::Paused { ref worker, ref pause } => {
+                let resume = format!("/api/workers/{worker}/resume");
+                let pause = pause.clone();
+                Self::conflict("worker_paused", e.to_string()).with("paused", pause).with("resume", resume)
+            }
             RequestError::Database(e) => e.into(),
         }
     }

@@ -51,6 +51,7 @@ pub fn app(state: AppState) -> Router {
         .merge(routes::continuations::router())
         .merge(routes::logs::router())
         .merge(routes::overrides::router())
+        .merge(routes::pauses::router())
         .merge(routes::resources::router())
         .merge(routes::schedules::router())
         .merge(routes::pipelines::router())

@@ -11,7 +11,7 @@ use utoipa::{
 use crate::{
     routes::{
         chores, continuations, daemons, events, export, health, history, items, logs, me, meta, metrics, overrides,
-        pipelines, quarantine, resources, runs, schedules, tokens, workers,
+        pauses, pipelines, quarantine, resources, runs, schedules, tokens, workers,
     },
     state::AppState,
 };
@@ -34,7 +34,7 @@ pub(crate) async fn document() -> Json<utoipa::openapi::OpenApi> {
         description = "Trigger and follow the archive's AI workers. Every error is a JSON object \
             `{\"code\": \"...\", \"message\": \"a sentence\"}`. Bearer tokens carry a role: viewer (read), \
             operator (trigger, cancel, ask for a describe, count or check; write schedules; start and cancel \
-            pipeline runs), admin (overrides, resource capacities, drain)."
+            pipeline runs; pause and resume a worker), admin (overrides, resource capacities, drain)."
     ),
     paths(
         workers::list_workers, workers::get_worker, history::worker_history,
@@ -43,6 +43,7 @@ pub(crate) async fn document() -> Json<utoipa::openapi::OpenApi> {
         export::export_runs,
         continuations::resume_run, continuations::restart_run, continuations::rerun_run, continuations::rerun_failed,
         overrides::set_override, overrides::clear_override, overrides::audit_trail,
+        pauses::pause_worker, pauses::resume_worker, pauses::pause_history,
         resources::list_resources, resources::set_capacity, resources::resource_audit,
         schedules::list_schedules, schedules::create_schedule, schedules::preview_schedule, schedules::get_schedule,
         schedules::replace_schedule, schedules::delete_schedule, schedules::pause_schedule,

@@ -23,8 +23,8 @@ Exit codes:
   3    cannot reach the API (connection refused, timeout, or a proxy answering 502/504)
   4    unauthorized or forbidden (401/403: no token, an unknown token, or a role too low)
   5    not found (404: no such worker, run, daemon, schedule, pipeline or pipeline run)
-  6    conflict (409: a run of that worker or pipeline is already in flight, a schedule name is taken; the API's
-       sentence is printed)
+  6    conflict (409: a run of that worker or pipeline is already in flight, the worker is paused, a schedule name
+       is taken; the API's sentence is printed)
   7    bad request (400/413/415/422: the API refused the arguments; its sentence is printed)
   8    the followed run ended but did not succeed (failed, cancelled or interrupted)
   130  Ctrl-C while following a run (the run goes on; `scrinalia cancel ID` stops it)";
@@ -70,10 +70,15 @@ pub enum Command {
     /// Beneath the table: what a worker that is not ready lacks, and where a catalogue entry and its code
     /// disagree (the code wins).
     Workers,
-    /// Show one worker: readiness, its last description, disagreements, configuration, options, queue, runs.
+    /// Show one worker: readiness, its last description, disagreements, configuration, options, queue, runs; or
+    /// pause and resume it (`worker pause NAME --reason …`).
+    #[command(args_conflicts_with_subcommands = true, arg_required_else_help = true)]
     Worker {
         /// The worker's name.
-        name: String,
+        name: Option<String>,
+        /// Pause, resume, or read its pauses.
+        #[command(subcommand)]
+        command: Option<crate::pauses::WorkerCommand>,
     },
     /// Ask a daemon to run the worker's `describe` again now (after its code was deployed, say).
     Describe {

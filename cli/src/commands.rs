@@ -30,7 +30,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         .map_err(|e| Verdict { exit: Exit::Usage, message: format!("{e:#}") })?;
     match cli.command {
         Command::Workers => workers(&client, out).await,
-        Command::Worker { name } => worker(&client, out, &name).await,
+        Command::Worker { command: Some(command), .. } => crate::pauses::run(&client, out, command).await,
+        Command::Worker { name: Some(name), command: None } => worker(&client, out, &name).await,
+        Command::Worker { name: None, command: None } => {
+            Err(Verdict { exit: Exit::Usage, message: "Give a worker's name: scrinalia worker NAME.".into() }.into())
+        }
         Command::Describe { worker } => chore(&client, out, &worker, ChoreKind::Describe).await,
         Command::Count { worker } => chore(&client, out, &worker, ChoreKind::Count).await,
         Command::Check { worker } => chore(&client, out, &worker, ChoreKind::Check).await,

@@ -14,6 +14,7 @@ pub mod items;
 pub mod json;
 pub mod output;
 pub mod overrides;
+pub mod pauses;
 pub mod pipelines;
 pub mod resources;
 pub mod schedules;

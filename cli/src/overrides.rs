@@ -79,8 +79,12 @@ pub struct SetArgs {
     /// A queued request not claimed this many seconds after it is due is cancelled (`expired`).
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub expires_after_seconds: Option<i64>,
+    /// After this many of its runs in a row fail, the worker is paused until someone resumes it.
+    #[arg(long, value_name = "K", allow_negative_numbers = true)]
+    pub pause_after_failures: Option<i64>,
     /// Give a field back to the default: `engine`, `preset`, `retry`, `memory_max`, `cpu_max`, `stall_seconds`,
-    /// `shards`, `priority`, `expires_after_seconds` or an option's name. Repeat for several.
+    /// `shards`, `priority`, `expires_after_seconds`, `pause_after_failures` or an option's name. Repeat for
+    /// several.
     #[arg(long, value_name = "FIELD")]
     pub unset: Vec<String>,
     /// Why (required; kept in the audit trail).
@@ -127,6 +131,7 @@ pub fn change_body(args: SetArgs) -> Result<OverrideChange, Verdict> {
         shards: args.shards.map(Some),
         priority: args.priority.map(Some),
         expires_after_seconds: args.expires_after_seconds.map(Some),
+        pause_after_failures: args.pause_after_failures.map(Some),
         reason: None,
     };
     for field in args.unset {
@@ -140,6 +145,7 @@ pub fn change_body(args: SetArgs) -> Result<OverrideChange, Verdict> {
             "shards" => change.shards.replace(None).is_some(),
             "priority" => change.priority.replace(None).is_some(),
             "expires_after_seconds" => change.expires_after_seconds.replace(None).is_some(),
+            "pause_after_failures" => change.pause_after_failures.replace(None).is_some(),
             name => change.options.insert(name.to_owned(), Value::Null).is_some(),
         };
         if taken {
@@ -149,7 +155,7 @@ pub fn change_body(args: SetArgs) -> Result<OverrideChange, Verdict> {
     if change == OverrideChange::default() {
         return Err(usage(
             "nothing to change: give --engine, --preset, --option NAME=VALUE, --memory-max, --cpu-max, \
-             --stall-seconds, --shards, --priority, --expires-after-seconds or --unset FIELD."
+             --stall-seconds, --shards, --priority, --expires-after-seconds, --pause-after-failures or --unset FIELD."
                 .to_owned(),
         ));
     }
@@ -299,6 +305,7 @@ mod tests {
             shards: None,
             priority: None,
             expires_after_seconds: None,
+            pause_after_failures: None,
             unset: unset.iter().map(|s| (*s).to_owned()).collect(),
             reason: parse_reason("why").expect("a reason"),
         }

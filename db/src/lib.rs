@@ -31,6 +31,7 @@ pub mod items;
 pub mod lease;
 pub mod ledger;
 pub mod overrides;
+pub mod pauses;
 pub mod pipelines;
 #[doc(hidden)]
 pub mod plans;

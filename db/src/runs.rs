@@ -81,6 +81,9 @@ pub struct Links<'a> {
     pub stamped_when_written: bool,
     /// Where it stands in a sharded run: a parent, or one of a parent's children.
     pub shard: Option<ShardLink>,
+    /// Inserted even while its worker is paused (`worker_pauses`): the resume of a preempted run, which goes on
+    /// with work under way. Every other request of a paused worker is refused like one blocked.
+    pub even_if_paused: bool,
 }
 
 /// A run's place in a sharded run (see `scrinalia_shared::runs::shards`).
@@ -102,11 +105,13 @@ impl ShardLink {
 }
 
 /// Inserts a request, `on conflict do nothing`: `None` when a unique index refuses it (the one in flight per
-/// worker, one per (schedule, fire time), one retry per run) or the override is no longer at the version given. Both dialects speak it, and on PostgreSQL a refusal
+/// worker, one per (schedule, fire time), one retry per run), the override is no longer at the version given, or
+/// the worker is paused (unless [`Links::even_if_paused`]). Both dialects speak it, and on PostgreSQL a refusal
 /// does not abort the transaction it runs in.
 pub async fn insert(on: impl Into<On<'_>>, new: &NewRun<'_>) -> Result<Option<Run>> {
     // `insert … select … where`: the condition on the override's version costs one index probe, and a request that
-    // does not give a version skips it. Both dialects accept this form (SQLite needs the `where` to read the
+    // does not give a version skips it; the pause is one more probe (of a table that is mostly empty), in the same
+    // statement, so a trigger stays one round trip. Both dialects accept this form (SQLite needs the `where` to read the
     // `on conflict` that follows as the insert's).
     const INSERT: Sql = sql!(
         "insert into worker_runs (id, worker, requested_by, arguments, config, trace_context, schedule_id, fire_at, \
@@ -120,8 +125,9 @@ pub async fn insert(on: impl Into<On<'_>>, new: &NewRun<'_>) -> Result<Option<Ru
         now,
         " end, $20, $21, $22, $23, ",
         now_plus(24),
-        ", $25 where cast($19 as bigint) is null \
-             or coalesce((select max(id) from worker_override_audit where worker = $2), 0) = $19 \
+        ", $25 where (cast($19 as bigint) is null \
+             or coalesce((select max(id) from worker_override_audit where worker = $2), 0) = $19) \
+             and ($26 or not exists (select 1 from worker_pauses where worker = $2)) \
          on conflict do nothing returning ",
         run_columns!()
     );
@@ -152,6 +158,7 @@ pub async fn insert(on: impl Into<On<'_>>, new: &NewRun<'_>) -> Result<Option<Ru
         .bind(i16::from(new.config.priority.value))
         .bind(new.expires_after_seconds())
         .bind(Json(new.tags))
+        .bind(new.links.even_if_paused)
         .fetch_optional(pool)
         .await);
     match inserted {

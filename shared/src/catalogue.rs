@@ -93,6 +93,11 @@ pub struct WorkerSpec {
     /// and `yield` capabilities is preempted, and only a run that has a checkpoint.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub preemptible: bool,
+    /// After this many of its runs in a row end `failed` (retries count; interrupted and cancelled runs neither
+    /// count nor reset), the worker is paused until an operator resumes it. None: it never pauses by itself.
+    /// An audited override may change it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_after_failures: Option<i64>,
 }
 
 /// A resource that runs of several workers share, such as one model server: at most `capacity` runs hold it
@@ -437,7 +442,11 @@ fn limit_problems(worker: &WorkerSpec) -> Vec<(&'static str, String)> {
         .expires_after_seconds
         .and_then(|s| choice::expires_after_seconds(s).err())
         .map(|p| ("expires_after_seconds", p));
-    [memory, cpu, stall, priority, expires].into_iter().flatten().collect()
+    let pause = worker
+        .pause_after_failures
+        .and_then(|k| choice::pause_after_failures(k).err())
+        .map(|p| ("pause_after_failures", p));
+    [memory, cpu, stall, priority, expires, pause].into_iter().flatten().collect()
 }
 
 /// What is wrong with an option's bounds, as (key, sentence): bounds only on numbers, the minimum not above the

@@ -95,6 +95,7 @@ pub(crate) fn catalogue() -> crate::Catalogue {
         priority: None,
         expires_after_seconds: None,
         preemptible: false,
+        pause_after_failures: None,
     };
     crate::Catalogue::new(vec![worker], Default::default()).expect("a valid catalogue")
 }

@@ -23,6 +23,7 @@ pub mod logstore;
 pub mod metrics;
 pub mod names;
 pub mod overrides;
+pub mod pauses;
 pub mod pipelines;
 pub mod quarantine;
 pub mod queue;

@@ -8,9 +8,12 @@ use serde_json::Value;
 
 use scrinalia_wire::choice::limits::{self, CPU_MAX, MEMORY_MAX, STALL_SECONDS};
 
+mod pause;
 mod priority;
 mod shards;
 
+pub use pause::PAUSE_AFTER_FAILURES;
+use pause::pause_of;
 pub use priority::worker_priority;
 use priority::{expires_of, priority_of};
 use shards::shards_of;
@@ -221,6 +224,7 @@ pub fn resolve(
     let shards = shards_of(worker, explicit, overrides)?;
     let priority = priority_of(spec, explicit, overrides)?;
     let expires_after_seconds = expires_of(spec, explicit, overrides)?;
+    let pause_after_failures = pause_of(spec, overrides)?;
     Ok(ResolvedConfig {
         engine,
         preset,
@@ -237,6 +241,7 @@ pub fn resolve(
         shards,
         priority,
         expires_after_seconds,
+        pause_after_failures,
     })
 }
 
@@ -270,6 +275,7 @@ fn refuse_limits(explicit: &ExplicitArgs) -> Result<(), ResolveError> {
         (MEMORY_MAX, explicit.memory_max.is_some()),
         (CPU_MAX, explicit.cpu_max.is_some()),
         (STALL_SECONDS, explicit.stall_seconds.is_some()),
+        (PAUSE_AFTER_FAILURES, explicit.pause_after_failures.is_some()),
     ];
     match given.into_iter().find(|(_, given)| *given) {
         Some((key, _)) => Err(ResolveError::LimitInArguments { key }),
@@ -323,9 +329,16 @@ pub fn check_override(worker: &EffectiveWorker, values: &OverrideValues) -> Resu
     refuse_engine_choice(worker, values)?;
     // An override is checked as if it were a run's explicit arguments; its limits, which arguments cannot set,
     // as the override they are.
-    let arguments = OverrideValues { memory_max: None, cpu_max: None, stall_seconds: None, ..values.clone() };
+    let arguments = OverrideValues {
+        memory_max: None,
+        cpu_max: None,
+        stall_seconds: None,
+        pause_after_failures: None,
+        ..values.clone()
+    };
     resolve(worker, &arguments, None)?;
-    limits_of(&worker.spec, values).map(drop)
+    limits_of(&worker.spec, values)?;
+    pause_of(&worker.spec, values).map(drop)
 }
 
 fn check_option(worker: &EffectiveWorker, name: &str, value: &Value) -> Result<(), ResolveError> {

@@ -21,7 +21,7 @@ pub(crate) mod shards;
 mod waiting;
 
 pub use diff::config_changes;
-pub(crate) use end::{expire_requests, was_preempted};
+pub(crate) use end::{expire_requests, follow as follow_end, was_preempted};
 pub use follow::FollowError;
 pub use placement::Placement;
 pub use preemption::not_preemptible;
@@ -64,8 +64,9 @@ pub struct RecoveryDue {
 /// Why the insert of a request was refused by a unique index.
 #[derive(Debug)]
 pub(crate) enum Refused {
-    /// Another run of the worker is in flight.
-    InFlight(RequestError),
+    /// Another run of the worker is in flight, or the worker is paused ([`RequestError::InFlight`],
+    /// [`RequestError::Paused`]).
+    Blocked(RequestError),
     /// A run continues the same earlier run already: that run, and how.
     Continued(Uuid, crate::FollowKind),
 }
@@ -107,6 +108,14 @@ pub enum RequestError {
         state: RunState,
         /// The daemon holding it, if running.
         daemon_id: Option<Uuid>,
+    },
+    /// The worker is paused: no run of it is requested until an operator resumes it.
+    #[error("{}", crate::pauses::refusal(worker, pause))]
+    Paused {
+        /// The worker.
+        worker: String,
+        /// Its pause.
+        pause: scrinalia_wire::WorkerPause,
     },
     /// The database failed.
     #[error(transparent)]
@@ -221,6 +230,9 @@ impl Store {
                 }
                 return Err(RequestError::in_flight(blocking));
             }
+            if let Some(paused) = self.paused_refusal(&spec.name).await? {
+                return Err(paused);
+            }
             // Neither inserted nor blocked: the override changed since it was read (or the blocker ended in
             // between). Read it again.
             cache.forget_worker(&spec.name);
@@ -269,10 +281,20 @@ impl Store {
                 if blocking.id == new.id {
                     return Ok(Ok(blocking));
                 }
-                return Ok(Err(Refused::InFlight(RequestError::in_flight(blocking))));
+                return Ok(Err(Refused::Blocked(RequestError::in_flight(blocking))));
+            }
+            if let Some(paused) = self.paused_refusal(new.worker).await? {
+                return Ok(Err(Refused::Blocked(paused)));
             }
         }
         Err(DbError::Unexpected("the in-flight run kept changing during the insert".into()))
+    }
+
+    /// The refusal of a request of `worker` because it is paused, if it is: read only once an insert was
+    /// refused, so a request that is accepted costs no read of it.
+    pub(crate) async fn paused_refusal(&self, worker: &str) -> Result<Option<RequestError>, DbError> {
+        let pause = self.worker_pause(worker).await?;
+        Ok(pause.map(|pause| RequestError::Paused { worker: worker.to_owned(), pause }))
     }
 
     /// Inserts a request: one autocommitted statement, or for a run split into shards, its parent and its

@@ -66,7 +66,26 @@ pub fn signature(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
 
 /// The `type` of an event's body.
 pub fn event_type(kind: &str) -> String {
-    if kind == "test" { "webhook.test".to_owned() } else { format!("run.{kind}") }
+    match kind {
+        "test" => "webhook.test".to_owned(),
+        "paused" => "worker.paused".to_owned(),
+        _ => format!("run.{kind}"),
+    }
+}
+
+/// The body of a worker's pause: `{"type": "worker.paused", "timestamp", "data": {…the pause…}}`, naming the
+/// run whose end paused it when it paused itself.
+pub(crate) fn pause_payload(id: Uuid, worker: &str, pause: &scrinalia_wire::WorkerPause, run: Option<Uuid>) -> String {
+    let data = json!({
+        "event_id": id,
+        "worker": worker,
+        "paused_at": pause.at,
+        "paused_by": pause.by,
+        "reason": pause.reason,
+        "automatic": pause.automatic,
+        "run_id": run,
+    });
+    json!({"type": event_type("paused"), "timestamp": pause.at, "data": data}).to_string()
 }
 
 /// The body of a run's event: `{"type": "run.<kind>", "timestamp", "data": {…the run…}}`; a recovery names the
@@ -260,6 +279,26 @@ pub(crate) async fn record_event(tx: &mut Tx, ended: &Run) -> db::Result<()> {
     db::webhooks::insert_event(tx, &new).await
 }
 
+/// In the transaction `tx` that paused `worker`, records the webhook event `paused` (with `run`, the run whose
+/// end paused it, when it paused itself).
+pub(crate) async fn record_pause(
+    tx: &mut Tx,
+    worker: &str,
+    pause: &scrinalia_wire::WorkerPause,
+    run: Option<Uuid>,
+) -> db::Result<()> {
+    let id = Uuid::now_v7();
+    let payload = pause_payload(id, worker, pause, run);
+    let new = db::webhooks::NewEvent {
+        id,
+        kind: WebhookEvent::Paused.as_str(),
+        run,
+        worker: Some(worker),
+        payload: &payload,
+    };
+    db::webhooks::insert_event(tx, &new).await
+}
+
 /// The webhooks among `hooks` that an event waiting for its fan-out goes to: none for a test event (it has
 /// its one delivery already) or one older than [`FAN_OUT_HORIZON`].
 fn route(hooks: &[Webhook], (_, kind, worker, stale): &db::webhooks::Unfanned) -> Vec<String> {
@@ -267,6 +306,7 @@ fn route(hooks: &[Webhook], (_, kind, worker, stale): &db::webhooks::Unfanned) -
         "failed" => WebhookEvent::Failed,
         "interrupted" => WebhookEvent::Interrupted,
         "recovered" => WebhookEvent::Recovered,
+        "paused" => WebhookEvent::Paused,
         _ => return Vec::new(),
     };
     if *stale {

@@ -124,6 +124,7 @@ pub fn worker(name: &str, command: &[&str]) -> WorkerSpec {
         priority: None,
         expires_after_seconds: None,
         preemptible: false,
+        pause_after_failures: None,
     }
 }
 

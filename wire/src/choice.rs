@@ -62,6 +62,10 @@ pub struct Choices {
     /// `expired`). At least 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_after_seconds: Option<i64>,
+    /// After this many runs of the worker in a row end `failed`, the worker is paused (no run is requested for
+    /// it until an operator resumes it). At least 1. Only the catalogue and an override set it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_after_failures: Option<i64>,
 }
 
 /// The priority of a run nothing else sets.
@@ -89,6 +93,22 @@ pub fn expires_after_seconds(n: i64) -> Result<u64, String> {
             "expires_after_seconds must be at least 1 (a queued request not claimed by then is cancelled), not {n}."
         )),
         _ => Err(format!("expires_after_seconds must be at most {MAX_EXPIRES_AFTER_SECONDS} (a year), not {n}.")),
+    }
+}
+
+/// The largest `pause_after_failures`.
+pub const MAX_PAUSE_AFTER_FAILURES: u32 = 1000;
+
+/// A `pause_after_failures` checked: at least 1, at most [`MAX_PAUSE_AFTER_FAILURES`]; otherwise a sentence
+/// naming the key.
+pub fn pause_after_failures(n: i64) -> Result<u32, String> {
+    match u32::try_from(n) {
+        Ok(k @ 1..=MAX_PAUSE_AFTER_FAILURES) => Ok(k),
+        _ if n < 1 => Err(format!(
+            "pause_after_failures must be at least 1 (the worker is paused after that many failed runs in a row), \
+             not {n}."
+        )),
+        _ => Err(format!("pause_after_failures must be at most {MAX_PAUSE_AFTER_FAILURES}, not {n}.")),
     }
 }
 
@@ -121,6 +141,7 @@ impl Choices {
             && self.shards.is_none()
             && self.priority.is_none()
             && self.expires_after_seconds.is_none()
+            && self.pause_after_failures.is_none()
     }
 
     /// Whether a limit (`memory_max`, `cpu_max`, `stall_seconds`) is chosen.
@@ -208,6 +229,10 @@ pub struct ResolvedConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub expires_after_seconds: Option<Resolved<u64>>,
+    /// After how many failed runs in a row the worker is paused, when it is (see [`Choices::pause_after_failures`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub pause_after_failures: Option<Resolved<u32>>,
 }
 
 /// A run's priority when a stored row or answer has none (see [`DEFAULT_PRIORITY`]).
@@ -239,6 +264,7 @@ impl ResolvedConfig {
             shards: None,
             priority: default_priority(),
             expires_after_seconds: None,
+            pause_after_failures: None,
         }
     }
 }

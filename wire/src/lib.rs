@@ -17,6 +17,7 @@ pub mod error;
 pub mod health;
 pub mod item;
 pub mod overrides;
+pub mod pause;
 pub mod pipeline;
 pub mod queue;
 pub mod reason;
@@ -42,6 +43,7 @@ pub use item::{
     ReleaseBody, RunItem,
 };
 pub use overrides::{AuditEntry, AuditView, Override, OverrideAction, OverrideChange, OverrideView};
+pub use pause::{PauseAction, PauseEntry, PauseView, WorkerPause};
 pub use pipeline::{PipelineRun, PipelineRunView, PipelineState, PipelineView, StartPipeline};
 pub use queue::QueueCount;
 pub use reason::{MAX_REASON, Reason, ReasonBody, ReasonError};

@@ -147,6 +147,10 @@ pub struct OverrideChange {
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
     pub expires_after_seconds: Option<Option<i64>>,
+    /// After how many failed runs in a row the worker is paused; `null` clears it (the catalogue's, else never).
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
+    pub pause_after_failures: Option<Option<i64>>,
     /// Why (required, recorded in the audit trail).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -187,6 +191,9 @@ impl OverrideChange {
         }
         if let Some(expires) = self.expires_after_seconds {
             next.expires_after_seconds = expires;
+        }
+        if let Some(pause) = self.pause_after_failures {
+            next.pause_after_failures = pause;
         }
         for (name, value) in &self.options {
             if value.is_null() {

@@ -15,7 +15,7 @@ use object_store::PutPayload;
 use std::collections::{BTreeMap, HashMap};
 
 use scrinalia_shared::EffectiveWorker;
-use scrinalia_wire::{Check, DaemonState, Engine, HealthView, Readiness, Status};
+use scrinalia_wire::{Check, DaemonState, Engine, HealthView, Readiness, Status, WorkerPause};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -47,12 +47,13 @@ pub async fn check_all(state: &AppState) -> HealthView {
             state.db().quarantined_counts(state.catalogue()),
             state.db().list_overrides(),
             state.db().list_daemons(state.gone_after()),
+            state.db().worker_pauses(),
         )
     })
     .await;
-    let (workers, readiness, mut quarantined, overrides, registry) = match facts {
-        Ok(Ok((workers, readiness, quarantined, overrides, registry))) => {
-            (workers, Some(readiness), quarantined, overrides, registry)
+    let (workers, readiness, mut quarantined, overrides, registry, mut paused) = match facts {
+        Ok(Ok((workers, readiness, quarantined, overrides, registry, paused))) => {
+            (workers, Some(readiness), quarantined, overrides, registry, paused.into_iter().collect())
         }
         // The database check says why; the workers' checks are left out rather than guessed.
         _ => (
@@ -61,6 +62,7 @@ pub async fn check_all(state: &AppState) -> HealthView {
             HashMap::new(),
             Vec::new(),
             Vec::new(),
+            HashMap::new(),
         ),
     };
     let mut engines: BTreeMap<String, Engine> = state.catalogue().engines.clone();
@@ -85,7 +87,8 @@ pub async fn check_all(state: &AppState) -> HealthView {
             let quarantined = quarantined.remove(w.name()).unwrap_or(0);
             let stored = overrides.iter().find(|o| o.worker == w.name());
             let limits = super::workers::limit_notes_of(&w.spec, stored, &registry);
-            worker_check(w, readiness.remove(w.name()), (quarantined, limits), latency_ms)
+            let paused = paused.remove(w.name());
+            worker_check(w, readiness.remove(w.name()), (quarantined, limits, paused), latency_ms)
         }));
     }
     let status = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);
@@ -95,11 +98,13 @@ pub async fn check_all(state: &AppState) -> HealthView {
 /// A worker: down when its check says it is not ready, degraded when its check failed, its catalogue entry
 /// disagrees with its code or a host does not enforce one of its limits (its runs go on there without it), ok
 /// otherwise (also before its first check). Its quarantined documents are told in its details (`quarantined`,
-/// and a `note` sentence), and so is a `cpu_max` clamped to a host's cores (`limits`): informational.
+/// and a `note` sentence), and so is a `cpu_max` clamped to a host's cores (`limits`): informational. A worker
+/// that paused itself (after `pause_after_failures` failed runs in a row) is degraded: something it needs is
+/// likely broken; one paused by hand is only told (`paused`, and a `note`), since a person meant it.
 fn worker_check(
     worker: &EffectiveWorker,
     readiness: Option<Readiness>,
-    (quarantined, limits): (i64, Vec<String>),
+    (quarantined, limits, paused): (i64, Vec<String>, Option<WorkerPause>),
     latency_ms: f64,
 ) -> Check {
     let name = worker.name();
@@ -128,6 +133,11 @@ fn worker_check(
         status = status.max(Status::Degraded);
         problems.push(format!("It is declared preemptible, but its runs are not preempted: {why}"));
     }
+    let pause_sentence = paused.as_ref().map(|p| scrinalia_shared::pauses::refusal(name, p));
+    if let Some(sentence) = pause_sentence.as_ref().filter(|_| paused.as_ref().is_some_and(|p| p.automatic)) {
+        status = status.max(Status::Degraded);
+        problems.push(sentence.clone());
+    }
     let mut details = json!({
         "ready": readiness.as_ref().and_then(|r| r.ready),
         "preemptible": worker.spec.preemptible && not_preempted.is_none(),
@@ -135,12 +145,20 @@ fn worker_check(
         "disagreements": worker.disagreements,
         "quarantined": quarantined,
         "limits": limits,
+        "paused": paused,
     });
     if quarantined > 0 {
         let documents = if quarantined == 1 { "document is" } else { "documents are" };
         details["note"] = json!(format!(
             "{quarantined} {documents} quarantined: its runs skip them until they are released (scrinalia quarantine list {name})."
         ));
+    }
+    if let Some(sentence) = pause_sentence.filter(|_| paused.as_ref().is_some_and(|p| !p.automatic)) {
+        let note = match details["note"].as_str() {
+            Some(quarantine) => format!("{sentence} {quarantine}"),
+            None => sentence,
+        };
+        details["note"] = json!(note);
     }
     let problems: Vec<&str> = problems.iter().map(|p| p.trim_end().trim_end_matches('.')).collect();
     let error = (!problems.is_empty()).then(|| crate::error::sentence(problems.join(". ")));

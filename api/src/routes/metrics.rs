@@ -38,6 +38,7 @@ const PENDING: &str = "scrinalia_queue_pending";
 const DONE: &str = "scrinalia_queue_done";
 const MEASURED_AGE: &str = "scrinalia_queue_measurement_age_seconds";
 const PROGRESS_AGE: &str = "scrinalia_run_progress_age_seconds";
+const PAUSED: &str = "scrinalia_worker_paused";
 
 /// Every gauge of `/metrics`, with its help.
 pub const GAUGES: &[(&str, &str)] = &[
@@ -56,6 +57,7 @@ pub const GAUGES: &[(&str, &str)] = &[
         PROGRESS_AGE,
         "Seconds since the running run of each worker last reported progress (or started); 0 when none runs",
     ),
+    (PAUSED, "1 while the worker is paused (by hand, or after pause_after_failures failed runs in a row), else 0"),
 ];
 
 /// The routes of this module; none when `enabled` is false.
@@ -103,12 +105,13 @@ fn worker(name: &str) -> Labels {
 /// Reads every gauge from the database.
 pub async fn measure(state: &AppState) -> ApiResult<Vec<GaugeSeries>> {
     let db = state.db();
-    let (daemons, in_flight, counts, now, ages) = tokio::try_join!(
+    let (daemons, in_flight, counts, now, ages, pauses) = tokio::try_join!(
         db.list_daemons(state.gone_after()),
         db.runs_in_flight(),
         db.queue_counts(),
         db.now(),
-        db.progress_ages()
+        db.progress_ages(),
+        db.worker_pauses()
     )?;
     let seconds = |t: chrono::DateTime<chrono::Utc>| (now - t).num_milliseconds().max(0) as f64 / 1000.0;
 
@@ -162,7 +165,13 @@ pub async fn measure(state: &AppState) -> ApiResult<Vec<GaugeSeries>> {
     }
     let mut progress_age = series(PROGRESS_AGE);
     progress_age.samples = silent.into_iter().map(|(w, s)| (worker(&w), s)).collect();
-    Ok(vec![daemons, alive, in_flight, oldest_queued, pending, done, age, progress_age])
+    let mut paused = series(PAUSED);
+    let mut by_worker: BTreeMap<String, f64> = names.iter().map(|w| ((*w).to_owned(), 0.0)).collect();
+    for (w, _) in pauses {
+        by_worker.insert(w, 1.0);
+    }
+    paused.samples = by_worker.into_iter().map(|(w, n)| (worker(&w), n)).collect();
+    Ok(vec![daemons, alive, in_flight, oldest_queued, pending, done, age, progress_age, paused])
 }
 
 /// For the OTLP export: measures every `OTEL_METRIC_EXPORT_INTERVAL` (60 s by default) into `last`, which the

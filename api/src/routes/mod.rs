@@ -13,6 +13,7 @@ pub mod me;
 pub mod meta;
 pub mod metrics;
 pub mod overrides;
+pub mod pauses;
 pub mod pipelines;
 pub mod quarantine;
 pub mod resources;

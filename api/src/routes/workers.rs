@@ -57,7 +57,7 @@ pub fn find_worker<'a>(state: &'a AppState, name: &str) -> ApiResult<&'a WorkerS
 }
 
 /// The views of `specs` and the engines they can use (the catalogue's, with the presets their code declares),
-/// from eight queries run at once, whatever their number, then three more (the daemons, the resources' holders,
+/// from ten queries run at once, whatever their number, then three more (the daemons, the resources' holders,
 /// the clock) when a run is queued, to say why it waits, and one when a run is running, for its items.
 pub async fn worker_views(
     state: &AppState,
@@ -65,7 +65,7 @@ pub async fn worker_views(
 ) -> ApiResult<(Vec<WorkerView>, BTreeMap<String, Engine>, DateTime<Utc>)> {
     let db = state.db();
     let names: Vec<String> = specs.iter().map(|w| w.name.clone()).collect();
-    let (overrides, counts, in_flight, finished, now, descriptions, readiness, mut quarantined, daemons) = tokio::try_join!(
+    let (overrides, counts, in_flight, finished, now, descriptions, readiness, mut quarantined, daemons, paused) = tokio::try_join!(
         db.list_overrides(),
         db.queue_counts(),
         db.runs_in_flight(),
@@ -75,7 +75,9 @@ pub async fn worker_views(
         db.readiness(),
         db.quarantined_counts(state.catalogue()),
         db.list_daemons(state.gone_after()),
+        db.worker_pauses(),
     )?;
+    let mut paused: HashMap<String, scrinalia_wire::WorkerPause> = paused.into_iter().collect();
     // The items of the running runs, in one statement for all of them, and only when a run is running.
     let running = in_flight.iter().any(|r| r.state == RunState::Running);
     let items = async { if running { db.running_items().await } else { Ok(HashMap::new()) } };
@@ -140,6 +142,7 @@ pub async fn worker_views(
                 last_finished: finished.remove(&spec.name),
                 quarantined: quarantined.remove(&spec.name).unwrap_or(0),
                 limit_notes,
+                paused: paused.remove(&spec.name),
             }
         })
         .collect();

@@ -113,8 +113,22 @@ pub fn workers_notes(view: &WorkersView) -> Vec<String> {
         for d in &w.disagreements {
             notes.push(format!("{}: disagrees: {d}", w.name));
         }
+        if let Some(p) = &w.paused {
+            notes.push(format!("{}: {}", w.name, paused_sentence(&w.name, p)));
+        }
     }
     notes
+}
+
+/// A pause as the panel says it: "paused since … by …: reason", and how to resume.
+fn paused_sentence(name: &str, p: &scrinalia_wire::WorkerPause) -> String {
+    let how = if p.automatic { " (automatically)" } else { "" };
+    format!(
+        "paused since {} by {}{how}: {} (scrinalia worker resume {name} --reason …)",
+        when(p.at),
+        p.by,
+        p.reason.trim_end_matches('.')
+    )
 }
 
 /// An option's declaration in a few words: `integer, 0 to 255, default 0, one of 3, 5, 8`.
@@ -154,6 +168,9 @@ pub fn worker_detail(w: &WorkerView, colour: bool) -> String {
         readiness = format!("{readiness} (checked {}{by})", ago(r.age_seconds));
     }
     lines.push(("ready", readiness));
+    if let Some(p) = &w.paused {
+        lines.push(("paused", Style::Bad.paint(&paused_sentence(&w.name, p), colour)));
+    }
     match &w.described {
         Some(d) => {
             if let Some(at) = d.described_at {

@@ -411,3 +411,33 @@ fn a_priority_an_expiry_and_starts_per_minute_out_of_range_are_each_named_by_key
         assert!(err.contains(expected), "missing {expected:?} in {err}");
     }
 }
+
+#[test]
+fn pause_after_failures_is_at_least_1_named_by_key_at_load() {
+    let fine = "
+        [[workers]]
+        name = \"embed\"
+        command = [\"embed\"]
+        pause_after_failures = 3
+        ";
+    let settings = load(fine, &[]).expect("valid");
+    assert_eq!(settings.catalogue.worker("embed").and_then(|w| w.pause_after_failures), Some(3));
+    let bad = "
+        [[workers]]
+        name = \"a\"
+        command = [\"a\"]
+        pause_after_failures = 0
+        [[workers]]
+        name = \"b\"
+        command = [\"b\"]
+        pause_after_failures = 5000
+        ";
+    let err = load(bad, &[]).expect_err("out of range").to_string();
+    for expected in [
+        "`workers[0].pause_after_failures`: pause_after_failures must be at least 1 (the worker is paused after that \
+         many failed runs in a row), not 0.",
+        "`workers[1].pause_after_failures`: pause_after_failures must be at most 1000, not 5000.",
+    ] {
+        assert!(err.contains(expected), "missing {expected:?} in {err}");
+    }
+}

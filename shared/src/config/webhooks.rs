@@ -27,6 +27,8 @@ pub enum WebhookEvent {
     /// A run succeeded, and the previous run of its worker that ended with an outcome had failed or been
     /// interrupted.
     Recovered,
+    /// A worker was paused: by itself after `pause_after_failures` failed runs in a row, or by hand.
+    Paused,
 }
 
 impl WebhookEvent {
@@ -36,6 +38,7 @@ impl WebhookEvent {
             Self::Failed => "failed",
             Self::Interrupted => "interrupted",
             Self::Recovered => "recovered",
+            Self::Paused => "paused",
         }
     }
 }
@@ -45,10 +48,12 @@ impl TryFrom<String> for WebhookEvent {
     type Error = String;
 
     fn try_from(name: String) -> Result<Self, String> {
-        [Self::Failed, Self::Interrupted, Self::Recovered]
+        [Self::Failed, Self::Interrupted, Self::Recovered, Self::Paused]
             .into_iter()
             .find(|e| e.as_str() == name.trim())
-            .ok_or_else(|| format!("{name:?} is not a webhook event; use \"failed\", \"interrupted\" or \"recovered\""))
+            .ok_or_else(|| {
+                format!("{name:?} is not a webhook event; use \"failed\", \"interrupted\", \"recovered\" or \"paused\"")
+            })
     }
 }
 
@@ -66,7 +71,7 @@ pub struct WebhookSettings {
     /// A file holding the secret (e.g. a systemd credential), read at start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_file: Option<PathBuf>,
-    /// Which outcomes: some of `failed`, `interrupted`, `recovered`.
+    /// Which outcomes: some of `failed`, `interrupted`, `recovered`, `paused`.
     pub events: Vec<WebhookEvent>,
     /// The workers whose runs count; empty means every worker.
     #[serde(default)]

@@ -41,6 +41,7 @@ fn catalogue() -> (Catalogue, WorkerSpec) {
         priority: None,
         expires_after_seconds: None,
         preemptible: false,
+        pause_after_failures: None,
     };
     let catalogue = Catalogue::new(vec![worker.clone()], [("ollama".into(), engine)].into()).expect("valid");
     (catalogue, worker)

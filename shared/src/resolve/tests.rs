@@ -48,6 +48,7 @@ fn catalogue() -> Catalogue {
         priority: None,
         expires_after_seconds: None,
         preemptible: false,
+        pause_after_failures: None,
     };
     Catalogue::new(
         vec![worker("tag-suggest", None), worker("quality-validator", Some("It comes from the LLM_CHECK rule."))],

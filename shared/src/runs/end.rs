@@ -92,9 +92,10 @@ pub(crate) async fn expire_requests(db: &Database) -> db::Result<Vec<Run>> {
 
 /// What follows the end of `ended`, in the transaction `tx` that ended it: the webhook event its outcome is,
 /// the release of its resource slots (free for the next claim the moment the end commits), its items' failure
-/// streaks, its retry (with its scope, for a rerun of failures), and its pipeline's next step. A shard's end
-/// settles its parent instead of announcing itself: the parent's end is the outcome that is announced and that
-/// moves its pipeline on.
+/// streaks, its worker's failures in a row (and its pause, at `pause_after_failures`), its retry (with its scope,
+/// for a rerun of failures; none while the worker is paused: the insert refuses it), and its pipeline's next step.
+/// A shard's end settles its parent instead of announcing itself: the parent's end is the outcome that is
+/// announced, counted and that moves its pipeline on.
 pub(crate) async fn follow(tx: &mut Tx, ended: &Run) -> db::Result<()> {
     let preempted = was_preempted(ended);
     // A preempted run is no outcome to announce: its resume goes on with the work.
@@ -104,6 +105,8 @@ pub(crate) async fn follow(tx: &mut Tx, ended: &Run) -> db::Result<()> {
     db::resources::release(&mut *tx, ended.id).await?;
     let resumed = ended.follows.filter(|_| ended.follows_as == Some(crate::FollowKind::Resume));
     db::quarantine::settle(tx, ended.id, &ended.worker, resumed).await?;
+    // Before its retry: the end that pauses the worker requests none.
+    crate::pauses::after_end(tx, ended).await?;
     if preempted {
         resume_preempted(tx, ended).await?;
     } else if let Some(retry) = retry_of(ended, rand::random::<f64>()) {
@@ -155,6 +158,7 @@ async fn resume_preempted(tx: &mut Tx, ended: &Run) -> db::Result<()> {
             follows: Some((ended.id, crate::FollowKind::Resume)),
             checkpoint: Some(checkpoint),
             shard: shard_link(ended),
+            even_if_paused: true,
             ..db::runs::Links::default()
         },
     };
@@ -209,6 +213,7 @@ impl Retry {
                 checkpoint,
                 stamped_when_written: false,
                 shard: shard_link(ended),
+                even_if_paused: false,
             },
         }
     }

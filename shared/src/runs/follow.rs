@@ -171,7 +171,7 @@ impl Store {
         match inserted {
             Ok(run) => Ok(run),
             Err(Refused::Continued(by, how)) => Err(FollowError::AlreadyContinued { run_id: id, by, how }),
-            Err(Refused::InFlight(e)) => Err(e.into()),
+            Err(Refused::Blocked(e)) => Err(e.into()),
         }
     }
 }
@@ -195,6 +195,7 @@ pub(crate) fn merged(earlier: &ExplicitArgs, changes: &ExplicitArgs) -> Explicit
         shards: changes.shards.or(earlier.shards),
         priority: changes.priority.or(earlier.priority),
         expires_after_seconds: changes.expires_after_seconds.or(earlier.expires_after_seconds),
+        pause_after_failures: changes.pause_after_failures.or(earlier.pause_after_failures),
     }
 }
 

@@ -47,7 +47,10 @@ impl Store {
             }
             tx.rollback().await?;
             if let Some(blocking) = db::runs::in_flight_of(&self.db, new.worker).await? {
-                return Ok(Err(Refused::InFlight(RequestError::in_flight(blocking))));
+                return Ok(Err(Refused::Blocked(RequestError::in_flight(blocking))));
+            }
+            if let Some(paused) = self.paused_refusal(new.worker).await? {
+                return Ok(Err(Refused::Blocked(paused)));
             }
         }
         Err(DbError::Unexpected("the in-flight run kept changing during the insert".into()))

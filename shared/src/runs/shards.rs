@@ -55,6 +55,7 @@ pub(crate) async fn insert(tx: &mut Tx, new: &db::runs::NewRun<'_>) -> db::Resul
                 delay_seconds: new.links.delay_seconds,
                 stamped_when_written: new.links.stamped_when_written,
                 shard: Some(ShardLink::Child { parent: inserted.id, shard, shards }),
+                even_if_paused: new.links.even_if_paused,
                 ..links
             },
             ..*new

@@ -100,6 +100,9 @@ pub(crate) async fn fire_pass(
     let overrides = db::overrides::list(&mut tx).await?;
     let descriptions = db::descriptions::list(&mut tx).await?;
     let resolver = Resolver::new(overrides, descriptions);
+    // Read under the same transaction as the fires: a worker paused now has its fires recorded skipped.
+    let paused: std::collections::HashMap<String, crate::pauses::WorkerPause> =
+        db::pauses::list(&mut tx).await?.into_iter().map(|p| (p.worker, p.pause)).collect();
     let mut pass = Vec::with_capacity(due.len());
     for schedule in &due {
         let Some(expected) = schedule.next_fire_at else { continue };
@@ -118,7 +121,10 @@ pub(crate) async fn fire_pass(
         for fire in &fires {
             let (mut outcome, mut reason) = (fire.outcome, fire.reason.clone());
             let (mut run, mut pipeline_run, mut blocked_by) = (None, None, None);
-            if let Some(target) = &fire.target {
+            let paused_target = fire.target.as_ref().and_then(|t| paused_worker(t, &paused));
+            if let Some((worker, pause)) = paused_target {
+                (outcome, reason) = (FireOutcome::Skipped, Some(paused_reason(worker, pause)));
+            } else if let Some(target) = &fire.target {
                 match request(&mut tx, schedule, fire.at, target, false).await? {
                     Requested::Run(id) => run = Some(id),
                     Requested::Pipeline(id) => pipeline_run = Some(id),
@@ -161,6 +167,29 @@ pub(crate) async fn fire_pass(
     }
     tx.commit().await?;
     Ok(pass)
+}
+
+/// The worker `target` runs and its pause, when it is a run of a paused worker. A pipeline's fire is requested
+/// anyway: its step for a paused worker waits for the resume.
+fn paused_worker<'a>(
+    target: &'a Target,
+    paused: &'a std::collections::HashMap<String, crate::pauses::WorkerPause>,
+) -> Option<(&'a str, &'a crate::pauses::WorkerPause)> {
+    match target {
+        Target::Run { worker, .. } => paused.get(worker).map(|p| (worker.as_str(), p)),
+        Target::Pipeline { .. } => None,
+    }
+}
+
+/// Why a fire of a paused worker was skipped: "paused: …", with since when, by whom and why.
+pub(crate) fn paused_reason(worker: &str, pause: &crate::pauses::WorkerPause) -> String {
+    format!(
+        "{}: worker {worker} is paused since {} (by {}: {})",
+        crate::pauses::PAUSED,
+        pause.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        pause.by,
+        pause.reason.trim_end_matches('.')
+    )
 }
 
 /// Requests the fire of `schedule` that waits for its target (`target`, resolved for that fire time), if the

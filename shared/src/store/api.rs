@@ -18,6 +18,7 @@ use crate::{
     daemons::DrainError,
     history::WorkerHistory,
     overrides::{OverrideChange, OverrideError, OverrideState},
+    pauses::{PauseError, WorkerPause},
     pipelines::PipelineError,
     resources::ResourceError,
     runs::{CancelOutcome, FollowError, RequestError, ResolveCache, RunFilter, RunRequest},
@@ -327,6 +328,22 @@ impl ApiStore {
         pub async fn list_tokens(&self) -> Result<Vec<ServiceToken>, DbError>;
         /// Revokes a service token by `actor`: every API process refuses it within a second.
         pub async fn revoke_token(&self, id: Uuid, actor: &str) -> Result<ServiceToken, TokenError>;
+
+        // Paused workers.
+        /// Pauses `worker` by hand as `actor`, for `reason`; its queued retries are cancelled.
+        pub async fn pause_worker(
+            &self,
+            worker: &str,
+            actor: &str,
+            reason: &str,
+        ) -> Result<Result<WorkerPause, PauseError>, DbError>;
+        /// Resumes `worker` as `actor`, for `reason`; its failures in a row count from 0 again.
+        pub async fn resume_worker(
+            &self,
+            worker: &str,
+            actor: &str,
+            reason: &str,
+        ) -> Result<Result<WorkerPause, PauseError>, DbError>;
 
         // Webhooks.
         /// Queues a test event for `hook`, delivered as every other; its event id.

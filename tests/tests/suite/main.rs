@@ -44,6 +44,7 @@ mod daemon_items;
 mod daemon_items_faults;
 mod daemon_lifecycle;
 mod daemon_limits;
+mod daemon_pause;
 mod daemon_pipelines;
 mod daemon_preemption;
 mod daemon_priority;

@@ -14,6 +14,7 @@ mod curator;
 mod drain;
 mod history;
 mod items;
+mod pause;
 mod rerun;
 mod schedules;
 mod search;
