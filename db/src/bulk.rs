@@ -172,7 +172,7 @@ pub async fn reasons(on: impl Into<On<'_>>, id: Uuid, limit: u32) -> Result<Vec<
 /// from now (database clock). One statement: two daemons never both take it.
 pub async fn claim(on: impl Into<On<'_>>, daemon: Uuid, lease: Duration) -> Result<Option<BulkAction>> {
     const CLAIM: Sql = sql!(
-        "with due as (select id from bulk_actions where state in ('queued', 'running') \
+        "with due as (select id as due_id from bulk_actions where state in ('queued', 'running') \
              and (lease_until is null or lease_until < ",
         now,
         ") order by requested_at limit 1",
@@ -181,7 +181,7 @@ pub async fn claim(on: impl Into<On<'_>>, daemon: Uuid, lease: Duration) -> Resu
         clock_plus(2),
         ", started_at = coalesce(started_at, ",
         now,
-        ") from due where bulk_actions.id = due.id returning ",
+        ") from due where bulk_actions.id = due.due_id returning ",
         bulk_columns!()
     );
     let row: Option<Row> = run!(on, CLAIM, |pool, sql| sqlx::query_as(sql)
