@@ -49,6 +49,7 @@ pub fn app(state: AppState) -> Router {
         .merge(routes::quarantine::router())
         .merge(routes::export::router())
         .merge(routes::continuations::router())
+        .merge(routes::bulk::router())
         .merge(routes::logs::router())
         .merge(routes::overrides::router())
         .merge(routes::pauses::router())

@@ -10,8 +10,8 @@ use utoipa::{
 
 use crate::{
     routes::{
-        chores, continuations, daemons, events, export, health, history, items, logs, me, meta, metrics, overrides,
-        pauses, pipelines, quarantine, resources, runs, schedules, tokens, workers,
+        bulk, chores, continuations, daemons, events, export, health, history, items, logs, me, meta, metrics,
+        overrides, pauses, pipelines, quarantine, resources, runs, schedules, tokens, workers,
     },
     state::AppState,
 };
@@ -42,6 +42,7 @@ pub(crate) async fn document() -> Json<utoipa::openapi::OpenApi> {
         runs::trigger_run, runs::list_runs, runs::get_run, runs::run_progress, runs::cancel_run, items::run_items, quarantine::get_quarantine, quarantine::release, logs::run_log,
         export::export_runs,
         continuations::resume_run, continuations::restart_run, continuations::rerun_run, continuations::rerun_failed,
+        bulk::bulk_action, bulk::list_bulk_actions, bulk::get_bulk_action,
         overrides::set_override, overrides::clear_override, overrides::audit_trail,
         pauses::pause_worker, pauses::resume_worker, pauses::pause_history,
         resources::list_resources, resources::set_capacity, resources::resource_audit,

@@ -437,6 +437,17 @@ pub enum RunsCommand {
         #[arg(long, value_name = "WORKER")]
         worker: Option<String>,
     },
+    /// Cancel, rerun or resume every run a filter matches: shows the count, the newest runs and the snapshot
+    /// first; acting needs --reason and the count confirmed (typed, or --yes --expect N).
+    Bulk(crate::bulk::BulkArgs),
+    /// A bulk action's progress (total, done, skipped with the reasons, failed).
+    BulkStatus {
+        /// The bulk action's id.
+        id: uuid::Uuid,
+        /// Print the progress until every run has its outcome.
+        #[arg(long)]
+        wait: bool,
+    },
 }
 
 /// Checks a `--reason` as the API would, so that one it would refuse is a usage error before any request.

@@ -41,6 +41,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Runs(RunsArgs { command: Some(RunsCommand::Export { before, worker }), .. }) => {
             export(&client, out, before, worker).await
         }
+        Command::Runs(RunsArgs { command: Some(RunsCommand::Bulk(args)), .. }) => {
+            crate::bulk::bulk(&client, out, args).await
+        }
+        Command::Runs(RunsArgs { command: Some(RunsCommand::BulkStatus { id, wait }), .. }) => {
+            crate::bulk::status(&client, out, id, wait).await
+        }
         Command::Runs(args) if args.follow => follow::runs(&client, out, &runs_query(&args)).await,
         Command::Runs(args) => runs(&client, out, &args).await,
         Command::Run { command: RunCommand::Show { id } } => show(&client, out, id).await,

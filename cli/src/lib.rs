@@ -6,6 +6,7 @@
 #![allow(clippy::print_stdout)]
 
 pub mod args;
+pub mod bulk;
 pub mod client;
 pub mod commands;
 pub mod exit;

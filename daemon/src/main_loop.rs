@@ -62,6 +62,8 @@ pub struct Inputs {
     pub heartbeat_now: Arc<Notify>,
     /// Tells the chores task that a chore may have been asked for.
     pub chores_now: Arc<Notify>,
+    /// Tells the bulk task that a bulk action may have been stored.
+    pub bulk_now: Arc<Notify>,
     /// Wakes the scheduler task, and is told by it when a queued run's backoff ended.
     pub scheduler: crate::scheduler::Wakes,
 }
@@ -241,12 +243,14 @@ impl MainLoop {
                 Change::Written | Change::Resync { .. } => {
                     (claim, cancels) = (true, true);
                     inputs.chores_now.notify_one();
+                    inputs.bulk_now.notify_one();
                     inputs.scheduler.due.notify_one();
                     inputs.scheduler.ended.notify_one();
                 }
                 Change::Schedule { .. } => inputs.scheduler.due.notify_one(),
                 Change::Ended { .. } => inputs.scheduler.ended.notify_one(),
                 Change::Chore { .. } => inputs.chores_now.notify_one(),
+                Change::Bulk { .. } => inputs.bulk_now.notify_one(),
                 Change::Cancel { run, .. } => self.cancel(run),
                 Change::Daemon { daemon, .. } if daemon == self.ctx.daemon_id => inputs.heartbeat_now.notify_one(),
                 _ => {}

@@ -8,6 +8,7 @@
 //! come from `scrinalia-wire` and are re-exported here.
 #![warn(missing_docs)]
 
+pub mod bulk;
 pub mod catalogue;
 pub mod changes;
 pub mod config;
@@ -55,6 +56,10 @@ pub use scrinalia_wire::{
     AuditEntry, Change, Choices, Daemon, DaemonLimits, DaemonState, EndReason, ExplicitArgs, Named, Override,
     OverrideAction, OverrideValues, ProgressEntry, ProgressPage, QueueCount, Resolved, ResolvedConfig, Role, Run,
     RunPage, RunState, Source, auth,
+};
+pub use scrinalia_wire::{
+    BulkAction, BulkActionKind, BulkActions, BulkOutcome, BulkPreview, BulkReason, BulkRequest, BulkSample,
+    BulkSnapshot, BulkState,
 };
 pub use scrinalia_wire::{Chore, ChoreKind, Declared, Description, EngineSource, Readiness, WorkerDescription};
 pub use scrinalia_wire::{ConfigChange, FollowKind, MAX_CHECKPOINT_BYTES, Origin, WaitCode, Waiting};

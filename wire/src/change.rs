@@ -104,6 +104,11 @@ pub enum Change {
     /// The service tokens changed (one was created, revoked or deleted): API processes re-read them. Not a
     /// panel's event: the API keeps it to itself.
     Tokens,
+    /// A bulk action was stored (daemons take it and work through its runs).
+    Bulk {
+        /// The bulk action.
+        bulk: Uuid,
+    },
 }
 
 impl Change {
@@ -129,6 +134,7 @@ impl Change {
             Self::Resync { .. } => "resync",
             Self::Written => "written",
             Self::Tokens => "tokens",
+            Self::Bulk { .. } => "bulk",
         }
     }
 
@@ -160,6 +166,7 @@ mod tests {
             Change::resync("reconnected"),
             Change::Written,
             Change::Tokens,
+            Change::Bulk { bulk: run },
         ];
         for change in changes {
             let json = serde_json::to_value(&change).expect("json");

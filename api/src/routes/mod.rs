@@ -1,5 +1,6 @@
 //! The endpoints, one module per resource; each module exposes `router()`.
 
+pub mod bulk;
 pub mod chores;
 pub mod continuations;
 pub mod daemons;

@@ -117,7 +117,7 @@ pub struct RunsQuery {
 const MAX_SEARCH_CHARS: usize = 200;
 
 impl RunsQuery {
-    fn filter(self, Limit(limit): PageLimit) -> ApiResult<RunFilter> {
+    pub(crate) fn filter(self, Limit(limit): PageLimit) -> ApiResult<RunFilter> {
         let bad = |message: String| ApiError::bad_request("invalid_query", message);
         let time = |key: &str, v: Option<String>| -> ApiResult<Option<DateTime<Utc>>> {
             v.map(|v| {

@@ -117,6 +117,21 @@ impl Store {
         requested_by: &str,
         changes: &ExplicitArgs,
     ) -> Result<Run, FollowError> {
+        self.continue_run_as(catalogue, id, how, requested_by, changes, Uuid::now_v7()).await
+    }
+
+    /// As [`Store::continue_run_with`], the new run requested with the id `new_id` chosen beforehand: whoever
+    /// asks again with the same id (a bulk action taken over by another daemon) cannot make a second run, since
+    /// the ledger's primary key refuses it.
+    pub(crate) async fn continue_run_as(
+        &self,
+        catalogue: &Catalogue,
+        id: Uuid,
+        how: FollowKind,
+        requested_by: &str,
+        changes: &ExplicitArgs,
+        new_id: Uuid,
+    ) -> Result<Run, FollowError> {
         if matches!(how, FollowKind::Resume | FollowKind::Restart) && !changes.is_empty() {
             return Err(FollowError::TakesNoArguments { run_id: id, how });
         }
@@ -153,7 +168,7 @@ impl Store {
             FollowKind::Resume | FollowKind::Restart => original.config.clone(),
         };
         let new = db::runs::NewRun {
-            id: Uuid::now_v7(),
+            id: new_id,
             worker: &spec.name,
             requested_by,
             arguments: &arguments,

@@ -10,10 +10,12 @@ use uuid::Uuid;
 
 use super::{Store, forward};
 use crate::{
-    AuditEntry, Catalogue, Change, ConfigChange, Daemon, DbError, EffectiveWorker, ExplicitArgs, FollowKind, Override,
-    Pings, PipelineRun, PipelineRunView, PipelineView, ProgressEntry, ProgressPage, QueueCount, Readiness, Run,
-    RunPage, Schedule, ScheduleAuditEntry, ScheduleFire, ScheduleInput, ScheduleView, Waiting, WorkerDescription,
+    AuditEntry, BulkAction, BulkActionKind, BulkPreview, Catalogue, Change, ConfigChange, Daemon, DbError,
+    EffectiveWorker, ExplicitArgs, FollowKind, Override, Pings, PipelineRun, PipelineRunView, PipelineView,
+    ProgressEntry, ProgressPage, QueueCount, Readiness, Run, RunPage, Schedule, ScheduleAuditEntry, ScheduleFire,
+    ScheduleInput, ScheduleView, Waiting, WorkerDescription,
     auth::{CreatedToken, ServiceToken},
+    bulk::{BulkError, NewBulkAction},
     config::{DatabaseSettings, RetentionSettings, Webhook},
     daemons::DrainError,
     history::WorkerHistory,
@@ -113,6 +115,21 @@ impl ApiStore {
     }
 
     forward! {
+        // Bulk actions.
+        /// A dry run of a bulk action: how many runs `filter` matches now, the newest of them and the snapshot.
+        pub async fn bulk_preview(
+            &self,
+            filter: &RunFilter,
+            action: BulkActionKind,
+        ) -> Result<BulkPreview, BulkError>;
+        /// Stores a bulk action with the runs it acts on, once the count confirmed is the count matched at or
+        /// before the snapshot; the daemons work it.
+        pub async fn start_bulk(&self, new: &NewBulkAction<'_>) -> Result<BulkAction, BulkError>;
+        /// One bulk action with its progress, and why runs were skipped or failed.
+        pub async fn bulk_action(&self, id: Uuid) -> Result<Option<BulkAction>, DbError>;
+        /// The newest `limit` bulk actions, newest first.
+        pub async fn bulk_actions(&self, limit: u32) -> Result<Vec<BulkAction>, DbError>;
+
         // Daemons.
         /// One daemon, with its state as of the database clock.
         pub async fn get_daemon(&self, id: Uuid, gone_after: Duration) -> Result<Option<Daemon>, DbError>;

@@ -10,7 +10,8 @@ use uuid::Uuid;
 
 use super::{Store, forward};
 use crate::{
-    Catalogue, Chore, ChoreKind, Daemon, DbError, EffectiveWorker, Override, Pings, Run,
+    BulkAction, Catalogue, Chore, ChoreKind, Daemon, DbError, EffectiveWorker, Override, Pings, Run,
+    bulk::BatchDone,
     config::{DatabaseSettings, RetentionSettings, Webhook},
     daemons::NewDaemon,
     descriptions::{ChoreIntervals, NewDescription, NewReadiness},
@@ -48,6 +49,25 @@ impl DaemonStore {
     }
 
     forward! {
+        // Bulk actions.
+        /// Takes the oldest bulk action that is waiting, or whose daemon's lease ran out, for `daemon`.
+        pub async fn claim_bulk(&self, daemon: Uuid, lease: Duration) -> Result<Option<BulkAction>, DbError>;
+        /// Gives up `daemon`'s lease of bulk action `id`, so that another daemon takes it over at once.
+        pub async fn release_bulk(&self, id: Uuid, daemon: Uuid) -> Result<(), DbError>;
+        /// One bulk action with its progress, and why runs were skipped or failed.
+        pub async fn bulk_action(&self, id: Uuid) -> Result<Option<BulkAction>, DbError>;
+        /// How long until a bulk action may be taken, on the database clock (zero: now); `None` when none is left.
+        pub async fn next_bulk_in(&self) -> Result<Option<Duration>, DbError>;
+        /// Works the next batch of up to `size` runs of `job`, held by `daemon`, renewing its lease to `lease`.
+        pub async fn work_bulk_batch(
+            &self,
+            catalogue: &Catalogue,
+            job: &BulkAction,
+            daemon: Uuid,
+            lease: Duration,
+            size: u32,
+        ) -> Result<BatchDone, DbError>;
+
         // Daemons.
         /// Records a heartbeat; returns the daemon's row as stored (`state` says whether it was asked to drain), or
         /// `None` if the row is gone.

@@ -5,6 +5,7 @@
 
 mod alert_rules;
 mod api_admin;
+mod api_bulk;
 mod api_continuations;
 mod api_costs;
 mod api_edges;
