@@ -143,16 +143,21 @@ async fn every_metric_of_the_dashboard_is_exported_by_the_api_or_the_daemon() {
         (format!("http://127.0.0.1:{daemon_port}/metrics"), format!("http://127.0.0.1:{api_port}/metrics"));
     let client = reqwest::Client::new();
     for (process, url) in [(&daemon, &daemon_url), (&api, &api_url)] {
-        eventually(Duration::from_secs(30), &format!("{} to serve /metrics:\n{}", process.name, process.output()), || {
-            let request = client.get(url).send();
-            async move { request.await.ok().filter(|r| r.status().is_success()) }
-        })
+        eventually(
+            Duration::from_secs(30),
+            &format!("{} to serve /metrics:\n{}", process.name, process.output()),
+            || {
+                let request = client.get(url).send();
+                async move { request.await.ok().filter(|r| r.status().is_success()) }
+            },
+        )
         .await;
     }
-    // A run, so that the counters and histograms by worker and outcome have samples; and a queue measured.
+    // A run, so that the counters and histograms by worker and outcome have samples, longer than a third of the
+    // harness's 3 s lease so that its lease is renewed; and a queue measured.
     let run: Value = client
         .post(format!("http://127.0.0.1:{api_port}/api/workers/probe-1/runs"))
-        .json(&json!({"options": {"duration_ms": 300}}))
+        .json(&json!({"options": {"duration_ms": 2500}}))
         .send()
         .await
         .expect("trigger")
@@ -171,7 +176,12 @@ async fn every_metric_of_the_dashboard_is_exported_by_the_api_or_the_daemon() {
             .iter()
             .flat_map(|text| exported_names(text))
             .collect();
-        let ready = ["scrinalia_runs_finished_total", "scrinalia_run_duration_seconds_bucket", "scrinalia_queue_pending"];
+        let ready = [
+            "scrinalia_runs_finished_total",
+            "scrinalia_run_duration_seconds_bucket",
+            "scrinalia_lease_renewals_total",
+            "scrinalia_queue_pending",
+        ];
         ready.iter().all(|n| names.contains(*n)).then_some(names)
     })
     .await;
@@ -183,10 +193,8 @@ async fn every_metric_of_the_dashboard_is_exported_by_the_api_or_the_daemon() {
     let mut named: BTreeSet<String> = found.iter().flat_map(|e| metric_names(e)).collect();
     // The worker variable's query reads a metric too.
     named.extend(metric_names(&dashboard["templating"].to_string()));
-    let missing: Vec<&String> = named
-        .iter()
-        .filter(|n| !exported.contains(*n) && !EXPORTED_AFTER_MERGE.contains(&n.as_str()))
-        .collect();
+    let missing: Vec<&String> =
+        named.iter().filter(|n| !exported.contains(*n) && !EXPORTED_AFTER_MERGE.contains(&n.as_str())).collect();
     assert!(missing.is_empty(), "the dashboard reads {missing:?}, which neither the API nor the daemon exports");
     // The metrics the dashboard is for are all on it.
     for wanted in [

@@ -25,7 +25,10 @@ const TAGS: [&str; 4] = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"];
 fn axe_source() -> String {
     let path = workspace_root().join(AXE);
     std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!("{}: {e}. scripts/test installs axe-core there: run `npm ci` in tests/axe (Node 20, npm)", path.display())
+        panic!(
+            "{}: {e}. scripts/test installs axe-core there: run `npm ci` in tests/axe (Node 20, npm)",
+            path.display()
+        )
     })
 }
 
@@ -55,11 +58,16 @@ async fn assert_accessible(browser: &Browser, source: &str, view: &str) {
         let listed: Vec<String> = grave
             .iter()
             .map(|v| {
-                let targets: Vec<&str> = v["targets"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+                let targets: Vec<&str> =
+                    v["targets"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
                 format!("{} ({}): {} <{}>\n    {}", v["id"], v["impact"], v["help"], v["url"], targets.join("\n    "))
             })
             .collect();
-        panic!("the {view} view has {} critical or serious violations of WCAG 2.1 A/AA:\n{}", grave.len(), listed.join("\n"));
+        panic!(
+            "the {view} view has {} critical or serious violations of WCAG 2.1 A/AA:\n{}",
+            grave.len(),
+            listed.join("\n")
+        );
     }
     let minor = violations.len();
     eprintln!("axe: the {view} view has no critical or serious violation ({minor} minor or moderate)");
@@ -123,13 +131,17 @@ async fn every_view_has_no_critical_or_serious_accessibility_violation() {
         ("runs", format!("{base}/#/runs"), "#ledger tr[data-worker=\"probe-2\"][data-state=\"failed\"]".to_owned()),
         ("run", format!("{base}/#/runs/{run}"), "#log-state".to_owned()),
         ("pipelines", format!("{base}/#/pipelines"), "article[data-pipeline=\"probes\"]".to_owned()),
-        ("pipeline-run", format!("{base}/#/pipelines/runs/{pipeline}"), "#pipeline-steps tr[data-step=\"1\"]".to_owned()),
+        (
+            "pipeline-run",
+            format!("{base}/#/pipelines/runs/{pipeline}"),
+            "#pipeline-steps tr[data-step=\"1\"]".to_owned(),
+        ),
         ("resources", format!("{base}/#/resources"), "#resources".to_owned()),
         ("overrides", format!("{base}/#/overrides"), "#override-worker".to_owned()),
         ("override", format!("{base}/#/overrides/probe-1"), "#audit-title".to_owned()),
         ("daemons", format!("{base}/#/daemons"), "#daemons tbody tr".to_owned()),
         ("tokens", format!("{base}/#/tokens"), "#tokens".to_owned()),
-        ("quarantine", format!("{base}/#/workers/probe-1/quarantine"), "#quarantined-count".to_owned()),
+        ("quarantine", format!("{base}/#/workers/probe-1/quarantine"), "#quarantine-summary[data-after]".to_owned()),
         ("not-found", format!("{base}/#/no-such-view"), "main h1".to_owned()),
     ];
     for (view, url, ready) in views {

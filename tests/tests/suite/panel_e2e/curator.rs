@@ -3,10 +3,7 @@
 //! run's detail and log, a run with explicit arguments, a cancel, and the last daemon stopping.
 
 use reqwest::StatusCode;
-use scrinalia_tests::{
-    Kind,
-    browser::Browser,
-};
+use scrinalia_tests::{Kind, browser::Browser};
 use serde_json::json;
 
 use super::{

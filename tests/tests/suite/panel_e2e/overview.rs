@@ -80,7 +80,11 @@ async fn nine_demo_workers_fit_a_laptop_screen_and_a_row_opens_its_card() {
     let rows = rects.as_array().expect("the rows' rectangles");
     assert_eq!(rows.len(), 9, "{rects}");
     let outside: Vec<&Value> = rows.iter().filter(|r| r["row"] != json!(true) || r["run"] != json!(true)).collect();
-    assert!(outside.is_empty(), "rows or Run buttons beyond the 1366×768 viewport: {outside:#?}; see {}", shot.display());
+    assert!(
+        outside.is_empty(),
+        "rows or Run buttons beyond the 1366×768 viewport: {outside:#?}; see {}",
+        shot.display()
+    );
     let scroll = browser.js("return window.scrollY;", vec![]).await;
     assert_eq!(scroll, json!(0), "measured at scroll 0");
 
