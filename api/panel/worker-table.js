@@ -5,7 +5,7 @@
 // storage), so that going to a run and back, or reloading, shows the same cards.
 
 import { h, idFor, replace } from "./dom.js";
-import { ago, count, readinessFacts, stateBadge } from "./format.js";
+import { ago, count, progressFacts, readinessFacts, stateBadge } from "./format.js";
 
 const OPEN_KEY = "scrinalia.open-workers";
 const COLUMNS = ["Worker", "State", "Queue", "Last run", "Freshness", "Paused", "Run"];
@@ -121,10 +121,14 @@ function stateOf(w) {
 }
 
 function stateCell(w) {
-  if (w.in_flight) {
-    return [stateBadge(w.in_flight.state), " ",
-      h("a", { href: `#/runs/${w.in_flight.id}`, "aria-label": `The ${w.in_flight.state} run of ${w.name}` },
-        "run")];
+  const r = w.in_flight;
+  if (r) {
+    // How far it is, when it says: the card has the bar, the rate and the time left.
+    const f = progressFacts(r, 0);
+    const far = r.state === "running" && f.known && f.total != null
+      ? [" ", h("span", { class: "row-progress" }, `${count(f.done)} / ${count(f.total)}`)] : null;
+    return [stateBadge(r.state), far, " ",
+      h("a", { href: `#/runs/${r.id}`, "aria-label": `The ${r.state} run of ${w.name}` }, "run")];
   }
   const f = readinessFacts(w.readiness);
   if (f.state === "not-ready") {
