@@ -1,7 +1,8 @@
 //! Accessibility: axe-core 4 (the npm package, installed into `tests/axe/` by scripts/test from its committed
 //! lock file; the panel itself needs no Node toolchain) checks every view of the panel's router against WCAG 2.1
-//! A and AA, with each worker's card, its run form, its schedule form and its history open: no critical or serious
-//! violation anywhere. A failure lists each violation's id, impact, help and the elements it found.
+//! A and AA, with each worker's card, its run form, its schedule form and its history open, and the busiest views
+//! again in the dark colour scheme: no critical or serious violation anywhere. A failure lists each violation's
+//! id, impact, help and the elements it found.
 
 use reqwest::StatusCode;
 use scrinalia_tests::{
@@ -153,6 +154,20 @@ async fn every_view_has_no_critical_or_serious_accessibility_violation() {
     browser.goto(&format!("{base}/#/runs/{run}")).await;
     browser.wait_for_text("#log-state", "complete").await;
     assert_accessible(&browser, &source, "run-complete").await;
+
+    // The dark colour scheme (the panel follows the system's), on the views with the most colours.
+    browser.prefer_dark(true).await;
+    let dark = browser.js("return matchMedia('(prefers-color-scheme: dark)').matches;", vec![]).await;
+    assert_eq!(dark, json!(true), "the page prefers dark colours");
+    assert_accessible(&browser, &source, "run-dark").await;
+    browser.goto(&format!("{base}/#/runs")).await;
+    settled(&browser, "#ledger tr[data-worker=\"probe-2\"][data-state=\"failed\"]").await;
+    assert_accessible(&browser, &source, "runs-dark").await;
+    browser.goto(&format!("{base}/#/workers")).await;
+    settled(&browser, "article[data-worker=\"probe-1\"] li.schedule[data-schedule=\"nightly\"]").await;
+    let dark = browser.js("return matchMedia('(prefers-color-scheme: dark)').matches;", vec![]).await;
+    assert_eq!(dark, json!(true), "the page still prefers dark colours");
+    assert_accessible(&browser, &source, "workers-cards-dark").await;
 
     browser.assert_no_console_errors(&[]).await;
     browser.close().await;
