@@ -4,7 +4,8 @@
 // API's sentence), its last outcome, its schedules (schedules.js), and the Run, Cancel and chore (describe, count,
 // check) controls. An event refetches only the worker it concerns. A card whose worker has documents in quarantine
 // says how many and links to the quarantine view (quarantine.js); one whose running run reports items says how
-// many so far and how fast (worker-items.js).
+// many so far and how fast (worker-items.js). The cards sit in the overview (worker-table.js), one compact row per
+// worker, each opening its card beneath it.
 
 import { ApiError, api } from "./api.js";
 import { append, debouncer, h, idFor, replace } from "./dom.js";
@@ -13,10 +14,12 @@ import { createHistory } from "./history.js";
 import { quarantineLink } from "./quarantine.js";
 import { createSchedules } from "./schedules.js";
 import {
-  ageSpan, count, duration, progressBar, progressFacts, progressText, readinessBadge, readinessFacts, resultSummary,
+  ageSpan, duration, progressBar, progressFacts, progressText, readinessBadge, readinessFacts,
   shortId, sourceBadge, stateBadge, tickAges, timeEl, valueText,
 } from "./format.js";
 import { itemsPoller, runningItems } from "./worker-items.js";
+import { lastRun, queueLine, waitingLine } from "./worker-lines.js";
+import { overviewRow, overviewTable, renderRow, tickRows } from "./worker-table.js";
 import { limitNotes } from "./worker-limits.js";
 import { pauseBox } from "./worker-pause.js";
 
@@ -28,7 +31,7 @@ const CHORES = [
 ];
 
 export function mount(root, _params, ctx) {
-  const workers = new Map(); // name → { data, fetchedAt, card }
+  const workers = new Map(); // name → { data, fetchedAt, card, row }
   let engines = {};
   const alerts = new Map(); // name → { message, runId }
   const busy = new Set();
@@ -39,12 +42,14 @@ export function mount(root, _params, ctx) {
   const pollItems = itemsPoller(() => loadList());
   let closed = false;
 
-  const list = h("div", { class: "worker-grid", id: "workers", "aria-busy": "true" });
+  const { wrap, body: list } = overviewTable();
+  list.setAttribute("aria-busy", "true");
   const notice = h("div", { class: "notice", role: "status" });
   const sources = ["explicit", "override", "default", "external"].map((s, i) => [i ? " " : "", sourceBadge(s)]);
   replace(root, h("div", { class: "view-head" }, h("h1", null, "Workers"),
-    h("p", { class: "muted" }, "In catalogue order. Badges say where each value comes from: ", sources, ".")),
-  notice, list);
+    h("p", { class: "muted" }, "In catalogue order; a row opens its worker's card, whose badges say where each ",
+      "value comes from: ", sources, ".")),
+  notice, wrap);
 
   function loadAll() {
     schedules.load();
@@ -64,20 +69,21 @@ export function mount(root, _params, ctx) {
         seen.add(w.name);
         let entry = workers.get(w.name);
         if (!entry) {
-          entry = { data: w, fetchedAt: now, card: null };
+          entry = { data: w, fetchedAt: now, card: buildCard(w), row: null };
+          entry.row = overviewRow(w, entry.card.article, (name) => trigger(name, {}));
           workers.set(w.name, entry);
-          entry.card = buildCard(w);
         }
         entry.data = w;
         entry.fetchedAt = now;
-        cards.push(entry.card.article);
+        cards.push(entry.row.tr, entry.row.detail);
         update(w.name);
       }
       for (const name of [...workers.keys()]) if (!seen.has(name)) workers.delete(name);
       // The same cards in the same order stay where they are, so that a form being filled in keeps its focus.
       const shown = list.children;
       const same = cards.length && cards.length === shown.length && cards.every((c, i) => shown[i] === c);
-      if (!same) replace(list, cards.length ? cards : h("p", { class: "muted" }, "The catalogue has no workers."));
+      const none = h("tr", null, h("td", { colspan: 7, class: "muted" }, "The catalogue has no workers."));
+      if (!same) replace(list, cards.length ? cards : none);
       replace(notice);
     } catch (e) {
       if (!(e instanceof ApiError)) throw e;
@@ -104,6 +110,8 @@ export function mount(root, _params, ctx) {
   function setAlert(name, message, runId) {
     if (message) alerts.set(name, { message, runId });
     else alerts.delete(name);
+    // The sentence is on the card: a Run refused from the overview opens it.
+    if (message) workers.get(name)?.row.open();
     const card = workers.get(name)?.card;
     if (!card) return;
     const a = alerts.get(name);
@@ -299,6 +307,7 @@ export function mount(root, _params, ctx) {
     card.form.submit.disabled = disabled;
     card.reason.textContent = reason;
     card.reason.hidden = !reason;
+    renderRow(entry.row, w, { shown: operator, disabled, reason }, ctx.serverNow());
     card.article.dataset.inFlight = w.in_flight ? w.in_flight.state : "";
     card.article.dataset.paused = w.paused ? "true" : "";
     card.article.dataset.ready = readinessFacts(w.readiness).state;
@@ -391,21 +400,6 @@ export function mount(root, _params, ctx) {
     return line;
   }
 
-  function queueLine(q) {
-    const line = h("p", { class: "queue" }, h("strong", null, "Queue: "));
-    if (!q) return replace(line, h("strong", null, "Queue: "), h("span", { class: "muted" }, "not measured yet"));
-    // A measurement has exactly one of a failure, a pending count or the reason it cannot be counted.
-    if (q.error) line.append(h("span", { class: "warn" }, `the last measurement failed: ${q.error}`));
-    else if (q.pending != null) {
-      line.append(h("span", { class: "pending", dataset: { pending: q.pending } }, `${count(q.pending)} pending`));
-    } else {
-      line.append(h("span", { class: "unmeasurable" }, `not measurable: ${q.unmeasurable}`,
-        q.done != null ? ` — ${count(q.done)} already done` : ""));
-    }
-    line.append(ageSpan(" · measured ", q.age_seconds));
-    return line;
-  }
-
   function inFlight(w) {
     const r = w.in_flight;
     if (!r) return null;
@@ -433,29 +427,6 @@ export function mount(root, _params, ctx) {
       }, "Cancel"));
     }
     return box;
-  }
-
-  // Why the queued run waits, as the API said when the card was read (the same reason as on the run's page),
-  // with a link to each run it names (those holding the capacity or the resource, or the run a step waits for).
-  function waitingLine(waiting) {
-    if (!waiting) return h("p", { class: "waiting muted" }, "Waiting for a daemon to claim it.");
-    const runs = waiting.runs ?? [];
-    const links = runs.map((id, i) => [i ? ", " : "", h("a", { href: `#/runs/${id}` }, shortId(id))]);
-    return h("p", { class: `waiting warn waiting-${waiting.code}`, dataset: { code: waiting.code } },
-      h("span", { class: "waiting-message" }, waiting.message),
-      runs.length ? [" ", h("span", { class: "waiting-runs muted" }, "(see ", links, ")")] : null);
-  }
-
-  function lastRun(r) {
-    if (!r) return h("p", { class: "last muted" }, "Never run.");
-    const error = r.error?.length > 160 ? `${r.error.slice(0, 160)}…` : r.error;
-    return h("p", { class: "last", dataset: { run: r.id, state: r.state } },
-      h("strong", null, "Last run: "), stateBadge(r.state),
-      r.duration_ms != null ? ` in ${duration(r.duration_ms)}` : "",
-      " · finished ", timeEl(r.finished_at),
-      r.result ? [" · ", h("span", { class: "result" }, resultSummary(r.result))] : "",
-      error ? [" · ", h("span", { class: "error-text" }, error)] : "",
-      " ", h("a", { href: `#/runs/${r.id}` }, "Details"));
   }
 
   // Why a queued run waits depends on the daemons: those cards are read again, the others only redrawn.
@@ -489,6 +460,7 @@ export function mount(root, _params, ctx) {
         if (r?.state === "running" && text) text.textContent = progressText(progressFacts(r, ctx.serverNow()));
       }
       pollItems([...workers.values()], now);
+      tickRows([...workers.values()].map((e) => e.row), ctx.serverNow());
     },
     unmount() {
       closed = true;

@@ -69,6 +69,8 @@ static ASSETS: &[Asset] = &[
     asset!("worker-items.js", JS),
     asset!("worker-limits.js", JS),
     asset!("worker-pause.js", JS),
+    asset!("worker-lines.js", JS),
+    asset!("worker-table.js", JS),
     asset!("quarantine.js", JS),
     asset!("runs.js", JS),
     asset!("run.js", JS),

@@ -276,6 +276,21 @@ impl Browser {
             .unwrap_or_default()
     }
 
+    /// Makes the page prefer a dark (`true`) or light colour scheme, as a system setting would
+    /// (`prefers-color-scheme`, through Chromium's DevTools protocol).
+    pub async fn prefer_dark(&self, dark: bool) {
+        let session = self.client.session_id().await.ok().flatten().expect("a WebDriver session");
+        let scheme = if dark { "dark" } else { "light" };
+        let params = json!({ "features": [{ "name": "prefers-color-scheme", "value": scheme }] });
+        let response = reqwest::Client::new()
+            .post(format!("{}/session/{session}/goog/cdp/execute", self.driver_url))
+            .json(&json!({ "cmd": "Emulation.setEmulatedMedia", "params": params }))
+            .send()
+            .await
+            .expect("ask chromedriver to emulate a colour scheme");
+        assert!(response.status().is_success(), "emulate {scheme}: {}", response.text().await.unwrap_or_default());
+    }
+
     /// Panics if the console has an error other than a network answer whose status is in `expected_statuses`
     /// (a 409 the test provoked, say). Returns the entries it allowed.
     pub async fn assert_no_console_errors(&self, expected_statuses: &[u16]) -> Vec<LogEntry> {

@@ -78,6 +78,7 @@ mod db_upgrade;
 mod demo_quarantine;
 mod demo_validator;
 mod deploy_units;
+mod grafana_dashboard;
 mod object_store_s3;
 mod openapi_clients;
 mod panel_e2e;

@@ -7,7 +7,7 @@ use scrinalia_tests::{Kind, browser::Browser};
 use serde_json::json;
 
 use super::{
-    ADMIN_TOKEN, DISAGREEMENTS, NOT_READY, REPORTED_MODEL, VIEWER_TOKEN,
+    ADMIN_TOKEN, DISAGREEMENTS, NOT_READY, REPORTED_MODEL, VIEWER_TOKEN, open_cards,
     stack::{Access, Stack},
 };
 
@@ -23,6 +23,7 @@ async fn a_viewer_sees_no_controls_and_an_admin_override_is_audited_and_effectiv
     browser.click("#signin-form button[type=\"submit\"]").await;
     browser.wait_for_text("#signin-error", "not one this API accepts").await;
     sign_in(&browser, VIEWER_TOKEN, "viewer").await;
+    open_cards(&browser, &["probe-1", "probe-2", "probe-3"]).await;
     browser.wait_for("article[data-worker=\"probe-1\"] .queue").await;
     browser.wait_for("#health li[data-check=\"database\"][data-status=\"ok\"]").await;
 

@@ -3,14 +3,11 @@
 //! run's detail and log, a run with explicit arguments, a cancel, and the last daemon stopping.
 
 use reqwest::StatusCode;
-use scrinalia_tests::{
-    Kind,
-    browser::{Browser, workspace_root},
-};
+use scrinalia_tests::{Kind, browser::Browser};
 use serde_json::json;
 
 use super::{
-    DISAGREEMENTS, NOT_READY, press_disabled,
+    DISAGREEMENTS, NOT_READY, open_cards, press_disabled,
     stack::{Access, Stack},
 };
 
@@ -35,7 +32,7 @@ async fn a_curator_runs_a_worker_and_watches_it_to_the_end_without_a_reload() {
 
     // Workers in catalogue order, each value marked with where it comes from.
     browser.wait_for("#who[data-role=\"admin\"]").await;
-    browser.wait_for("article[data-worker=\"probe-3\"]").await;
+    open_cards(&browser, &["probe-1", "probe-2", "probe-3"]).await;
     let order = browser
         .js("return [...document.querySelectorAll('article.worker')].map((a) => a.dataset.worker);", vec![])
         .await;
@@ -101,10 +98,7 @@ async fn a_curator_runs_a_worker_and_watches_it_to_the_end_without_a_reload() {
         .await;
     let text = browser.text("article[data-worker=\"probe-1\"] .progress-text").await.unwrap_or_default();
     assert!(text.contains("/ 18") && text.contains("per s"), "done / total and rate: {text:?}");
-    let shot = browser.screenshot("workers-running").await;
-    if std::env::var_os("SCRINALIA_UPDATE_DOCS_SCREENSHOT").is_some() {
-        std::fs::copy(&shot, workspace_root().join("docs/screenshot-workers.png")).expect("update the docs screenshot");
-    }
+    browser.screenshot("workers-running").await;
 
     // While it runs, Run is disabled with the reason; a stale panel that presses it anyway (as two curators at
     // once would) gets the API's 409 sentence next to the worker, in an alert.

@@ -8,7 +8,7 @@ use scrinalia_tests::{Kind, browser::PATIENCE, eventually};
 use serde_json::json;
 
 use super::{
-    docs_screenshot,
+    docs_screenshot, open_cards,
     stack::{Access, Stack},
 };
 
@@ -35,6 +35,7 @@ async fn a_workers_history_chart_renders_its_days_and_figures() {
     assert_eq!(week["items"], 16, "{week}");
 
     let browser = stack.open_panel("history").await;
+    open_cards(&browser, &["probe-1"]).await;
     let card = "#history-probe-1";
     browser.click(&format!("{card} summary")).await;
     let bars = format!("{card} figure[data-chart=\"items\"] rect.bar");

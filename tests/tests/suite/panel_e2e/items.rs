@@ -28,7 +28,7 @@ use scrinalia_tests::{
 };
 use serde_json::{Value, json};
 
-use super::sign_in;
+use super::{open_cards, sign_in};
 
 /// A worker that reports items but whose describe does not say it takes a scope: one document succeeds, one
 /// fails. Run through `sh -c`, so the daemon's verb is `$1`.
@@ -242,6 +242,7 @@ async fn a_quarantined_document_is_shown_on_its_worker_and_released_with_a_reaso
     let browser = Browser::start("quarantine", system.db.dir.path(), 1280, 1000).await;
     browser.goto(&format!("{}/#/workers", system.api_url)).await;
     sign_in(&browser, OPERATOR, "operator").await;
+    open_cards(&browser, &["probe-1"]).await;
     let card = "article[data-worker=\"probe-1\"]";
     let link = format!("{card} a.quarantined-link");
     assert_eq!(browser.wait_for_text(&link, "quarantined").await, "4 documents quarantined");
@@ -330,6 +331,7 @@ async fn a_running_runs_items_are_counted_on_its_worker_card_as_they_come() {
     let browser = Browser::start("running-items", system.db.dir.path(), 1280, 1000).await;
     browser.goto(&format!("{}/#/workers", system.api_url)).await;
     sign_in(&browser, OPERATOR, "operator").await;
+    open_cards(&browser, &["probe-1"]).await;
     let card = "article[data-worker=\"probe-1\"]";
     browser.wait_for(&format!("{card} .queue")).await;
     assert!(browser.find(&format!("{card} .running-items")).await.is_none(), "nothing runs");

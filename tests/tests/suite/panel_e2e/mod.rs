@@ -1,8 +1,9 @@
 //! End-to-end tests of the web panel in a real headless Chromium (Debian's `chromium` and `chromium-driver`),
 //! against the real `scrinalia-api` and `scrinalia-daemon` binaries running the demo worker's probes on a fresh
 //! database. Every wait polls the page for a condition, with generous timeouts; nothing sleeps to assert.
-//! Screenshots of each view go to `artifacts/screenshots/`; with `SCRINALIA_UPDATE_DOCS_SCREENSHOT=1` the first
-//! test also refreshes `docs/screenshot-workers.png`.
+//! Screenshots of each view go to `artifacts/screenshots/`; with `SCRINALIA_UPDATE_DOCS_SCREENSHOT=1` the
+//! overview's test also refreshes `docs/screenshot-workers.png` (the README's), and others those of docs/panel.md.
+//! Every view is checked with axe-core against WCAG 2.1 A and AA (`axe.rs`).
 //!
 //! The probes declare their options in their code, and the code wins over the catalogue: a long run to watch is
 //! asked for with an override or explicit arguments, never with a catalogue default.
@@ -10,10 +11,12 @@
 //! The stack the tests run against is in `stack.rs`; each test, one person's visit to the panel, has its own file.
 
 mod access;
+mod axe;
 mod curator;
 mod drain;
 mod history;
 mod items;
+mod overview;
 mod pause;
 mod rerun;
 mod schedules;
@@ -46,6 +49,24 @@ const ADMIN_TOKEN: &str = "scr_e2e_admin_0123456789abcdef";
 async fn press_disabled(browser: &Browser, selector: &str) {
     let script = "const b = document.querySelector(arguments[0]); b.disabled = false; b.click(); return true;";
     browser.js(script, vec![json!(selector)]).await;
+}
+
+/// Opens the detailed cards of `workers` from the workers overview, where a row opens its worker's card beneath
+/// it (the panel keeps them open for the tab, across views and reloads), and waits until each shows.
+async fn open_cards(browser: &Browser, workers: &[&str]) {
+    for worker in workers {
+        let toggle = format!("tr.worker-row[data-worker={worker:?}] button.expand");
+        browser.wait_for(&toggle).await;
+        if browser.attr(&toggle, "aria-expanded").await.as_deref() != Some("true") {
+            browser.click(&toggle).await;
+        }
+        let card = format!("article[data-worker={worker:?}]");
+        browser
+            .wait(&format!("the card of {worker} to show"), || async {
+                browser.find(&card).await?.is_displayed().await.ok()?.then_some(())
+            })
+            .await;
+    }
 }
 
 /// Signs in with `token` and waits for the panel to say `role`.

@@ -6,7 +6,7 @@ use scrinalia_tests::Kind;
 use serde_json::json;
 
 use super::{
-    press_disabled,
+    open_cards, press_disabled,
     stack::{Access, Stack},
 };
 
@@ -20,6 +20,7 @@ async fn an_operator_schedules_a_worker_with_a_live_preview_and_runs_a_pipeline(
     let stack = Stack::start(Kind::Sqlite, Access::AnonymousAdmin).await;
     let browser = stack.open_panel("schedules").await;
     browser.wait_for("#who[data-role=\"admin\"]").await;
+    open_cards(&browser, &["probe-1", "probe-2"]).await;
     let card = "article[data-worker=\"probe-1\"]";
     browser.wait_for_text(&format!("{card} section.schedules"), "No schedule.").await;
 

@@ -52,9 +52,9 @@ async fn a_curator_signs_in_with_the_identity_provider_and_their_run_names_them(
     assert_eq!(url, json!(format!("{}/#/runs", system.api_url)), "the code leaves the address");
     super::docs_screenshot(&browser, "signin-curator").await;
 
-    // The run the curator triggers from the panel names them.
+    // The run the curator triggers from the panel (the Run of its worker's row in the overview) names them.
     browser.goto(&format!("{}/#/workers", system.api_url)).await;
-    let run_button = "article[data-worker=\"probe-1\"] button.run";
+    let run_button = "tr.worker-row[data-worker=\"probe-1\"] button.run";
     browser
         .wait("the Run button of probe-1 to be enabled", || async {
             browser.is_enabled(run_button).await?.then_some(())

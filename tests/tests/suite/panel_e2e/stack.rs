@@ -1,12 +1,13 @@
 //! The real API and daemon the panel is tested against, on a fresh database: three probes with everything the
-//! panel shows, a pipeline of two of them, quick daemon timers, and either anonymous admin access or tokens.
+//! panel shows, a pipeline of two of them, quick daemon timers, and either anonymous admin access or tokens; or
+//! the demo's catalogue (`deploy/demo.toml`) for the workers overview.
 
 use reqwest::StatusCode;
-use scrinalia_shared::{Engine, OptionSpec, OptionType, Role, WorkerSpec, catalogue::PipelineSpec};
+use scrinalia_shared::{Engine, OptionSpec, OptionType, Role, Settings, WorkerSpec, catalogue::PipelineSpec};
 use scrinalia_testkit::config::option;
 use scrinalia_tests::{
     ConfigFile, Kind, Process, TestDb,
-    browser::{Browser, PATIENCE},
+    browser::{Browser, PATIENCE, workspace_root},
     daemon_harness::probe,
     demo_worker, eventually, free_port,
 };
@@ -35,10 +36,20 @@ pub(super) struct Stack {
 
 impl Stack {
     pub(super) async fn start(kind: Kind, access: Access) -> Self {
+        Self::start_with(kind, access, Self::config).await
+    }
+
+    /// The demo's catalogue (`deploy/demo.toml`: its nine archive workers, engines, pipeline and resources) on
+    /// the demo worker's data in the test's folder, with anonymous admin access as the demo has.
+    pub(super) async fn start_demo(kind: Kind) -> Self {
+        Self::start_with(kind, Access::AnonymousAdmin, Self::demo_config).await
+    }
+
+    async fn start_with(kind: Kind, access: Access, config: fn(&TestDb, u16, Access) -> ConfigFile) -> Self {
         let db = TestDb::new(kind).await;
         let dir = db.dir.path().to_path_buf();
         let port = free_port();
-        let config = Self::config(&db, port, access);
+        let config = config(&db, port, access);
         let path = db.write_config(&config, "config");
         let config_path = path.to_str().expect("a UTF-8 path");
         let env = [("SCRINALIA_CONFIG", config_path), ("RUST_LOG", "info")];
@@ -141,7 +152,7 @@ impl Stack {
             option("batch_size", OptionType::Integer, Some(json!(10))),
         ];
         three.env.insert("SCRINALIA_PROBE_NOT_READY".into(), NOT_READY.into());
-        let mut config = db
+        let config = db
             .config()
             .with(|f| {
                 (f.api.listen, f.api.events_poll_ms) = (([127, 0, 0, 1], port).into(), 100);
@@ -158,6 +169,41 @@ impl Stack {
                 (d.queue_count_interval_seconds, d.queue_count_timeout_seconds) = (2, 10);
             })
             .workers([one, two, three]);
+        Self::with_access(config, access)
+    }
+
+    fn demo_config(db: &TestDb, port: u16, access: Access) -> ConfigFile {
+        let path = workspace_root().join("deploy/demo.toml");
+        let demo = Settings::load_from(Some(&path), Vec::new()).unwrap_or_else(|e| panic!("deploy/demo.toml: {e}"));
+        let bin = demo_worker();
+        let workers: Vec<WorkerSpec> = demo
+            .catalogue
+            .workers
+            .iter()
+            .map(|w| {
+                let mut spec = w.clone();
+                spec.command[0] = bin.display().to_string();
+                spec
+            })
+            .collect();
+        let data = db.dir.path().join("demo").display().to_string();
+        let config = db
+            .config()
+            .with(|f| {
+                (f.api.listen, f.api.events_poll_ms) = (([127, 0, 0, 1], port).into(), 100);
+                (f.engines, f.pipelines) = (demo.catalogue.engines.clone(), demo.catalogue.pipelines.clone());
+                f.resources = demo.catalogue.resources.clone();
+                let d = &mut f.daemon;
+                (d.capacity, d.resources) = (demo.daemon.capacity, demo.daemon.resources.clone());
+                d.worker_env = [("SCRINALIA_DEMO_DATA".to_owned(), data)].into();
+                (d.lease_seconds, d.poll_seconds, d.heartbeat_seconds, d.gone_after_seconds) = (10, 1, 1, 5);
+                (d.queue_count_interval_seconds, d.queue_count_timeout_seconds) = (2, 10);
+            })
+            .workers(workers);
+        Self::with_access(config, access)
+    }
+
+    fn with_access(mut config: ConfigFile, access: Access) -> ConfigFile {
         match access {
             Access::AnonymousAdmin => {
                 config.file.auth.anonymous_role = Some(Role::Admin);

@@ -49,6 +49,7 @@ async fn a_runs_usage_is_on_its_page_and_an_unkept_limit_on_its_workers_card() {
     browser.screenshot("run-usage").await;
 
     browser.goto(&format!("{}/#/workers", system.api_url)).await;
+    super::open_cards(&browser, &["probe-1", "probe-2"]).await;
     let note = browser.wait_for_text("article[data-worker=\"probe-2\"] .limit-notes", "not enforced").await;
     assert!(note.starts_with("memory_max not enforced on host ") && note.contains("daemon.cgroups = false"), "{note}");
     assert!(browser.find("article[data-worker=\"probe-1\"] .limit-notes").await.is_none(), "no limit, no note");

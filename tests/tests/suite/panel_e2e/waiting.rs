@@ -95,6 +95,7 @@ async fn after_the_daemon_stops_cut_runs_are_continued_and_queued_runs_say_why_t
 
     // Each worker's card says why its queued run waits, in the same words, with the code to match on.
     browser.goto(&format!("{}/#/workers", stack.base)).await;
+    super::open_cards(&browser, &["probe-1", "probe-2"]).await;
     for (worker, run) in [("probe-1", &resumed), ("probe-2", &restarted)] {
         let card = format!("article[data-worker=\"{worker}\"] .in-flight[data-run=\"{run}\"]");
         let line = browser.wait_for_text(&format!("{card} p.waiting[data-code=\"no_daemon\"]"), NO_DAEMON).await;
