@@ -19,6 +19,7 @@
 //!
 //! Leases and every other time come from the database clock.
 
+pub mod backlog;
 pub mod chores;
 pub mod daemons;
 mod database;

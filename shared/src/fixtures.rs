@@ -93,6 +93,10 @@ pub(crate) fn catalogue() -> crate::Catalogue {
         priority: None,
         expires_after_seconds: None,
         preemptible: false,
+        when_pending_at_least: None,
+        quiet_seconds: None,
+        max_delay_seconds: None,
+        fresh_within_seconds: None,
     };
     crate::Catalogue::new(vec![worker], Default::default()).expect("a valid catalogue")
 }

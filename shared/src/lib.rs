@@ -8,6 +8,7 @@
 //! come from `scrinalia-wire` and are re-exported here.
 #![warn(missing_docs)]
 
+pub mod backlog;
 pub mod catalogue;
 pub mod changes;
 pub mod config;
@@ -17,6 +18,7 @@ pub mod descriptions;
 pub mod effective;
 #[cfg(test)]
 mod fixtures;
+pub mod freshness;
 pub mod history;
 pub mod items;
 pub mod logstore;

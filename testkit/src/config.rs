@@ -124,6 +124,10 @@ pub fn worker(name: &str, command: &[&str]) -> WorkerSpec {
         priority: None,
         expires_after_seconds: None,
         preemptible: false,
+        when_pending_at_least: None,
+        quiet_seconds: None,
+        max_delay_seconds: None,
+        fresh_within_seconds: None,
     }
 }
 

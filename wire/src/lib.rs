@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod auth;
+pub mod backlog;
 pub mod change;
 pub mod choice;
 pub mod daemon;
@@ -29,6 +30,7 @@ pub mod waiting;
 pub mod worker;
 
 pub use auth::{CreateTokenBody, CreatedToken, MeView, OidcSignIn, Role, ServiceToken, ServiceTokens, SignInView};
+pub use backlog::{BacklogFire, BacklogFiresView, BacklogTrigger, Freshness};
 pub use change::Change;
 pub use choice::{Choices, ExplicitArgs, OverrideValues, Resolved, ResolvedConfig, Source};
 pub use daemon::{Daemon, DaemonLimits, DaemonState, DaemonsView};

@@ -44,6 +44,7 @@ const ROLES: &[(&str, Option<Role>)] = &[
     ("PUT /api/workers/{name}/override", Some(Role::Admin)),
     ("DELETE /api/workers/{name}/override", Some(Role::Admin)),
     ("GET /api/workers/{name}/audit", Some(Role::Viewer)),
+    ("GET /api/workers/{name}/backlog-fires", Some(Role::Viewer)),
     ("GET /api/resources", Some(Role::Viewer)),
     ("PUT /api/resources/{name}", Some(Role::Admin)),
     ("GET /api/resources/{name}/audit", Some(Role::Viewer)),

@@ -88,6 +88,9 @@ pub struct WorkerView {
     /// controller (cgroup v1)", "cpu_max 4 clamped to the 2 cores of host cpu-1". Its runs go on there.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub limit_notes: Vec<String>,
+    /// Where the worker stands against its freshness target (`fresh_within_seconds`); null when it has none.
+    #[serde(default)]
+    pub freshness: Option<crate::Freshness>,
 }
 
 /// The items a running run has reported so far, and how fast.
