@@ -17,6 +17,7 @@ import {
   shortId, sourceBadge, stateBadge, tickAges, timeEl, valueText,
 } from "./format.js";
 import { itemsPoller, runningItems } from "./worker-items.js";
+import { freshnessLine } from "./worker-freshness.js";
 import { limitNotes } from "./worker-limits.js";
 
 // The chores an operator may ask for now: the endpoint's verb and the button's words.
@@ -338,6 +339,7 @@ export function mount(root, _params, ctx) {
     if (w.quarantined > 0) queue.append(" · ", quarantineLink(w.name, w.quarantined));
     parts.push(queue);
     parts.push(limitNotes(w));
+    parts.push(freshnessLine(w));
     parts.push(inFlight(w));
     if (w.shards_note) parts.push(h("p", { class: "shards-note muted" }, w.shards_note));
     if (w.preemption_note) parts.push(h("p", { class: "preemption-note muted" }, w.preemption_note));

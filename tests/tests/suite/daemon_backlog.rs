@@ -141,8 +141,8 @@ async fn three_daemons_request_one_run_once_the_count_is_quiet(t: &TestDb) {
 async fn a_count_that_keeps_rising_is_run_at_the_max_delay(t: &TestDb) {
     let dir = t.dir.path().to_owned();
     set(&dir, "rising.hold", "");
-    let (stack, daemons) = start(t, vec![triggered(&dir, "rising", 10, 4, Some(6))], 1).await;
-    // More every half second: each count (every 2 s) is higher than the one before, so never quiet for 4 s.
+    let (stack, daemons) = start(t, vec![triggered(&dir, "rising", 10, 7, Some(8))], 1).await;
+    // More every half second: each count (every 3.5 s) is higher than the one before, so never quiet for 7 s.
     let grow = {
         let dir = dir.clone();
         tokio::spawn(async move {
@@ -158,7 +158,7 @@ async fn a_count_that_keeps_rising_is_run_at_the_max_delay(t: &TestDb) {
     .await;
     grow.abort();
     let reason = fire["reason"].as_str().unwrap_or_default();
-    assert!(reason.ends_with("pending, waited the max delay of 6 s"), "{reason}");
+    assert!(reason.ends_with("pending, waited the max delay of 8 s"), "{reason}");
     let runs = runs_of(&stack, "rising").await;
     assert_eq!(runs.len(), 1, "{runs:#?}");
     assert_eq!(runs[0]["id"], fire["run_id"]);
@@ -237,9 +237,13 @@ async fn a_label_no_daemon_has_breaches_freshness_with_the_label_named(t: &TestD
         .lines()
         .find(|l| l.starts_with("scrinalia_worker_freshness_breached{"))
         .unwrap_or_else(|| panic!("no freshness series: {text}"));
-    assert_eq!(line, "scrinalia_worker_freshness_breached{worker=\"embed\"} 1", "{text}");
+    let (series, value) = line.rsplit_once(' ').expect("a sample");
+    assert_eq!(
+        (series, value.parse::<f64>().ok()),
+        ("scrinalia_worker_freshness_breached{worker=\"embed\"}", Some(1.0))
+    );
     assert!(text.contains("scrinalia_worker_freshness_age_seconds{worker=\"embed\"} "), "{text}");
-    alert_fires_on(dir, line.rsplit_once(' ').expect("a sample").0);
+    alert_fires_on(dir, series);
     for daemon in daemons {
         daemon.stop(Duration::from_secs(10)).await;
     }
