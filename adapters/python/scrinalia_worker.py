@@ -63,6 +63,7 @@ only; Python 3.11 or newer.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import importlib
 import importlib.util
 import inspect
@@ -323,8 +324,20 @@ def count_line(value: Any) -> dict[str, Any]:
     if isinstance(value, int):
         return {"pending": value}
     if isinstance(value, dict) and ("pending" in value or "unmeasurable" in value):
-        return value
-    raise TypeError(f'count_pending must return an int, or {{"unmeasurable": reason, "done": n}}; got {value!r}')
+        line = dict(value)
+        # The oldest pending document's arrival, for freshness targets: a datetime (naive means UTC) or RFC 3339.
+        oldest = line.get("oldest_pending_at")
+        if isinstance(oldest, datetime.datetime):
+            if oldest.tzinfo is None:
+                oldest = oldest.replace(tzinfo=datetime.timezone.utc)
+            line["oldest_pending_at"] = oldest.astimezone(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+        elif oldest is None:
+            line.pop("oldest_pending_at", None)
+        return line
+    raise TypeError(
+        'count_pending must return an int, {"pending": n, "oldest_pending_at": datetime}, or '
+        f'{{"unmeasurable": reason, "done": n}}; got {value!r}'
+    )
 
 
 def check_line(value: Any) -> dict[str, Any]:

@@ -5,6 +5,7 @@ stop on SIGTERM. Standard library only: ``python3 -m unittest discover -s adapte
 from __future__ import annotations
 
 import contextlib
+import datetime
 import io
 import json
 import os
@@ -107,6 +108,12 @@ class ConversionTest(unittest.TestCase):
         self.assertEqual(adapter.count_line({"unmeasurable": "why", "done": 3}), {"unmeasurable": "why", "done": 3})
         with self.assertRaises(TypeError):
             adapter.count_line("many")
+        oldest = datetime.datetime(2026, 12, 19, 6, 40, tzinfo=datetime.timezone.utc)
+        self.assertEqual(
+            adapter.count_line({"pending": 62, "oldest_pending_at": oldest}),
+            {"pending": 62, "oldest_pending_at": "2026-12-19T06:40:00Z"},
+        )
+        self.assertEqual(adapter.count_line({"pending": 0, "oldest_pending_at": None}), {"pending": 0})
         self.assertEqual(adapter.result_line(None), {})
         self.assertEqual(adapter.result_line(5), {"processed": 5})
         self.assertEqual(adapter.result_line({"processed": 1, "failed": 0}), {"processed": 1, "failed": 0})

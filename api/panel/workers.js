@@ -20,6 +20,7 @@ import {
 import { itemsPoller, runningItems } from "./worker-items.js";
 import { lastRun, queueLine, waitingLine } from "./worker-lines.js";
 import { overviewRow, overviewTable, renderRow, tickRows } from "./worker-table.js";
+import { freshnessLine } from "./worker-freshness.js";
 import { limitNotes } from "./worker-limits.js";
 import { pauseBox } from "./worker-pause.js";
 
@@ -353,6 +354,7 @@ export function mount(root, _params, ctx) {
     if (w.quarantined > 0) queue.append(" · ", quarantineLink(w.name, w.quarantined));
     parts.push(queue);
     parts.push(limitNotes(w));
+    parts.push(freshnessLine(w));
     parts.push(inFlight(w));
     if (w.shards_note) parts.push(h("p", { class: "shards-note muted" }, w.shards_note));
     if (w.preemption_note) parts.push(h("p", { class: "preemption-note muted" }, w.preemption_note));

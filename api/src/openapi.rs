@@ -37,7 +37,7 @@ pub(crate) async fn document() -> Json<utoipa::openapi::OpenApi> {
             pipeline runs; pause and resume a worker), admin (overrides, resource capacities, drain)."
     ),
     paths(
-        workers::list_workers, workers::get_worker, history::worker_history,
+        workers::list_workers, workers::get_worker, workers::backlog_fires, history::worker_history,
         chores::describe_worker, chores::count_worker, chores::check_worker,
         runs::trigger_run, runs::list_runs, runs::get_run, runs::run_progress, runs::cancel_run, items::run_items, quarantine::get_quarantine, quarantine::release, logs::run_log,
         export::export_runs,

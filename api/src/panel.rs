@@ -67,6 +67,7 @@ static ASSETS: &[Asset] = &[
     asset!("health.js", JS),
     asset!("workers.js", JS),
     asset!("worker-items.js", JS),
+    asset!("worker-freshness.js", JS),
     asset!("worker-limits.js", JS),
     asset!("worker-pause.js", JS),
     asset!("worker-lines.js", JS),

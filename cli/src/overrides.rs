@@ -82,8 +82,21 @@ pub struct SetArgs {
     /// After this many of its runs in a row fail, the worker is paused until someone resumes it.
     #[arg(long, value_name = "K", allow_negative_numbers = true)]
     pub pause_after_failures: Option<i64>,
+    /// The backlog trigger: request a run when at least this many units are pending (and quiet).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub when_pending_at_least: Option<i64>,
+    /// The backlog trigger's debounce: the count must not have grown for this many seconds.
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub quiet_seconds: Option<i64>,
+    /// The backlog trigger's longest wait, in seconds after the count first reached the threshold.
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub max_delay_seconds: Option<i64>,
+    /// The freshness target: the oldest pending document must be younger than this many seconds.
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub fresh_within_seconds: Option<i64>,
     /// Give a field back to the default: `engine`, `preset`, `retry`, `memory_max`, `cpu_max`, `stall_seconds`,
-    /// `shards`, `priority`, `expires_after_seconds`, `pause_after_failures` or an option's name. Repeat for
+    /// `shards`, `priority`, `expires_after_seconds`, `when_pending_at_least`, `quiet_seconds`,
+    /// `max_delay_seconds`, `fresh_within_seconds`, `pause_after_failures` or an option's name. Repeat for
     /// several.
     #[arg(long, value_name = "FIELD")]
     pub unset: Vec<String>,
@@ -132,6 +145,10 @@ pub fn change_body(args: SetArgs) -> Result<OverrideChange, Verdict> {
         priority: args.priority.map(Some),
         expires_after_seconds: args.expires_after_seconds.map(Some),
         pause_after_failures: args.pause_after_failures.map(Some),
+        when_pending_at_least: args.when_pending_at_least.map(Some),
+        quiet_seconds: args.quiet_seconds.map(Some),
+        max_delay_seconds: args.max_delay_seconds.map(Some),
+        fresh_within_seconds: args.fresh_within_seconds.map(Some),
         reason: None,
     };
     for field in args.unset {
@@ -146,6 +163,10 @@ pub fn change_body(args: SetArgs) -> Result<OverrideChange, Verdict> {
             "priority" => change.priority.replace(None).is_some(),
             "expires_after_seconds" => change.expires_after_seconds.replace(None).is_some(),
             "pause_after_failures" => change.pause_after_failures.replace(None).is_some(),
+            "when_pending_at_least" => change.when_pending_at_least.replace(None).is_some(),
+            "quiet_seconds" => change.quiet_seconds.replace(None).is_some(),
+            "max_delay_seconds" => change.max_delay_seconds.replace(None).is_some(),
+            "fresh_within_seconds" => change.fresh_within_seconds.replace(None).is_some(),
             name => change.options.insert(name.to_owned(), Value::Null).is_some(),
         };
         if taken {
@@ -155,7 +176,9 @@ pub fn change_body(args: SetArgs) -> Result<OverrideChange, Verdict> {
     if change == OverrideChange::default() {
         return Err(usage(
             "nothing to change: give --engine, --preset, --option NAME=VALUE, --memory-max, --cpu-max, \
-             --stall-seconds, --shards, --priority, --expires-after-seconds, --pause-after-failures or --unset FIELD."
+             --stall-seconds, --shards, --priority, --expires-after-seconds, --when-pending-at-least, \
+             --quiet-seconds, --max-delay-seconds, --fresh-within-seconds, \
+             --pause-after-failures or --unset FIELD."
                 .to_owned(),
         ));
     }
@@ -218,6 +241,16 @@ fn fields(values: &OverrideValues) -> BTreeMap<String, Value> {
     }
     if let Some(n) = values.shards {
         out.insert("shards".to_owned(), Value::from(n));
+    }
+    for (key, value) in [
+        ("when_pending_at_least", values.when_pending_at_least),
+        ("quiet_seconds", values.quiet_seconds),
+        ("max_delay_seconds", values.max_delay_seconds),
+        ("fresh_within_seconds", values.fresh_within_seconds),
+    ] {
+        if let Some(v) = value {
+            out.insert(key.to_owned(), Value::from(v));
+        }
     }
     out.extend(values.options.iter().map(|(k, v)| (k.clone(), v.clone())));
     out
@@ -306,6 +339,10 @@ mod tests {
             priority: None,
             expires_after_seconds: None,
             pause_after_failures: None,
+            when_pending_at_least: None,
+            quiet_seconds: None,
+            max_delay_seconds: None,
+            fresh_within_seconds: None,
             unset: unset.iter().map(|s| (*s).to_owned()).collect(),
             reason: parse_reason("why").expect("a reason"),
         }

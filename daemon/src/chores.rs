@@ -46,7 +46,7 @@ const RETRY: Duration = Duration::from_secs(1);
 const LEASE_MARGIN: Duration = Duration::from_secs(15);
 
 /// The workers this daemon takes.
-fn my_workers(ctx: &Context) -> Vec<String> {
+pub(crate) fn my_workers(ctx: &Context) -> Vec<String> {
     let taken = &ctx.settings.daemon.workers;
     let all = ctx.settings.catalogue.workers.iter().map(|w| w.name.clone());
     all.filter(|n| taken.is_empty() || taken.contains(n)).collect()
@@ -166,13 +166,16 @@ async fn perform(ctx: &Context, spec: &WorkerSpec, chore: &Chore, limit: Duratio
             ctx.db.store_description(&row).await
         }
         ChoreKind::Count => {
+            let mut threshold = None;
             let answer = match resolved(ctx, spec).await {
                 Ok(config) => {
+                    threshold = config.backlog.as_ref().map(|b| i64::try_from(b.value.when_pending_at_least));
                     let invocation = Invocation::chore(spec, &ctx.exe_dir, env, "count-pending", Some(&config));
                     verb::answer(&invocation, "count-pending", limit).await
                 }
                 Err(e) => Err(e),
             };
+            let oldest_pending_at = answer.as_ref().ok().and_then(verb::oldest_pending_at);
             let mut row = NewQueueCount {
                 worker: spec.name.clone(),
                 pending: None,
@@ -181,6 +184,8 @@ async fn perform(ctx: &Context, spec: &WorkerSpec, chore: &Chore, limit: Duratio
                 error: None,
                 took_ms: 0,
                 measured_by: ctx.daemon_id,
+                oldest_pending_at,
+                threshold: threshold.and_then(Result::ok),
             };
             match answer.and_then(|a| verb::measured(&a)) {
                 Ok(Measured::Pending(n)) => row.pending = Some(n),

@@ -6,6 +6,7 @@
 //! [`supervisor::supervise`].
 
 pub mod bulk;
+pub mod backlog;
 pub mod cgroup;
 pub mod chores;
 pub mod clock;
@@ -202,11 +203,22 @@ async fn serve(ctx: Arc<Context>, shutdown: Shutdown, systemd: Notifier) -> anyh
     tasks.spawn(chores::run(ctx.clone(), chores_now.clone(), background.clone()).in_current_span());
     let bulk_now = Arc::new(Notify::new());
     tasks.spawn(bulk::run(ctx.clone(), bulk_now.clone(), background.clone()).in_current_span());
+    let backlog_now = Arc::new(Notify::new());
+    tasks.spawn(backlog::run(ctx.clone(), backlog_now.clone(), background.clone()).in_current_span());
     let wakes = scheduler::Wakes::default();
     tasks.spawn(scheduler::run(ctx.clone(), wakes.clone(), background.clone()).in_current_span());
     let changes = ctx.db.changes(Topic::Queue).context("start the change feed")?;
     systemd.ready("started");
-    let inputs = main_loop::Inputs { changes, shutdown, drain, heartbeat_now, chores_now, bulk_now, scheduler: wakes };
+    let inputs = main_loop::Inputs {
+        changes,
+        shutdown,
+        drain,
+        heartbeat_now,
+        chores_now,
+        bulk_now,
+        scheduler: wakes,
+        backlog_now,
+    };
     MainLoop::new(ctx.clone(), systemd).run(inputs).await;
     background.cancel();
     if tokio::time::timeout(Duration::from_secs(10), async { while tasks.join_next().await.is_some() {} })

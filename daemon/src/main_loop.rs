@@ -66,6 +66,8 @@ pub struct Inputs {
     pub bulk_now: Arc<Notify>,
     /// Wakes the scheduler task, and is told by it when a queued run's backoff ended.
     pub scheduler: crate::scheduler::Wakes,
+    /// Wakes the backlog task: a run ended (its worker's count comes next), or anything was written.
+    pub backlog_now: Arc<Notify>,
 }
 
 /// The main loop's state.
@@ -246,9 +248,13 @@ impl MainLoop {
                     inputs.bulk_now.notify_one();
                     inputs.scheduler.due.notify_one();
                     inputs.scheduler.ended.notify_one();
+                    inputs.backlog_now.notify_one();
                 }
                 Change::Schedule { .. } => inputs.scheduler.due.notify_one(),
-                Change::Ended { .. } => inputs.scheduler.ended.notify_one(),
+                Change::Ended { .. } => {
+                    inputs.scheduler.ended.notify_one();
+                    inputs.backlog_now.notify_one();
+                }
                 Change::Chore { .. } => inputs.chores_now.notify_one(),
                 Change::Bulk { .. } => inputs.bulk_now.notify_one(),
                 Change::Cancel { run, .. } => self.cancel(run),

@@ -109,6 +109,13 @@ pub fn measured(answer: &Value) -> Result<Measured, String> {
     Err(format!("count-pending answered {answer}, which has neither \"pending\" nor \"unmeasurable\""))
 }
 
+/// When the oldest pending document arrived, if `count-pending` said (`"oldest_pending_at"`, RFC 3339); a
+/// value that is not a time is ignored (the count itself still holds).
+pub fn oldest_pending_at(answer: &Value) -> Option<chrono::DateTime<chrono::Utc>> {
+    let text = answer.get("oldest_pending_at")?.as_str()?;
+    chrono::DateTime::parse_from_rfc3339(text).ok().map(|t| t.with_timezone(&chrono::Utc))
+}
+
 /// `{"ready": true}` or `{"ready": false, "reason": "…"}`.
 pub fn checked(answer: &Value) -> Result<Checked, String> {
     let Some(ready) = answer.get("ready").and_then(Value::as_bool) else {

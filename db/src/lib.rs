@@ -20,6 +20,7 @@
 //! Leases and every other time come from the database clock.
 
 pub mod bulk;
+pub mod backlog;
 pub mod chores;
 pub mod daemons;
 mod database;

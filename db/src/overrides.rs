@@ -12,7 +12,8 @@ use scrinalia_wire::{AuditEntry, Override, OverrideAction, OverrideValues};
 macro_rules! override_columns {
     ($d:ident;) => {
         "worker, engine, preset, options, retry, memory_max, cpu_max, stall_seconds, shards, priority, \
-         expires_after_seconds, pause_after_failures, updated_by, updated_at"
+         expires_after_seconds, pause_after_failures, when_pending_at_least, quiet_seconds, max_delay_seconds, \
+         fresh_within_seconds, updated_by, updated_at"
     };
 }
 
@@ -50,15 +51,19 @@ pub async fn list(on: impl Into<On<'_>>) -> Result<Vec<Override>> {
 pub async fn upsert(on: impl Into<On<'_>>, worker: &str, values: &OverrideValues, actor: &str) -> Result<Override> {
     const UPSERT: Sql = sql!(
         "insert into worker_overrides (worker, engine, preset, options, retry, memory_max, cpu_max, stall_seconds, \
-             shards, priority, expires_after_seconds, pause_after_failures, updated_by, updated_at) \
-         values ($1, $2, $3, $4, $6, $7, $8, $9, $10, $11, $12, $13, $5, ",
+             shards, priority, expires_after_seconds, pause_after_failures, when_pending_at_least, quiet_seconds, \
+             max_delay_seconds, fresh_within_seconds, updated_by, updated_at) \
+         values ($1, $2, $3, $4, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $5, ",
         now,
         ") \
          on conflict (worker) do update set engine = excluded.engine, preset = excluded.preset, \
              options = excluded.options, retry = excluded.retry, memory_max = excluded.memory_max, \
              cpu_max = excluded.cpu_max, stall_seconds = excluded.stall_seconds, shards = excluded.shards, \
              priority = excluded.priority, expires_after_seconds = excluded.expires_after_seconds, \
-             pause_after_failures = excluded.pause_after_failures, updated_by = excluded.updated_by, updated_at = excluded.updated_at \
+             pause_after_failures = excluded.pause_after_failures, \
+             when_pending_at_least = excluded.when_pending_at_least, quiet_seconds = excluded.quiet_seconds, \
+             max_delay_seconds = excluded.max_delay_seconds, fresh_within_seconds = excluded.fresh_within_seconds, \
+             updated_by = excluded.updated_by, updated_at = excluded.updated_at \
          returning ",
         override_columns!()
     );
@@ -76,6 +81,10 @@ pub async fn upsert(on: impl Into<On<'_>>, worker: &str, values: &OverrideValues
         .bind(values.priority)
         .bind(values.expires_after_seconds)
         .bind(values.pause_after_failures)
+        .bind(values.when_pending_at_least)
+        .bind(values.quiet_seconds)
+        .bind(values.max_delay_seconds)
+        .bind(values.fresh_within_seconds)
         .fetch_one(pool)
         .await)
 }

@@ -98,6 +98,24 @@ pub struct WorkerSpec {
     /// An audited override may change it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause_after_failures: Option<i64>,
+    /// The backlog trigger's threshold: when the worker's pending count (its last count, taken after its last
+    /// run ended) is at least this and quiet (`quiet_seconds`), the daemons request one run of it. At least 1.
+    /// None: no trigger. An audited override may change it, and each key below.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when_pending_at_least: Option<i64>,
+    /// The trigger's debounce: the count must not have grown for this many seconds (the worker is then counted
+    /// every min(`daemon.queue_count_interval_seconds`, quiet_seconds / 2)). At most `max_delay_seconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quiet_seconds: Option<i64>,
+    /// The trigger's longest wait: a run is requested this long after the count first reached the threshold,
+    /// even while it still grows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_delay_seconds: Option<i64>,
+    /// The freshness target: the age of its oldest pending document (or, when its count does not say, the time
+    /// since its last successful run while anything is pending) must stay under this many seconds; a breach
+    /// shows on its card, in health and in metrics, with why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fresh_within_seconds: Option<i64>,
 }
 
 /// A resource that runs of several workers share, such as one model server: at most `capacity` runs hold it
@@ -446,7 +464,14 @@ fn limit_problems(worker: &WorkerSpec) -> Vec<(&'static str, String)> {
         .pause_after_failures
         .and_then(|k| choice::pause_after_failures(k).err())
         .map(|p| ("pause_after_failures", p));
-    [memory, cpu, stall, priority, expires, pause].into_iter().flatten().collect()
+    let trigger =
+        scrinalia_wire::backlog::trigger(worker.when_pending_at_least, worker.quiet_seconds, worker.max_delay_seconds)
+            .err();
+    let fresh = worker
+        .fresh_within_seconds
+        .and_then(|s| scrinalia_wire::backlog::seconds(scrinalia_wire::backlog::FRESH_WITHIN_SECONDS, s).err())
+        .map(|p| (scrinalia_wire::backlog::FRESH_WITHIN_SECONDS, p));
+    [memory, cpu, stall, priority, expires, pause, trigger, fresh].into_iter().flatten().collect()
 }
 
 /// What is wrong with an option's bounds, as (key, sentence): bounds only on numbers, the minimum not above the

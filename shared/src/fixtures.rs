@@ -96,6 +96,10 @@ pub(crate) fn catalogue() -> crate::Catalogue {
         expires_after_seconds: None,
         preemptible: false,
         pause_after_failures: None,
+        when_pending_at_least: None,
+        quiet_seconds: None,
+        max_delay_seconds: None,
+        fresh_within_seconds: None,
     };
     crate::Catalogue::new(vec![worker], Default::default()).expect("a valid catalogue")
 }

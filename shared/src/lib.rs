@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod bulk;
+pub mod backlog;
 pub mod catalogue;
 pub mod changes;
 pub mod config;
@@ -18,6 +19,7 @@ pub mod descriptions;
 pub mod effective;
 #[cfg(test)]
 mod fixtures;
+pub mod freshness;
 pub mod history;
 pub mod items;
 pub mod logstore;

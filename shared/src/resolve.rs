@@ -9,6 +9,7 @@ use serde_json::Value;
 use scrinalia_wire::choice::limits::{self, CPU_MAX, MEMORY_MAX, STALL_SECONDS};
 
 mod pause;
+mod backlog;
 mod priority;
 mod shards;
 
@@ -132,6 +133,15 @@ pub enum ResolveError {
         /// What is wrong, as a sentence naming the key.
         problem: String,
     },
+    /// A run's arguments name a worker setting (a backlog trigger's key, the freshness target).
+    #[error(
+        "{key} is a setting of the worker, not an argument of one run: set it in the catalogue or with an override \
+         (audited)."
+    )]
+    WorkerSettingInArguments {
+        /// The setting's key.
+        key: &'static str,
+    },
     /// `shards` is not a number of shards (below 1, above the maximum).
     #[error("{problem}")]
     InvalidShards {
@@ -171,6 +181,7 @@ pub fn resolve(
     let spec = &worker.spec;
     refuse_engine_choice(worker, explicit)?;
     refuse_limits(explicit)?;
+    backlog::refuse_in_arguments(explicit)?;
     let external = worker.engine_source.is_some();
     let described = worker.described.as_ref().filter(|d| external && d.source.is_some());
     let pick = |explicit: &Option<String>, overridden: &Option<String>, default: &Option<String>| {
@@ -225,6 +236,8 @@ pub fn resolve(
     let priority = priority_of(spec, explicit, overrides)?;
     let expires_after_seconds = expires_of(spec, explicit, overrides)?;
     let pause_after_failures = pause_of(spec, overrides)?;
+    let backlog = backlog::trigger_of(spec, overrides)?;
+    let fresh_within_seconds = backlog::fresh_of(spec, overrides)?;
     Ok(ResolvedConfig {
         engine,
         preset,
@@ -242,6 +255,8 @@ pub fn resolve(
         priority,
         expires_after_seconds,
         pause_after_failures,
+        backlog,
+        fresh_within_seconds,
     })
 }
 
@@ -334,11 +349,17 @@ pub fn check_override(worker: &EffectiveWorker, values: &OverrideValues) -> Resu
         cpu_max: None,
         stall_seconds: None,
         pause_after_failures: None,
+        when_pending_at_least: None,
+        quiet_seconds: None,
+        max_delay_seconds: None,
+        fresh_within_seconds: None,
         ..values.clone()
     };
     resolve(worker, &arguments, None)?;
     limits_of(&worker.spec, values)?;
-    pause_of(&worker.spec, values).map(drop)
+    pause_of(&worker.spec, values)?;
+    backlog::trigger_of(&worker.spec, values)?;
+    backlog::fresh_of(&worker.spec, values).map(drop)
 }
 
 fn check_option(worker: &EffectiveWorker, name: &str, value: &Value) -> Result<(), ResolveError> {
@@ -401,6 +422,19 @@ fn describe(value: &Value) -> String {
 fn join<'a>(names: impl Iterator<Item = &'a String>) -> String {
     let names: Vec<&str> = names.map(String::as_str).collect();
     if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+}
+
+/// The freshness target of `spec` with its override `overrides`, checked (see `fresh_within_seconds`).
+pub fn fresh_within(spec: &WorkerSpec, overrides: &OverrideValues) -> Result<Option<Resolved<u64>>, ResolveError> {
+    backlog::fresh_of(spec, overrides)
+}
+
+/// The backlog trigger of `spec` with its override `overrides`, checked (see `when_pending_at_least`).
+pub fn backlog_trigger(
+    spec: &WorkerSpec,
+    overrides: &OverrideValues,
+) -> Result<Option<Resolved<scrinalia_wire::BacklogTrigger>>, ResolveError> {
+    backlog::trigger_of(spec, overrides)
 }
 
 #[cfg(test)]

@@ -125,6 +125,10 @@ pub fn worker(name: &str, command: &[&str]) -> WorkerSpec {
         expires_after_seconds: None,
         preemptible: false,
         pause_after_failures: None,
+        when_pending_at_least: None,
+        quiet_seconds: None,
+        max_delay_seconds: None,
+        fresh_within_seconds: None,
     }
 }
 

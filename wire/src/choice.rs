@@ -66,6 +66,22 @@ pub struct Choices {
     /// it until an operator resumes it). At least 1. Only the catalogue and an override set it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause_after_failures: Option<i64>,
+    /// The backlog trigger's threshold: when the worker's pending count is at least this (and quiet, see
+    /// `quiet_seconds`), the daemons request one run of it. Only the catalogue and an override set it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when_pending_at_least: Option<i64>,
+    /// The backlog trigger's debounce: the count must not have grown for this many seconds. At least 1, at most
+    /// `max_delay_seconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quiet_seconds: Option<i64>,
+    /// The backlog trigger's longest wait: a run is requested this many seconds after the count first reached
+    /// the threshold, quiet or not. At least 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_delay_seconds: Option<i64>,
+    /// The freshness target: the worker's oldest pending document must be younger than this many seconds. At
+    /// least 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fresh_within_seconds: Option<i64>,
 }
 
 /// The priority of a run nothing else sets.
@@ -142,6 +158,15 @@ impl Choices {
             && self.priority.is_none()
             && self.expires_after_seconds.is_none()
             && self.pause_after_failures.is_none()
+            && !self.has_backlog_settings()
+    }
+
+    /// Whether a backlog or freshness setting (worker settings, never a run's arguments) is chosen.
+    pub fn has_backlog_settings(&self) -> bool {
+        self.when_pending_at_least.is_some()
+            || self.quiet_seconds.is_some()
+            || self.max_delay_seconds.is_some()
+            || self.fresh_within_seconds.is_some()
     }
 
     /// Whether a limit (`memory_max`, `cpu_max`, `stall_seconds`) is chosen.
@@ -233,6 +258,14 @@ pub struct ResolvedConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub pause_after_failures: Option<Resolved<u32>>,
+    /// The worker's backlog trigger, when it has one (the catalogue's keys, each overridable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub backlog: Option<Resolved<crate::BacklogTrigger>>,
+    /// The worker's freshness target, in seconds, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub fresh_within_seconds: Option<Resolved<u64>>,
 }
 
 /// A run's priority when a stored row or answer has none (see [`DEFAULT_PRIORITY`]).
@@ -265,6 +298,8 @@ impl ResolvedConfig {
             priority: default_priority(),
             expires_after_seconds: None,
             pause_after_failures: None,
+            backlog: None,
+            fresh_within_seconds: None,
         }
     }
 }

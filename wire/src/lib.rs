@@ -9,6 +9,7 @@
 
 pub mod auth;
 pub mod bulk;
+pub mod backlog;
 pub mod change;
 pub mod choice;
 pub mod daemon;
@@ -36,6 +37,7 @@ pub use bulk::{
     BulkAction, BulkActionKind, BulkActions, BulkOutcome, BulkPreview, BulkReason, BulkRequest, BulkSample,
     BulkSnapshot, BulkState,
 };
+pub use backlog::{BacklogFire, BacklogFiresView, BacklogTrigger, Freshness};
 pub use change::Change;
 pub use choice::{Choices, ExplicitArgs, OverrideValues, Resolved, ResolvedConfig, Source};
 pub use daemon::{Daemon, DaemonLimits, DaemonState, DaemonsView};

@@ -151,6 +151,22 @@ pub struct OverrideChange {
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
     pub pause_after_failures: Option<Option<i64>>,
+    /// The backlog trigger's threshold; `null` clears it.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
+    pub when_pending_at_least: Option<Option<i64>>,
+    /// The backlog trigger's debounce, in seconds; `null` clears it.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
+    pub quiet_seconds: Option<Option<i64>>,
+    /// The backlog trigger's longest wait, in seconds; `null` clears it.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
+    pub max_delay_seconds: Option<Option<i64>>,
+    /// The freshness target, in seconds; `null` clears it.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
+    pub fresh_within_seconds: Option<Option<i64>>,
     /// Why (required, recorded in the audit trail).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -194,6 +210,16 @@ impl OverrideChange {
         }
         if let Some(pause) = self.pause_after_failures {
             next.pause_after_failures = pause;
+        }
+        for (changed, field) in [
+            (self.when_pending_at_least, &mut next.when_pending_at_least),
+            (self.quiet_seconds, &mut next.quiet_seconds),
+            (self.max_delay_seconds, &mut next.max_delay_seconds),
+            (self.fresh_within_seconds, &mut next.fresh_within_seconds),
+        ] {
+            if let Some(value) = changed {
+                *field = value;
+            }
         }
         for (name, value) in &self.options {
             if value.is_null() {

@@ -27,4 +27,10 @@ pub struct QueueCount {
     pub measured_by: Option<Uuid>,
     /// Seconds since it was measured (database clock).
     pub age_seconds: f64,
+    /// When the oldest pending document arrived, when `count-pending` reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_pending_at: Option<DateTime<Utc>>,
+    /// Since when something has been pending (counts above zero in a row), on the database clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_since: Option<DateTime<Utc>>,
 }

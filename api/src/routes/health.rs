@@ -2,7 +2,7 @@
 //! model present, the presets the workers' code declares included), the run-log store (a probe key written, read
 //! and deleted, at most once every few seconds: its outcome is reused for `state::CACHE_FOR`), the daemons
 //! (alive by heartbeat) and each worker (ready as its last `check` said, and whether its catalogue entry agrees
-//! with its code). The checks run at once, each bounded in time; the answer is always 200 with the status in the
+//! with its code, and whether it keeps its freshness target). The checks run at once, each bounded in time; the answer is always 200 with the status in the
 //! body, so that a panel can show what is down even when most things are.
 
 use std::{
@@ -15,7 +15,7 @@ use object_store::PutPayload;
 use std::collections::{BTreeMap, HashMap};
 
 use scrinalia_shared::EffectiveWorker;
-use scrinalia_wire::{Check, DaemonState, Engine, HealthView, Readiness, Status, WorkerPause};
+use scrinalia_wire::{Check, DaemonState, Engine, Freshness, HealthView, Readiness, Status, WorkerPause};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -48,12 +48,13 @@ pub async fn check_all(state: &AppState) -> HealthView {
             state.db().list_overrides(),
             state.db().list_daemons(state.gone_after()),
             state.db().worker_pauses(),
+            state.db().freshness_now(state.catalogue(), state.gone_after()),
         )
     })
     .await;
-    let (workers, readiness, mut quarantined, overrides, registry, mut paused) = match facts {
-        Ok(Ok((workers, readiness, quarantined, overrides, registry, paused))) => {
-            (workers, Some(readiness), quarantined, overrides, registry, paused.into_iter().collect())
+    let (workers, readiness, mut quarantined, overrides, registry, mut paused, freshness) = match facts {
+        Ok(Ok((workers, readiness, quarantined, overrides, registry, paused, freshness))) => {
+            (workers, Some(readiness), quarantined, overrides, registry, paused.into_iter().collect(), freshness)
         }
         // The database check says why; the workers' checks are left out rather than guessed.
         _ => (
@@ -63,8 +64,10 @@ pub async fn check_all(state: &AppState) -> HealthView {
             Vec::new(),
             Vec::new(),
             HashMap::new(),
+            Vec::new(),
         ),
     };
+    let mut freshness: HashMap<String, Freshness> = freshness.into_iter().collect();
     let mut engines: BTreeMap<String, Engine> = state.catalogue().engines.clone();
     for worker in &workers {
         for (name, engine) in &worker.engines {
@@ -88,7 +91,8 @@ pub async fn check_all(state: &AppState) -> HealthView {
             let stored = overrides.iter().find(|o| o.worker == w.name());
             let limits = super::workers::limit_notes_of(&w.spec, stored, &registry);
             let paused = paused.remove(w.name());
-            worker_check(w, readiness.remove(w.name()), (quarantined, limits, paused), latency_ms)
+            let fresh = freshness.remove(w.name());
+            worker_check(w, readiness.remove(w.name()), (quarantined, limits, paused, fresh), latency_ms)
         }));
     }
     let status = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);
@@ -104,7 +108,7 @@ pub async fn check_all(state: &AppState) -> HealthView {
 fn worker_check(
     worker: &EffectiveWorker,
     readiness: Option<Readiness>,
-    (quarantined, limits, paused): (i64, Vec<String>, Option<WorkerPause>),
+    (quarantined, limits, paused, freshness): (i64, Vec<String>, Option<WorkerPause>, Option<Freshness>),
     latency_ms: f64,
 ) -> Check {
     let name = worker.name();
@@ -138,6 +142,10 @@ fn worker_check(
         status = status.max(Status::Degraded);
         problems.push(sentence.clone());
     }
+    if let Some(why) = freshness.as_ref().filter(|f| f.breached).and_then(|f| f.reason.as_deref()) {
+        status = status.max(Status::Degraded);
+        problems.push(format!("Its freshness target is breached: {why}"));
+    }
     let mut details = json!({
         "ready": readiness.as_ref().and_then(|r| r.ready),
         "preemptible": worker.spec.preemptible && not_preempted.is_none(),
@@ -146,6 +154,7 @@ fn worker_check(
         "quarantined": quarantined,
         "limits": limits,
         "paused": paused,
+        "freshness": freshness,
     });
     if quarantined > 0 {
         let documents = if quarantined == 1 { "document is" } else { "documents are" };

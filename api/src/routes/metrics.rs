@@ -2,7 +2,8 @@
 //! with a bearer token when `api.metrics_token_hash` is set): Prometheus text of what the database says, read
 //! with five cheap queries at most once every few seconds (`state::CACHE_FOR`; scrapes in between get the same
 //! text): daemons by state, runs queued and running, how long the oldest request has
-//! waited, the queue measurements the daemons store, and how long each running run has been silent. Every API
+//! waited, the queue measurements the daemons store, how long each running run has been silent, and where each
+//! worker with a freshness target stands against it. Every API
 //! process reports the same values (take `max`, not `sum`, across them). What runs did (started, finished by
 //! outcome, durations, queue waits, lease renewals) is counted by the daemon that ran them, on its own `/metrics`.
 
@@ -39,6 +40,8 @@ const DONE: &str = "scrinalia_queue_done";
 const MEASURED_AGE: &str = "scrinalia_queue_measurement_age_seconds";
 const PROGRESS_AGE: &str = "scrinalia_run_progress_age_seconds";
 const PAUSED: &str = "scrinalia_worker_paused";
+const FRESHNESS_AGE: &str = "scrinalia_worker_freshness_age_seconds";
+const FRESHNESS_BREACHED: &str = "scrinalia_worker_freshness_breached";
 
 /// Every gauge of `/metrics`, with its help.
 pub const GAUGES: &[(&str, &str)] = &[
@@ -58,6 +61,12 @@ pub const GAUGES: &[(&str, &str)] = &[
         "Seconds since the running run of each worker last reported progress (or started); 0 when none runs",
     ),
     (PAUSED, "1 while the worker is paused (by hand, or after pause_after_failures failed runs in a row), else 0"),
+    (
+        FRESHNESS_AGE,
+        "Age of the oldest pending document of each worker with a freshness target (or the time since its last \
+         successful run while anything is pending); 0 when nothing is pending",
+    ),
+    (FRESHNESS_BREACHED, "1 when a worker with a freshness target is older than fresh_within_seconds, else 0"),
 ];
 
 /// The routes of this module; none when `enabled` is false.
@@ -105,13 +114,14 @@ fn worker(name: &str) -> Labels {
 /// Reads every gauge from the database.
 pub async fn measure(state: &AppState) -> ApiResult<Vec<GaugeSeries>> {
     let db = state.db();
-    let (daemons, in_flight, counts, now, ages, pauses) = tokio::try_join!(
+    let (daemons, in_flight, counts, now, ages, pauses, freshness) = tokio::try_join!(
         db.list_daemons(state.gone_after()),
         db.runs_in_flight(),
         db.queue_counts(),
         db.now(),
         db.progress_ages(),
-        db.worker_pauses()
+        db.worker_pauses(),
+        db.freshness_now(state.catalogue(), state.gone_after()),
     )?;
     let seconds = |t: chrono::DateTime<chrono::Utc>| (now - t).num_milliseconds().max(0) as f64 / 1000.0;
 
@@ -171,7 +181,13 @@ pub async fn measure(state: &AppState) -> ApiResult<Vec<GaugeSeries>> {
         by_worker.insert(w, 1.0);
     }
     paused.samples = by_worker.into_iter().map(|(w, n)| (worker(&w), n)).collect();
-    Ok(vec![daemons, alive, in_flight, oldest_queued, pending, done, age, progress_age, paused])
+    let (mut fresh_age, mut breached) = (series(FRESHNESS_AGE), series(FRESHNESS_BREACHED));
+    for (name, f) in freshness {
+        fresh_age.samples.push((worker(&name), f.age_seconds.unwrap_or(0) as f64));
+        breached.samples.push((worker(&name), if f.breached { 1.0 } else { 0.0 }));
+    }
+    Ok(vec![daemons, alive, in_flight, oldest_queued, pending, done, age, progress_age, paused, fresh_age,
+        breached])
 }
 
 /// For the OTLP export: measures every `OTEL_METRIC_EXPORT_INTERVAL` (60 s by default) into `last`, which the

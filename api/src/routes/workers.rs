@@ -11,21 +11,47 @@ use axum::{
     routing::get,
 };
 use chrono::{DateTime, Utc};
-use scrinalia_shared::{EffectiveWorker, WorkerSpec, daemons, overrides::OverrideState, runs::not_preemptible};
+use scrinalia_shared::{
+    EffectiveWorker, WorkerSpec, daemons, freshness, overrides::OverrideState, runs::not_preemptible,
+};
 use scrinalia_wire::{
-    Daemon, Engine, Override, QueueCount, Readiness, Run, RunState, Waiting, WorkerDescription, WorkerView, WorkersView,
+    BacklogFiresView, Daemon, Engine, Override, QueueCount, Readiness, Run, RunState, Waiting, WorkerDescription,
+    WorkerView, WorkersView,
 };
 use uuid::Uuid;
 
 use crate::{
     auth::Viewer,
     error::{ApiError, ApiResult, ErrorBody},
+    extract::{Limit, TrailLimit},
     state::AppState,
 };
 
 /// The routes of this module.
 pub fn router() -> Router<AppState> {
-    Router::new().route("/api/workers", get(list_workers)).route("/api/workers/{name}", get(get_worker))
+    Router::new()
+        .route("/api/workers", get(list_workers))
+        .route("/api/workers/{name}", get(get_worker))
+        .route("/api/workers/{name}/backlog-fires", get(backlog_fires))
+}
+
+#[utoipa::path(get, path = "/api/workers/{name}/backlog-fires", tag = "workers",
+    params(("name" = String, Path, description = "The worker's name"), TrailLimit),
+    responses((status = 200, body = BacklogFiresView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(crate) async fn backlog_fires(
+    _: Viewer,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Limit(limit): TrailLimit,
+) -> ApiResult<Json<BacklogFiresView>> {
+    let spec = find_worker(&state, &name)?;
+    let (stored, fires) =
+        tokio::try_join!(state.db().get_override(&spec.name), state.db().backlog_fires(&spec.name, limit))?;
+    let values = stored.map(|o| o.values).unwrap_or_default();
+    let trigger = scrinalia_shared::resolve::backlog_trigger(spec, &values).ok().flatten().map(|t| t.value);
+    Ok(Json(BacklogFiresView { worker: spec.name.clone(), trigger, fires }))
 }
 
 #[utoipa::path(get, path = "/api/workers", tag = "workers",
@@ -93,6 +119,9 @@ pub async fn worker_views(
     let mut descriptions: HashMap<String, WorkerDescription> =
         descriptions.into_iter().map(|d| (d.worker.clone(), d)).collect();
     let mut readiness: HashMap<String, Readiness> = readiness.into_iter().map(|r| (r.worker.clone(), r)).collect();
+    let targets: Vec<(&WorkerSpec, u64)> =
+        specs.iter().filter_map(|s| freshness::target(s, overrides.get(&s.name)).map(|t| (*s, t))).collect();
+    let mut freshness = db.freshness(&targets, &counts, &in_flight, &daemons, now).await?;
     let mut engines = state.catalogue().engines.clone();
     let views = specs
         .iter()
@@ -143,6 +172,7 @@ pub async fn worker_views(
                 quarantined: quarantined.remove(&spec.name).unwrap_or(0),
                 limit_notes,
                 paused: paused.remove(&spec.name),
+                freshness: freshness.remove(&spec.name),
             }
         })
         .collect();

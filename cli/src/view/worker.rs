@@ -235,6 +235,25 @@ pub fn worker_detail(w: &WorkerView, colour: bool) -> String {
         }
     };
     lines.push(("queue", queue));
+    if let Some(b) = w.effective.as_ref().and_then(|c| c.backlog.as_ref()) {
+        let t = &b.value;
+        let mut text = format!("a run at {} pending", t.when_pending_at_least);
+        if let Some(q) = t.quiet_seconds {
+            text.push_str(&format!(", quiet for {q} s"));
+        }
+        if let Some(m) = t.max_delay_seconds {
+            text.push_str(&format!(", at most {m} s after"));
+        }
+        lines.push(("backlog", format!("{text} ({})", source_word(b.source))));
+    }
+    if let Some(f) = &w.freshness {
+        let text = match (&f.reason, f.age_seconds) {
+            (Some(reason), _) if f.breached => Style::Bad.paint(&format!("breached: {reason}"), colour),
+            (_, Some(age)) => format!("fresh: {age} s old, within {} s", f.within_seconds),
+            _ => format!("fresh: nothing pending (within {} s)", f.within_seconds),
+        };
+        lines.push(("freshness", text));
+    }
     if let Some(r) = &w.in_flight {
         lines.push(("in flight", format!("{} {}", state_style(r.state).paint(r.state.as_str(), colour), r.id)));
     }

@@ -441,3 +441,50 @@ fn pause_after_failures_is_at_least_1_named_by_key_at_load() {
         assert!(err.contains(expected), "missing {expected:?} in {err}");
     }
 }
+
+#[test]
+fn backlog_triggers_and_freshness_targets_are_checked_at_load_with_a_sentence_naming_the_key() {
+    let good = "
+        [[workers]]
+        name = \"digest\"
+        command = [\"d\"]
+        when_pending_at_least = 50
+        quiet_seconds = 30
+        max_delay_seconds = 600
+        fresh_within_seconds = 86400
+        ";
+    let settings = load(good, &[]).expect("a valid trigger");
+    let digest = &settings.catalogue.workers[0];
+    assert_eq!(
+        (digest.when_pending_at_least, digest.quiet_seconds, digest.max_delay_seconds, digest.fresh_within_seconds),
+        (Some(50), Some(30), Some(600), Some(86_400))
+    );
+    let bad = "
+        [[workers]]
+        name = \"a\"
+        command = [\"a\"]
+        when_pending_at_least = 5
+        quiet_seconds = 700
+        max_delay_seconds = 600
+        fresh_within_seconds = 0
+        [[workers]]
+        name = \"b\"
+        command = [\"b\"]
+        when_pending_at_least = 0
+        fresh_within_seconds = -3
+        [[workers]]
+        name = \"c\"
+        command = [\"c\"]
+        quiet_seconds = 30
+        ";
+    let err = load(bad, &[]).expect_err("bad triggers").to_string();
+    for expected in [
+        "`workers[0].quiet_seconds`: quiet_seconds (700) cannot be longer than max_delay_seconds (600)",
+        "`workers[0].fresh_within_seconds`: fresh_within_seconds must be at least 1 second, not 0.",
+        "`workers[1].when_pending_at_least`: when_pending_at_least must be at least 1",
+        "`workers[1].fresh_within_seconds`: fresh_within_seconds must be at least 1 second, not -3.",
+        "`workers[2].quiet_seconds`: quiet_seconds needs when_pending_at_least",
+    ] {
+        assert!(err.contains(expected), "missing {expected:?} in {err}");
+    }
+}

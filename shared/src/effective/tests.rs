@@ -42,6 +42,10 @@ fn catalogue() -> (Catalogue, WorkerSpec) {
         expires_after_seconds: None,
         preemptible: false,
         pause_after_failures: None,
+        when_pending_at_least: None,
+        quiet_seconds: None,
+        max_delay_seconds: None,
+        fresh_within_seconds: None,
     };
     let catalogue = Catalogue::new(vec![worker.clone()], [("ollama".into(), engine)].into()).expect("valid");
     (catalogue, worker)

@@ -49,6 +49,10 @@ fn catalogue() -> Catalogue {
         expires_after_seconds: None,
         preemptible: false,
         pause_after_failures: None,
+        when_pending_at_least: None,
+        quiet_seconds: None,
+        max_delay_seconds: None,
+        fresh_within_seconds: None,
     };
     Catalogue::new(
         vec![worker("tag-suggest", None), worker("quality-validator", Some("It comes from the LLM_CHECK rule."))],

@@ -211,6 +211,11 @@ pub(crate) fn merged(earlier: &ExplicitArgs, changes: &ExplicitArgs) -> Explicit
         priority: changes.priority.or(earlier.priority),
         expires_after_seconds: changes.expires_after_seconds.or(earlier.expires_after_seconds),
         pause_after_failures: changes.pause_after_failures.or(earlier.pause_after_failures),
+        // Worker settings, not arguments: given here, the resolution refuses them with a sentence.
+        when_pending_at_least: changes.when_pending_at_least.or(earlier.when_pending_at_least),
+        quiet_seconds: changes.quiet_seconds.or(earlier.quiet_seconds),
+        max_delay_seconds: changes.max_delay_seconds.or(earlier.max_delay_seconds),
+        fresh_within_seconds: changes.fresh_within_seconds.or(earlier.fresh_within_seconds),
     }
 }
 

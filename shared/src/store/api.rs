@@ -163,6 +163,8 @@ impl ApiStore {
         pub async fn audit_trail(&self, worker: &str, limit: u32) -> Result<Vec<AuditEntry>, DbError>;
         /// Every override.
         pub async fn list_overrides(&self) -> Result<Vec<Override>, DbError>;
+        /// One worker's override.
+        pub async fn get_override(&self, worker: &str) -> Result<Option<Override>, DbError>;
 
         // Pipelines.
         /// Asks for a pipeline run to be cancelled by `actor` (its current step is cancelled first).
@@ -190,6 +192,25 @@ impl ApiStore {
         pub async fn progress_ages(&self) -> Result<Vec<(String, f64)>, DbError>;
         /// Every worker's last queue measurement, with its age on the database clock.
         pub async fn queue_counts(&self) -> Result<Vec<QueueCount>, DbError>;
+
+        // Backlog triggers and freshness.
+        /// A worker's backlog fires, newest first (at most `limit`, 1 to 1000).
+        pub async fn backlog_fires(&self, worker: &str, limit: u32) -> Result<Vec<scrinalia_wire::BacklogFire>, DbError>;
+        /// Where each worker with a freshness target stands, from what the caller read already.
+        pub async fn freshness(
+            &self,
+            targets: &[(&crate::WorkerSpec, u64)],
+            counts: &std::collections::HashMap<String, QueueCount>,
+            in_flight: &std::collections::HashMap<String, Run>,
+            daemons: &[Daemon],
+            now: chrono::DateTime<chrono::Utc>,
+        ) -> Result<std::collections::HashMap<String, scrinalia_wire::Freshness>, DbError>;
+        /// Where every worker with a freshness target stands now, read whole (health, `/metrics`).
+        pub async fn freshness_now(
+            &self,
+            catalogue: &Catalogue,
+            gone_after: Duration,
+        ) -> Result<Vec<(String, scrinalia_wire::Freshness)>, DbError>;
 
         // Resources.
         /// Applies `change`, as an operator sent it, to the resource `name` (see [`Store::set_resource_capacity`]).

@@ -117,6 +117,19 @@ impl DaemonStore {
         // Overrides.
         /// One worker's override.
         pub async fn get_override(&self, worker: &str) -> Result<Option<Override>, DbError>;
+        /// Every override.
+        pub async fn list_overrides(&self) -> Result<Vec<Override>, DbError>;
+
+        // Backlog triggers.
+        /// Where the last count of each of `workers` stands (database clock).
+        pub async fn backlog_states(&self, workers: &[String]) -> Result<Vec<crate::backlog::CountState>, DbError>;
+        /// Fires `worker`'s backlog trigger as `daemon` if it is due (exactly once across daemons).
+        pub async fn fire_backlog(
+            &self,
+            catalogue: &Catalogue,
+            worker: &str,
+            daemon: Uuid,
+        ) -> Result<crate::backlog::Fired, DbError>;
 
         // Pipelines.
         /// Moves on every pipeline run whose current step is not in flight (waiting for a busy worker, or left behind

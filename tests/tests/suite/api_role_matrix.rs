@@ -50,6 +50,7 @@ const ROLES: &[(&str, Option<Role>)] = &[
     ("POST /api/workers/{name}/pause", Some(Role::Operator)),
     ("POST /api/workers/{name}/resume", Some(Role::Operator)),
     ("GET /api/workers/{name}/pauses", Some(Role::Viewer)),
+    ("GET /api/workers/{name}/backlog-fires", Some(Role::Viewer)),
     ("GET /api/resources", Some(Role::Viewer)),
     ("PUT /api/resources/{name}", Some(Role::Admin)),
     ("GET /api/resources/{name}/audit", Some(Role::Viewer)),

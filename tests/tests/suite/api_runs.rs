@@ -109,6 +109,8 @@ async fn the_worker_view_shows_queue_snapshots_the_run_in_flight_and_the_last_fi
         error: None,
         took_ms: 12,
         measured_by: daemon,
+        oldest_pending_at: None,
+        threshold: None,
     };
     t.db.daemon.store_queue_count(&NewQueueCount { pending: Some(42), ..count("tagger") }).await.expect("count");
     let unmeasurable =

@@ -85,6 +85,8 @@ async fn the_events_feed_reports_runs_queues_workers_daemons_and_overrides(t: &T
         error: None,
         took_ms: 1,
         measured_by: owner,
+        oldest_pending_at: None,
+        threshold: None,
     };
     writer.daemon.store_queue_count(&count).await.expect("a count");
     let measured = Change::Queue { worker: "feed".into() };

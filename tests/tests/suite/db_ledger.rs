@@ -264,6 +264,8 @@ async fn queue_snapshots_replace_the_previous_one(t: &TestDb) {
         error: None,
         took_ms: 12,
         measured_by: by,
+        oldest_pending_at: None,
+        threshold: None,
     };
     t.db.daemon.store_queue_count(&count(Some(40), None, None)).await.expect("store");
     t.db.daemon.store_queue_count(&count(None, Some("too costly to count"), Some(7))).await.expect("replace");

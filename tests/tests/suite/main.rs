@@ -6,6 +6,7 @@
 mod alert_rules;
 mod api_admin;
 mod api_bulk;
+mod api_backlog;
 mod api_continuations;
 mod api_costs;
 mod api_edges;
@@ -36,6 +37,7 @@ mod cli_rerun;
 mod cli_resources;
 mod cli_schedules;
 mod cli_wire;
+mod daemon_backlog;
 mod daemon_checkpoints;
 mod daemon_chores;
 mod daemon_costs;

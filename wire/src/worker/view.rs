@@ -91,6 +91,9 @@ pub struct WorkerView {
     /// Its pause, while it is paused: no run is requested for it until an operator resumes it.
     #[serde(default)]
     pub paused: Option<crate::WorkerPause>,
+    /// Where the worker stands against its freshness target (`fresh_within_seconds`); null when it has none.
+    #[serde(default)]
+    pub freshness: Option<crate::Freshness>,
 }
 
 /// The items a running run has reported so far, and how fast.
