@@ -75,4 +75,15 @@ mod tests {
         let Ok(Cli { command: Command::Rerun(args), .. }) = parsed else { panic!("parses: {parsed:?}") };
         assert_eq!(args.arguments.options, [("n".to_owned(), json!(3)), ("s".to_owned(), json!("x"))]);
     }
+
+    #[test]
+    fn trigger_and_runs_take_tags() {
+        let parsed =
+            Cli::try_parse_from(["scrinalia", "trigger", "w", "--tag", "collection:1921-letters", "--tag", "b"]);
+        let Ok(Cli { command: Command::Trigger(args), .. }) = parsed else { panic!("parses: {parsed:?}") };
+        assert_eq!(args.tags, ["collection:1921-letters", "b"]);
+        let parsed = Cli::try_parse_from(["scrinalia", "runs", "--tag", "b"]);
+        let Ok(Cli { command: Command::Runs(args), .. }) = parsed else { panic!("parses: {parsed:?}") };
+        assert_eq!(crate::commands::runs_query(&args), [("tag", "b".to_owned())]);
+    }
 }

@@ -145,6 +145,9 @@ pub fn schedule_detail(v: &ScheduleView, now: DateTime<Utc>, colour: bool) -> St
     if let Some(args) = arguments_text(s) {
         lines.push(("arguments", args));
     }
+    if !s.tags.is_empty() {
+        lines.push(("tags", s.tags.join(", ")));
+    }
     let next = if v.upcoming.is_empty() {
         if s.enabled { "never".to_owned() } else { "none while paused".to_owned() }
     } else {

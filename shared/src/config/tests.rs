@@ -488,3 +488,16 @@ fn backlog_triggers_and_freshness_targets_are_checked_at_load_with_a_sentence_na
         assert!(err.contains(expected), "missing {expected:?} in {err}");
     }
 }
+
+#[test]
+fn a_pipelines_tags_are_read_and_each_bad_one_is_named_by_key() {
+    let pipeline =
+        |tags: &str| format!("{WORKER}\n[[pipelines]]\nname = \"p\"\nsteps = [\"summarize\"]\ntags = {tags}\n");
+    let settings = load(&pipeline("[\"collection:1921-letters\", \"nightly\"]"), &[]).expect("loads");
+    assert_eq!(settings.catalogue.pipelines[0].tags, ["collection:1921-letters", "nightly"]);
+    let err = load(&pipeline("[\"a b\"]"), &[]).expect_err("a space").to_string();
+    assert!(err.contains("`pipelines[0].tags`: Tag \"a b\" is not a short word (it has a space)"), "{err}");
+    let eleven: Vec<String> = (0..11).map(|i| format!("\"t{i}\"")).collect();
+    let err = load(&pipeline(&format!("[{}]", eleven.join(", "))), &[]).expect_err("eleven").to_string();
+    assert!(err.contains("`pipelines[0].tags`: A run takes at most 10 tags, 11 given."), "{err}");
+}
