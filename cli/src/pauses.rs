@@ -100,3 +100,30 @@ async fn history(client: &Client, out: Out, name: &str, limit: u32) -> anyhow::R
     };
     out.text(&format!("{head}\n\n{}", table.render(out.colour)))
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::args::{Cli, Command};
+
+    #[test]
+    fn worker_name_still_shows_a_worker_and_pause_resume_take_a_reason() {
+        let shown = Cli::try_parse_from(["scrinalia", "worker", "embed"]).expect("parses");
+        assert!(matches!(shown.command, Command::Worker { name: Some(ref n), command: None } if n == "embed"));
+        let paused = Cli::try_parse_from(["scrinalia", "worker", "pause", "embed", "--reason", "model server down"])
+            .expect("parses");
+        let Command::Worker { command: Some(WorkerCommand::Pause(args)), name: None } = paused.command else {
+            panic!("a pause: {paused:?}")
+        };
+        assert_eq!((args.name.as_str(), args.reason.as_str()), ("embed", "model server down"));
+        assert!(Cli::try_parse_from(["scrinalia", "worker", "resume", "embed"]).is_err(), "a resume needs --reason");
+        assert!(Cli::try_parse_from(["scrinalia", "worker", "pause", "embed", "--reason", " "]).is_err());
+        let history = Cli::try_parse_from(["scrinalia", "worker", "pauses", "embed"]).expect("parses");
+        assert!(matches!(
+            history.command,
+            Command::Worker { command: Some(WorkerCommand::Pauses { limit: 100, .. }), .. }
+        ));
+    }
+}

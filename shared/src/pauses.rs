@@ -148,6 +148,35 @@ fn already(worker: &str, pause: &WorkerPause) -> String {
     )
 }
 
+/// Why the step of the pipeline run `view` waits when its worker is paused (and no run of the step is in
+/// flight): the step is requested once the worker is resumed. `None` when that is not why.
+pub(crate) async fn paused_step(
+    store: &Store,
+    view: &scrinalia_wire::PipelineRunView,
+) -> Result<Option<scrinalia_wire::Waiting>, DbError> {
+    let p = &view.pipeline_run;
+    let Some(worker) = usize::try_from(p.step).ok().and_then(|i| p.steps.get(i)).filter(|_| p.current_run.is_none())
+    else {
+        return Ok(None);
+    };
+    let Some(pause) = store.worker_pause(worker).await? else { return Ok(None) };
+    let message = format!(
+        "Step {} ({worker}) waits: worker {worker} is paused since {} (by {}: {}); the step is requested once it is \
+         resumed.",
+        p.step + 1,
+        pause.at.to_rfc3339_opts(SecondsFormat::Secs, true),
+        pause.by,
+        pause.reason.trim_end_matches('.')
+    );
+    Ok(Some(scrinalia_wire::Waiting {
+        code: scrinalia_wire::WaitCode::PipelineStep,
+        message,
+        until: None,
+        daemons: Vec::new(),
+        runs: Vec::new(),
+    }))
+}
+
 impl Store {
     /// Pauses `worker` by hand as `actor`, for `reason` (checked by the caller), with its queued retries
     /// cancelled, in one transaction.

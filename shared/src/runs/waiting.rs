@@ -479,6 +479,9 @@ impl Store {
         if view.pipeline_run.state != PipelineState::Running {
             return Ok(None);
         }
+        if let Some(paused) = crate::pauses::paused_step(self, view).await? {
+            return Ok(Some(paused));
+        }
         let catalogue = &*self.with_effective_capacities(catalogue).await?;
         Ok(self.wait_facts(catalogue, gone_after, None).await?.pipeline(catalogue, view))
     }

@@ -50,6 +50,11 @@ async fn failed_runs_in_a_row_pause_the_worker_until_an_operator_resumes_it(t: &
             let probe = f.workers.iter_mut().find(|w| w.name == "probe-1").expect("probe-1");
             probe.pause_after_failures = Some(3);
             probe.retry = Some(policy(5, 0.3));
+            f.pipelines = vec![scrinalia_shared::catalogue::PipelineSpec {
+                name: "one".into(),
+                description: None,
+                steps: vec!["probe-1".into()],
+            }];
         })
         .token("vera-viewer", Role::Viewer, VIEWER)
         .token("otto-operator", Role::Operator, OPERATOR)
@@ -125,6 +130,14 @@ async fn failed_runs_in_a_row_pause_the_worker_until_an_operator_resumes_it(t: &
         assert!(fire["run_id"].is_null(), "nothing requested: {fire}");
     }
 
+    // A pipeline's step for the paused worker waits, saying why.
+    let started = stack.json(Method::POST, "/api/pipelines/one/runs", OPERATOR, json!({})).await;
+    let pipeline_run = started.expect(StatusCode::CREATED, None)["id"].as_str().expect("an id").to_owned();
+    let path = format!("/api/pipeline-runs/{pipeline_run}");
+    let waiting = stack.get(&path, VIEWER).await.expect(StatusCode::OK, None)["waiting"].clone();
+    let message = waiting["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("Step 1 (probe-1) waits: worker probe-1 is paused since "), "{waiting}");
+
     // Viewers can neither pause nor resume; a resume needs a reason.
     let why = json!({"reason": "the model server is back"});
     for verb in ["pause", "resume"] {
@@ -148,6 +161,12 @@ async fn failed_runs_in_a_row_pause_the_worker_until_an_operator_resumes_it(t: &
     .await;
     let pause = json!({"reason": "enough for the test"});
     stack.json(Method::POST, "/api/schedules/every-second/pause", OPERATOR, pause).await.expect(StatusCode::OK, None);
+    // The pipeline's step is requested after the resume, and the pipeline run ends.
+    eventually(Duration::from_secs(30), "the pipeline run's end", || async {
+        let run = stack.get(&path, VIEWER).await.expect(StatusCode::OK, None);
+        (run["state"] == "succeeded").then_some(())
+    })
+    .await;
     // A Run is accepted once the schedule's last run has ended.
     let accepted = eventually(Duration::from_secs(30), "a Run accepted", || async {
         let reply = stack.json(Method::POST, "/api/workers/probe-1/runs", OPERATOR, json!({})).await;
