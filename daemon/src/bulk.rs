@@ -45,7 +45,6 @@ pub async fn run(ctx: Arc<Context>, wake: Arc<Notify>, stop: CancellationToken) 
             }
         }
         last_look = Instant::now();
-        next_look = Instant::now() + LONGEST_WAIT;
         // A read first: most looks (every write wakes a SQLite daemon) find nothing, and a claim is a write.
         match ctx.db.next_bulk_in().await {
             // Nothing left: only a new job (its change wakes the daemon) or a resync can bring one.
