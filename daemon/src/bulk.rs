@@ -2,8 +2,9 @@
 //! lease on the database clock (the daemon's `lease_seconds`) and worked in batches, the lease renewed with each
 //! (see `scrinalia_shared::bulk`). A daemon that dies mid-job leaves the lease to run out, and another takes the
 //! job over where it stood; one that stops cleanly stops between batches and releases it at once. A new job
-//! wakes the daemons through the change feed; between jobs a daemon sleeps until a lease it saw runs out, so an
-//! idle daemon costs no query.
+//! wakes the daemons through the change feed (a resync too, since a notification may have been missed); between
+//! jobs a daemon sleeps until a lease it saw runs out, and with no job left until it is woken, so an idle daemon
+//! costs no query.
 
 use std::{sync::Arc, time::Duration};
 
@@ -20,7 +21,7 @@ use crate::Context;
 /// Runs per batch: one transaction begins them and one records their outcomes, so the progress read at the
 /// job's endpoint moves this many at a time.
 const BATCH: u32 = 100;
-/// The longest a daemon waits before looking again (a safety net: a new job wakes it).
+/// The longest a daemon waits before looking again while a job is unfinished.
 const LONGEST_WAIT: Duration = Duration::from_secs(60);
 /// Looks woken by a change are at least this far apart (SQLite wakes on every write).
 const MIN_LOOK_GAP: Duration = Duration::from_millis(250);
@@ -44,10 +45,13 @@ pub async fn run(ctx: Arc<Context>, wake: Arc<Notify>, stop: CancellationToken) 
             }
         }
         last_look = Instant::now();
-        next_look = Instant::now() + LONGEST_WAIT;
         // A read first: most looks (every write wakes a SQLite daemon) find nothing, and a claim is a write.
         match ctx.db.next_bulk_in().await {
-            Ok(None) => continue,
+            // Nothing left: only a new job (its change wakes the daemon) or a resync can bring one.
+            Ok(None) => {
+                next_look = crate::clock::far();
+                continue;
+            }
             Ok(Some(wait)) if !wait.is_zero() => {
                 next_look = Instant::now() + (wait + DUE_MARGIN).min(LONGEST_WAIT);
                 continue;

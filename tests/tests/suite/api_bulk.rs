@@ -193,6 +193,12 @@ async fn a_bulk_rerun_makes_one_run_per_worker_and_skips_the_others(kind: Kind) 
     assert_eq!(audited["requested_by"], "otto");
     assert_eq!(audited["action"], "rerun");
     assert_eq!(audited["snapshot"], snapshot);
+
+    // The CLI: the dry run (the run requested since counts now), a refusal without a confirmation, the progress.
+    let filter_flags = ["runs", "bulk", "--action", "rerun", "--state", "failed", "--error", "connection refused"];
+    system.cli(&[&filter_flags[..], &["--dry-run"]].concat()).await.expect(0).has(&["501 runs of 5 workers match"]);
+    system.cli(&[&filter_flags[..], &["--reason", "again"]].concat()).await.expect(2);
+    system.cli(&["runs", "bulk-status", &id]).await.expect(0).has(&["500 runs have an outcome (5 done, 495 skipped"]);
     system.cleanup().await;
 }
 

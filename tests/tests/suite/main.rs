@@ -66,6 +66,7 @@ mod daemon_usage;
 mod daemon_webhooks;
 mod daemon_worker_env;
 mod daemon_yield;
+mod db_bulk;
 mod db_changes;
 mod db_checks;
 mod db_chores;
