@@ -26,7 +26,7 @@ use crate::{
 #[derive(Debug, Subcommand)]
 pub enum OverrideCommand {
     /// Change a worker's override: only what is given changes; runs requested from now on use it.
-    Set(SetArgs),
+    Set(Box<SetArgs>),
     /// Remove a worker's override: its runs follow the catalogue's and its code's defaults again.
     Clear {
         /// The worker.
@@ -107,7 +107,7 @@ pub async fn run(client: &Client, out: Out, command: Option<OverrideCommand>) ->
         None => list(client, out).await,
         Some(OverrideCommand::Set(args)) => {
             let worker = args.worker.clone();
-            let body = change_body(args)?;
+            let body = change_body(*args)?;
             let reply = client
                 .put(&["workers", &worker, "override"], &body)
                 .await
