@@ -45,7 +45,7 @@ pub(super) fn target_of(catalogue: &Catalogue, resolver: &Resolver, schedule: &S
                 .ok_or_else(|| format!("worker {:?} is not in this daemon's catalogue any more", schedule.target))?;
             let arguments: ExplicitArgs = serde_json::from_value(schedule.arguments.clone()).unwrap_or_default();
             let config = resolver.resolve(catalogue, spec, &arguments).map_err(|e| e.to_string())?;
-            Ok(Target::Run { worker: spec.name.clone(), arguments, config: Box::new(config) })
+            Ok(Target::Run { worker: spec.name.clone(), arguments: Box::new(arguments), config: Box::new(config) })
         }
         TargetKind::Pipeline => {
             let spec = catalogue

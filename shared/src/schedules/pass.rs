@@ -26,7 +26,7 @@ use crate::{
 #[derive(Debug, Clone)]
 pub(crate) enum Target {
     /// A run of a worker.
-    Run { worker: String, arguments: ExplicitArgs, config: Box<ResolvedConfig> },
+    Run { worker: String, arguments: Box<ExplicitArgs>, config: Box<ResolvedConfig> },
     /// A pipeline run (its first step is requested with it).
     Pipeline { pipeline: String, steps: Vec<String>, configs: Vec<ResolvedConfig>, arguments: Value, tags: Vec<String> },
 }

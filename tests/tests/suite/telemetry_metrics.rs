@@ -271,7 +271,10 @@ async fn scrape(client: &reqwest::Client, url: &str) -> Exposition {
 
 async fn metrics_of_both_processes_move_after_a_run(db: &TestDb) {
     let daemon_port = free_port();
-    let setup = Setup::new(db, |d| d.metrics_listen = Some(([127, 0, 0, 1], daemon_port).into()));
+    let config = Setup::config(db, |d| d.metrics_listen = Some(([127, 0, 0, 1], daemon_port).into()))
+        // A freshness target, so that the freshness gauges an alert rule reads are exported.
+        .with(|f| f.workers[1].fresh_within_seconds = Some(86_400));
+    let setup = Setup::with(db, config);
     let daemon = setup.start_daemon("daemon", &[]);
     let api_port = free_port();
     let api_listen = format!("127.0.0.1:{api_port}");
@@ -381,6 +384,8 @@ async fn metrics_of_both_processes_move_after_a_run(db: &TestDb) {
         assert_eq!(api_after.types.get(name).map(String::as_str), Some(kind), "{name}");
     }
     assert_eq!(api_after.value("scrinalia_run_progress_age_seconds", &probe), Some(0.0), "no run of it runs");
+    let fresh = [("worker", "probe-2")];
+    assert_eq!(api_after.value("scrinalia_worker_freshness_breached", &fresh), Some(0.0), "nothing pending");
 
     // The shipped alert rules read only what the two processes export.
     let rules =
