@@ -53,6 +53,9 @@ pub struct BulkArgs {
     /// Only this run, or the runs whose id starts with these hex digits (4 or more).
     #[arg(long, value_name = "ID")]
     pub id: Option<String>,
+    /// Only runs that carry this tag (`collection:1921-letters`).
+    #[arg(long, value_name = "TAG")]
+    pub tag: Option<String>,
     /// Only show what would be acted on (the count, the newest runs, the snapshot); change nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -81,6 +84,7 @@ impl BulkArgs {
             ("requested_by", self.requested_by.clone()),
             ("q", self.error.clone()),
             ("id", self.id.clone()),
+            ("tag", self.tag.clone()),
         ];
         fields.into_iter().filter_map(|(k, v)| Some((k.to_owned(), Value::String(v?)))).collect()
     }

@@ -5,8 +5,8 @@
 //! takes its shutdown as an argument, so that a test or another program can run a daemon in-process) and
 //! [`supervisor::supervise`].
 
-pub mod bulk;
 pub mod backlog;
+pub mod bulk;
 pub mod cgroup;
 pub mod chores;
 pub mod clock;

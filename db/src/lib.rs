@@ -19,8 +19,8 @@
 //!
 //! Leases and every other time come from the database clock.
 
-pub mod bulk;
 pub mod backlog;
+pub mod bulk;
 pub mod chores;
 pub mod daemons;
 mod database;

@@ -31,12 +31,10 @@ pub enum Decision {
     Idle,
 }
 
-/// The workers paused now: no backlog fire for them, and "paused" is the reason of their freshness breach.
-// TODO(merge): the pause feature (issue 28, `pause_after_failures`, manual pause/resume) is built on another
-// branch. This is the ONE call site to wire to it: return the names of the paused workers, read with `on` (the
-// fire's transaction, or the pool for freshness). Until then nothing is ever paused here.
-pub(crate) async fn paused_workers(_on: impl Into<db::On<'_>>) -> db::Result<std::collections::BTreeSet<String>> {
-    Ok(std::collections::BTreeSet::new())
+/// The workers paused now: no backlog fire for them, and "paused" is the reason of their freshness breach. Read
+/// with `on`: the fire's transaction (so a pause committed before it is seen), or the pool for freshness.
+pub(crate) async fn paused_workers(on: impl Into<db::On<'_>>) -> db::Result<std::collections::BTreeSet<String>> {
+    Ok(db::pauses::list(on).await?.into_iter().map(|p| p.worker).collect())
 }
 
 /// The rules: fire when the last count (taken after the worker's last run ended, and not fired on yet) is at
@@ -140,6 +138,7 @@ impl Store {
                     trace_context: None,
                     override_version: None,
                     links: Links::default(),
+                    tags: &[],
                 };
                 match crate::runs::shards::insert(&mut tx, &new).await? {
                     Some(run) => (Some(run.id), None),

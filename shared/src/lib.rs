@@ -8,8 +8,8 @@
 //! come from `scrinalia-wire` and are re-exported here.
 #![warn(missing_docs)]
 
-pub mod bulk;
 pub mod backlog;
+pub mod bulk;
 pub mod catalogue;
 pub mod changes;
 pub mod config;

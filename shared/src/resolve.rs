@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use scrinalia_wire::choice::limits::{self, CPU_MAX, MEMORY_MAX, STALL_SECONDS};
 
-mod pause;
 mod backlog;
+mod pause;
 mod priority;
 mod shards;
 

@@ -8,8 +8,8 @@
 #![warn(missing_docs)]
 
 pub mod auth;
-pub mod bulk;
 pub mod backlog;
+pub mod bulk;
 pub mod change;
 pub mod choice;
 pub mod daemon;
@@ -33,11 +33,11 @@ pub mod waiting;
 pub mod worker;
 
 pub use auth::{CreateTokenBody, CreatedToken, MeView, OidcSignIn, Role, ServiceToken, ServiceTokens, SignInView};
+pub use backlog::{BacklogFire, BacklogFiresView, BacklogTrigger, Freshness};
 pub use bulk::{
     BulkAction, BulkActionKind, BulkActions, BulkOutcome, BulkPreview, BulkReason, BulkRequest, BulkSample,
     BulkSnapshot, BulkState,
 };
-pub use backlog::{BacklogFire, BacklogFiresView, BacklogTrigger, Freshness};
 pub use change::Change;
 pub use choice::{Choices, ExplicitArgs, OverrideValues, Resolved, ResolvedConfig, Source};
 pub use daemon::{Daemon, DaemonLimits, DaemonState, DaemonsView};

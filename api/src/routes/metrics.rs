@@ -186,8 +186,7 @@ pub async fn measure(state: &AppState) -> ApiResult<Vec<GaugeSeries>> {
         fresh_age.samples.push((worker(&name), f.age_seconds.unwrap_or(0) as f64));
         breached.samples.push((worker(&name), if f.breached { 1.0 } else { 0.0 }));
     }
-    Ok(vec![daemons, alive, in_flight, oldest_queued, pending, done, age, progress_age, paused, fresh_age,
-        breached])
+    Ok(vec![daemons, alive, in_flight, oldest_queued, pending, done, age, progress_age, paused, fresh_age, breached])
 }
 
 /// For the OTLP export: measures every `OTEL_METRIC_EXPORT_INTERVAL` (60 s by default) into `last`, which the

@@ -45,6 +45,7 @@ fn request(worker: &str, by: &str) -> RunRequest {
         requested_by: by.to_owned(),
         arguments: Default::default(),
         trace_context: None,
+        tags: Vec::new(),
     }
 }
 

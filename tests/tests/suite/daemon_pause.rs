@@ -54,6 +54,7 @@ async fn failed_runs_in_a_row_pause_the_worker_until_an_operator_resumes_it(t: &
                 name: "one".into(),
                 description: None,
                 steps: vec!["probe-1".into()],
+                tags: Vec::new(),
             }];
         })
         .token("vera-viewer", Role::Viewer, VIEWER)
@@ -250,6 +251,7 @@ async fn interruptions_and_cancellations_do_not_count_and_a_pause_by_hand_cancel
                 requested_by: "ada".into(),
                 arguments: Default::default(),
                 trace_context: None,
+                tags: Vec::new(),
             },
         )
         .await

@@ -5,8 +5,8 @@
 
 mod alert_rules;
 mod api_admin;
-mod api_bulk;
 mod api_backlog;
+mod api_bulk;
 mod api_continuations;
 mod api_costs;
 mod api_edges;

@@ -7,7 +7,7 @@ use scrinalia_tests::{Kind, browser::PATIENCE, eventually};
 use serde_json::json;
 
 use super::{
-    ADMIN_TOKEN, sign_in,
+    ADMIN_TOKEN, open_cards, sign_in,
     stack::{Access, Stack},
 };
 
@@ -23,6 +23,7 @@ async fn an_admin_pauses_and_resumes_a_worker_from_its_card() {
     let stack = Stack::start(Kind::Sqlite, Access::Tokens).await;
     let browser = stack.open_panel("pause").await;
     sign_in(&browser, ADMIN_TOKEN, "admin").await;
+    open_cards(&browser, &["probe-1"]).await;
     browser.wait_for(&format!("{CARD} button.run")).await;
 
     // Pause asks for a reason, and refuses none before anything is sent.
