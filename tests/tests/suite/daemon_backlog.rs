@@ -2,7 +2,8 @@
 //! shell script whose `count-pending` answers what a file holds (the test writes it), whose `run` waits while a
 //! hold file exists and then empties the queue. With three daemons, a count that rises past the threshold gets
 //! exactly one run once it has been quiet (not three), recorded with its reason; a count that keeps rising is
-//! run at the max delay; nothing is requested while a run is in flight. A worker whose label no live daemon has
+//! run at the max delay; nothing is requested while a run is in flight, nor while the worker is paused (its
+//! freshness breach then says so first, and its resume lets the backlog run). A worker whose label no live daemon has
 //! is reported behind its freshness target with that label named (worker view, health, `/metrics`), and the
 //! shipped alert rule fires on the exported series.
 
@@ -25,6 +26,7 @@ backend_tests!(
     three_daemons_request_one_run_once_the_count_is_quiet,
     a_count_that_keeps_rising_is_run_at_the_max_delay,
     nothing_is_requested_while_a_run_is_in_flight,
+    nothing_is_requested_while_the_worker_is_paused,
     a_label_no_daemon_has_breaches_freshness_with_the_label_named,
 );
 
@@ -201,6 +203,51 @@ async fn nothing_is_requested_while_a_run_is_in_flight(t: &TestDb) {
         (run["state"] == "succeeded").then_some(())
     })
     .await;
+    for daemon in daemons {
+        daemon.stop(Duration::from_secs(10)).await;
+    }
+}
+
+async fn nothing_is_requested_while_the_worker_is_paused(t: &TestDb) {
+    let dir = t.dir.path();
+    let mut spec = triggered(dir, "held", 5, 2, None);
+    spec.fresh_within_seconds = Some(1);
+    let (stack, daemons) = start(t, vec![spec], 2).await;
+    let pause = json!({"reason": "the model server is down"});
+    stack.json(Method::POST, "/api/workers/held/pause", OPERATOR, pause).await.expect(StatusCode::OK, None);
+    set(dir, "held.pending", "50");
+    let first = eventually(Duration::from_secs(30), "a count of 50", || async {
+        let queue = queue_of(&stack, "held").await;
+        (queue["pending"] == 50).then(|| queue["measured_at"].as_str().map(str::to_owned)).flatten()
+    })
+    .await;
+    let first: chrono::DateTime<chrono::Utc> = first.parse().expect("a time");
+    // Counted every second (quiet 2 s / 2): a count 4 s after the first, quiet all along, would have fired.
+    eventually(Duration::from_secs(30), "a count 4 s later, the count quiet all along", || async {
+        let queue = queue_of(&stack, "held").await;
+        let at: Option<chrono::DateTime<chrono::Utc>> = queue["measured_at"].as_str().and_then(|s| s.parse().ok());
+        at.filter(|at| *at - first >= chrono::Duration::seconds(4)).map(drop)
+    })
+    .await;
+    assert_eq!(fires_of(&stack, "held").await, Vec::<Value>::new(), "no fire while the worker is paused");
+    assert_eq!(runs_of(&stack, "held").await, Vec::<Value>::new(), "no run while the worker is paused");
+    // Behind its freshness target, and the pause is the reason given first.
+    let view = stack.get("/api/workers/held", VIEWER).await.expect(StatusCode::OK, None);
+    assert_eq!(view["freshness"]["breached"], true, "{view:#}");
+    let why = view["freshness"]["reason"].as_str().unwrap_or_default();
+    assert!(why.starts_with("Paused"), "{why}");
+
+    // Resumed: the backlog, still there and quiet, gets its one run.
+    let resume = json!({"reason": "the model server is back"});
+    stack.json(Method::POST, "/api/workers/held/resume", OPERATOR, resume).await.expect(StatusCode::OK, None);
+    let run = eventually(Duration::from_secs(30), "a run requested by the backlog after the resume", || async {
+        runs_of(&stack, "held").await.into_iter().next()
+    })
+    .await;
+    assert_eq!(run["requested_by"], "backlog", "{run}");
+    let fires = fires_of(&stack, "held").await;
+    assert_eq!(fires.len(), 1, "{fires:#?}");
+    assert_eq!(fires[0]["run_id"], run["id"]);
     for daemon in daemons {
         daemon.stop(Duration::from_secs(10)).await;
     }
