@@ -1,12 +1,11 @@
-//! Backlog-driven runs and freshness across real daemons and the API, on both backends. The workers are a small
-//! shell script whose `count-pending` answers what a file holds (the test writes it), whose `run` waits while a
-//! hold file exists and then empties the queue. With three daemons, a count that rises past the threshold gets
-//! exactly one run once it has been quiet (not three), recorded with its reason; a count that keeps rising is
-//! run at the max delay; nothing is requested while a run is in flight, nor while the worker is paused (its
-//! freshness breach then says so first, and its resume lets the backlog run). A worker whose label no live daemon has
-//! is reported behind its freshness target with that label named (worker view, health, `/metrics`), and the
-//! shipped alert rule fires on the exported series.
-
+//! Backlog-driven runs and freshness across real daemons and the API, on both backends. The workers are a small shell
+//! script whose `count-pending` answers what a file holds (the test writes it), whose `run` waits while a hold file
+//! exists and then empties the queue. With three daemons, a count that rises past the threshold gets exactly one run
+//! once it has been quiet (not three), recorded with its reason; a count that keeps rising is run at the max delay;
+//! nothing is requested while a run is in flight, nor while the worker is paused (its freshness breach then says so
+//! first, and its resume lets the backlog run). A worker whose label no live daemon has is reported behind its
+//! freshness target with that label named (worker view, health, `/metrics`), and the shipped alert rule fires on the
+//! exported series.
 use std::{
     path::{Path, PathBuf},
     time::{Duration, Instant},
