@@ -6,6 +6,7 @@
 //! first, and its resume lets the backlog run). A worker whose label no live daemon has is reported behind its
 //! freshness target with that label named (worker view, health, `/metrics`), and the shipped alert rule fires on the
 //! exported series.
+
 use std::{
     path::{Path, PathBuf},
     time::{Duration, Instant},
