@@ -3,9 +3,10 @@
 // (#/runs?worker=…&state=…&from=…&to=…&requested_by=…&q=…&id=…&tag=…&after=…), so a view can be linked; a run's
 // tags are links to the runs that carry the same tag. An event
 // refetches only the run it concerns: a row on screen is replaced, a new run matching the filters is put on top
-// of the first page.
+// of the first page. Operators get the bulk action of bulk.js: "select all matching" the filters.
 
 import { ApiError, api } from "./api.js";
+import { bulkBox } from "./bulk.js";
 import { debouncer, h, replace } from "./dom.js";
 import { field } from "./form.js";
 import { STATES, duration, resultSummary, shortId, stateBadge, tagList, timeEl } from "./format.js";
@@ -57,6 +58,22 @@ function errorExcerpt(error, q) {
   const end = Math.min(error.length, at + q.length + 50);
   return [start > 0 ? "…" : "", error.slice(start, at), h("mark", null, error.slice(at, at + q.length)),
     error.slice(at + q.length, end), end < error.length ? "…" : ""];
+}
+
+/** The view's filters as the API reads them (`GET /api/runs`'s query, a bulk action's filter): days as instants. */
+function apiFilter(f) {
+  const out = {};
+  for (const key of ["worker", "state", "requested_by", "q", "id", "tag"]) if (f[key]) out[key] = f[key];
+  const from = f.from && dayBound(f.from, false);
+  const to = f.to && dayBound(f.to, true);
+  if (from) out.from = from;
+  if (to) out.to = to;
+  return out;
+}
+
+/** The view's filters in words, as the hash has them: `worker=embed, state=failed`. */
+function describe(f) {
+  return SEARCH_KEYS.filter((k) => k !== "after" && f[k]).map((k) => `${k}=${f[k]}`).join(", ");
 }
 
 // The cursors of the pages before the current one, so that "Newer" can go back; kept across re-mounts.
@@ -125,6 +142,7 @@ export function mount(root, [queryText], ctx) {
     h("thead", null, h("tr", null, columns.map((c) => h("th", { scope: "col" }, c)))),
     tbody);
   const notice = h("div", { class: "notice", role: "status" });
+  const bulk = ctx.can("operator") ? bulkBox(apiFilter(filter), describe(filter)) : null;
   const go = (after) => ctx.navigate(toHash({ ...filter, after }));
   const toNewest = () => {
     pageStack.length = 0;
@@ -138,7 +156,7 @@ export function mount(root, [queryText], ctx) {
   const newest = h("button", { type: "button", onclick: toNewest }, "Newest");
   const older = h("button", { type: "button", onclick: toOlder }, "Older →");
   const pager = h("nav", { class: "pager", "aria-label": "Pages of runs" }, newest, newer, older);
-  replace(root, h("div", { class: "view-head" }, h("h1", null, "Runs")), form, notice,
+  replace(root, h("div", { class: "view-head" }, h("h1", null, "Runs")), form, bulk?.el, notice,
     h("div", { class: "table-wrap" }, table), pager);
 
   api("/api/workers").then((data) => {
@@ -151,14 +169,7 @@ export function mount(root, [queryText], ctx) {
   });
 
   function query(after) {
-    const q = new URLSearchParams();
-    if (filter.worker) q.set("worker", filter.worker);
-    if (filter.state) q.set("state", filter.state);
-    const from = filter.from && dayBound(filter.from, false);
-    const to = filter.to && dayBound(filter.to, true);
-    if (from) q.set("from", from);
-    if (to) q.set("to", to);
-    for (const key of ["requested_by", "q", "id", "tag"]) if (filter[key]) q.set(key, filter[key]);
+    const q = new URLSearchParams(apiFilter(filter));
     q.set("limit", filter.limit);
     if (after) q.set("after", after);
     return `/api/runs?${q}`;
@@ -251,6 +262,7 @@ export function mount(root, [queryText], ctx) {
     unmount() {
       closed = true;
       debounce.cancel();
+      bulk?.close();
     },
   };
 }

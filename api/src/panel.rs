@@ -74,6 +74,7 @@ static ASSETS: &[Asset] = &[
     asset!("worker-table.js", JS),
     asset!("quarantine.js", JS),
     asset!("runs.js", JS),
+    asset!("bulk.js", JS),
     asset!("run.js", JS),
     asset!("run-items.js", JS),
     asset!("run-shards.js", JS),

@@ -1,8 +1,8 @@
 //! Accessibility: axe-core 4 (the npm package, installed into `tests/axe/` by scripts/test from its committed
 //! lock file; the panel itself needs no Node toolchain) checks every view of the panel's router against WCAG 2.1
-//! A and AA, with each worker's card, its run form, its schedule form and its history open, and the busiest views
-//! again in the dark colour scheme: no critical or serious violation anywhere. A failure lists each violation's
-//! id, impact, help and the elements it found.
+//! A and AA, with each worker's card, its run form, its schedule form and its history open, and the runs view's
+//! bulk action open, and the busiest views again in the dark colour scheme: no critical or serious violation
+//! anywhere. A failure lists each violation's id, impact, help and the elements it found.
 
 use reqwest::StatusCode;
 use scrinalia_tests::{
@@ -150,6 +150,12 @@ async fn every_view_has_no_critical_or_serious_accessibility_violation() {
         settled(&browser, &ready).await;
         assert_accessible(&browser, &source, view).await;
     }
+    // The runs view's bulk action, open: the dry run's count and its confirmation form.
+    browser.goto(&format!("{base}/#/runs?state=failed")).await;
+    settled(&browser, "#ledger tr[data-worker=\"probe-2\"][data-state=\"failed\"]").await;
+    browser.click("#bulk-select").await;
+    browser.wait_for("#bulk-form:not([hidden]) #bulk-count[data-count=\"1\"]").await;
+    assert_accessible(&browser, &source, "runs-bulk").await;
     // The run view once its log has ended (its live parts drawn).
     browser.goto(&format!("{base}/#/runs/{run}")).await;
     browser.wait_for_text("#log-state", "complete").await;

@@ -12,8 +12,10 @@
 
 mod access;
 mod axe;
+mod bulk;
 mod curator;
 mod drain;
+mod freshness;
 mod history;
 mod items;
 mod overview;

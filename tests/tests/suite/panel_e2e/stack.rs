@@ -45,7 +45,8 @@ impl Stack {
         Self::start_with(kind, Access::AnonymousAdmin, Self::demo_config).await
     }
 
-    async fn start_with(kind: Kind, access: Access, config: fn(&TestDb, u16, Access) -> ConfigFile) -> Self {
+    /// The stack on the configuration `config` writes (the panel's, or the demo's, perhaps with more).
+    pub(super) async fn start_with(kind: Kind, access: Access, config: fn(&TestDb, u16, Access) -> ConfigFile) -> Self {
         let db = TestDb::new(kind).await;
         let dir = db.dir.path().to_path_buf();
         let port = free_port();
@@ -88,7 +89,7 @@ impl Stack {
     /// The panel's configuration: three probes with the fields the panel shows (titles, axes, an engine from
     /// elsewhere whose worker reports another model, an Ollama engine nobody serves, a probe that is not ready
     /// and whose catalogue entry disagrees with its code), and quick daemon timers.
-    fn config(db: &TestDb, port: u16, access: Access) -> ConfigFile {
+    pub(super) fn config(db: &TestDb, port: u16, access: Access) -> ConfigFile {
         let bin = demo_worker();
         let presets = |p: &[(&str, &str)]| p.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         let engines = [
