@@ -185,6 +185,10 @@ impl Database {
             }
             (Pool::Postgres(pool), _) => Ok(POSTGRES_MIGRATOR.run(&**pool).await?),
             (Pool::Sqlite(pool), _) => {
+                // SQLite has no advisory lock: two processes starting on one file at once (the demo's API and
+                // daemon) would otherwise run the same migration side by side. A lock file beside the database
+                // makes the second wait and then find everything applied; the retries stay for a file without one.
+                let _held = sqlite_migration_lock(pool.connect_options().get_filename()).await;
                 let mut attempt = 0;
                 loop {
                     match SQLITE_MIGRATOR.run(pool).await {
@@ -354,5 +358,36 @@ impl Drop for OwnWrite<'_> {
         let mut state = self.0.0.lock().unwrap_or_else(PoisonError::into_inner);
         state.0 = state.0.saturating_sub(1);
         state.1 = Some(Instant::now());
+    }
+}
+
+/// Takes the lock of `<database>.migrate-lock` (waiting for another process's migrations), released when the
+/// file returned is dropped. `None` for an in-memory database, or when the file cannot be made or locked (a
+/// read-only folder): the migrations then rely on their retries alone, as the warning says.
+async fn sqlite_migration_lock(database: &std::path::Path) -> Option<std::fs::File> {
+    let name = database.as_os_str();
+    if name.is_empty() || name == ":memory:" {
+        return None;
+    }
+    let mut path = name.to_owned();
+    path.push(".migrate-lock");
+    let path = std::path::PathBuf::from(path);
+    let shown = path.display().to_string();
+    let locked = tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path)?;
+        file.lock()?;
+        Ok::<_, std::io::Error>(file)
+    })
+    .await;
+    match locked {
+        Ok(Ok(file)) => Some(file),
+        Ok(Err(error)) => {
+            tracing::warn!(%error, lock = %shown, "cannot lock the migrations of the SQLite file; relying on retries");
+            None
+        }
+        Err(error) => {
+            tracing::warn!(%error, lock = %shown, "cannot lock the migrations of the SQLite file; relying on retries");
+            None
+        }
     }
 }

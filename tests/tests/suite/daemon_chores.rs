@@ -134,8 +134,11 @@ async fn three_daemons_count_each_worker_about_once_per_interval_and_never_twice
         for pair in counts.windows(2) {
             let end = pair[0].end_ns.unwrap_or_else(|| panic!("a count of {name} never ended: {:?}", pair[0]));
             assert!(end <= pair[1].start_ns, "two counts of {name} at once: {:?} and {:?}", pair[0], pair[1]);
+            // Due times are 2 s apart on the database clock; these are the workers' own start times, which a busy
+            // machine delays by different amounts (1,899 ms was seen once): what must never happen is a count
+            // repeated at once, as two daemons counting the same due time would.
             let gap_ms = (pair[1].start_ns - pair[0].start_ns) / 1_000_000;
-            assert!(gap_ms >= 1900, "{name} counted again {gap_ms} ms after the previous count started");
+            assert!(gap_ms >= 1500, "{name} counted again {gap_ms} ms after the previous count started");
         }
         let describes = spans.iter().filter(|s| s.verb == "describe" && s.worker == name).count();
         assert!((1..=3).contains(&describes), "{name} described {describes} times by three daemons starting together");
