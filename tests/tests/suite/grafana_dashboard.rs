@@ -13,11 +13,7 @@ use std::{
 };
 
 use scrinalia_shared::RunState;
-use scrinalia_tests::{
-    TestDb,
-    daemon_harness::{Setup, wait_finished},
-    eventually, free_port,
-};
+use scrinalia_tests::{TestDb, daemon_harness::wait_finished, eventually};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -120,36 +116,9 @@ fn every_expression_of_the_dashboard_parses_with_promtool() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_of_the_dashboard_is_exported_by_the_api_or_the_daemon() {
     let db = TestDb::sqlite().await;
-    let daemon_port = free_port();
-    let config = Setup::config(&db, |d| d.metrics_listen = Some(([127, 0, 0, 1], daemon_port).into()))
-        // A freshness target, so that the freshness gauges the dashboard reads are exported.
-        .with(|f| f.workers[0].fresh_within_seconds = Some(86_400));
-    let setup = Setup::with(&db, config);
-    let daemon = setup.start_daemon("daemon", &[]);
-    let api_port = free_port();
-    let api_listen = format!("127.0.0.1:{api_port}");
-    let config = setup.config.display().to_string();
-    let api = scrinalia_tests::start(
-        "scrinalia-api",
-        "api",
-        &setup.dir,
-        &["--config", &config, "serve"],
-        &[("SCRINALIA__API__LISTEN", &api_listen), ("SCRINALIA__AUTH__ANONYMOUS_ROLE", "operator")],
-    );
-    let (daemon_url, api_url) =
-        (format!("http://127.0.0.1:{daemon_port}/metrics"), format!("http://127.0.0.1:{api_port}/metrics"));
-    let client = reqwest::Client::new();
-    for (process, url) in [(&daemon, &daemon_url), (&api, &api_url)] {
-        eventually(
-            Duration::from_secs(30),
-            &format!("{} to serve /metrics:\n{}", process.name, process.output()),
-            || {
-                let request = client.get(url).send();
-                async move { request.await.ok().filter(|r| r.status().is_success()) }
-            },
-        )
-        .await;
-    }
+    // probe-1 has a freshness target, so that the freshness gauges the dashboard reads are exported.
+    let super::telemetry_metrics::Exporters { daemon, api, api_port, daemon_url, api_url, client } =
+        super::telemetry_metrics::start_exporters(&db, 0).await;
     // A run, so that the counters and histograms by worker and outcome have samples, longer than a third of the
     // harness's 3 s lease so that its lease is renewed; and a queue measured.
     let run: Value = client

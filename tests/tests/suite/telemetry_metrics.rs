@@ -269,11 +269,21 @@ async fn scrape(client: &reqwest::Client, url: &str) -> Exposition {
     parse(&text).unwrap_or_else(|e| panic!("{url} is not valid Prometheus text: {e}\n{text}"))
 }
 
-async fn metrics_of_both_processes_move_after_a_run(db: &TestDb) {
+/// A daemon and an API over one test setup, each serving `/metrics` once they answer there (the daemon on a port
+/// of its own); worker `fresh` has a freshness target, so that the freshness gauges are exported too.
+pub(crate) struct Exporters {
+    pub(crate) daemon: scrinalia_testkit::process::Process,
+    pub(crate) api: scrinalia_testkit::process::Process,
+    pub(crate) api_port: u16,
+    pub(crate) daemon_url: String,
+    pub(crate) api_url: String,
+    pub(crate) client: reqwest::Client,
+}
+
+pub(crate) async fn start_exporters(db: &TestDb, fresh: usize) -> Exporters {
     let daemon_port = free_port();
     let config = Setup::config(db, |d| d.metrics_listen = Some(([127, 0, 0, 1], daemon_port).into()))
-        // A freshness target, so that the freshness gauges an alert rule reads are exported.
-        .with(|f| f.workers[1].fresh_within_seconds = Some(86_400));
+        .with(|f| f.workers[fresh].fresh_within_seconds = Some(86_400));
     let setup = Setup::with(db, config);
     let daemon = setup.start_daemon("daemon", &[]);
     let api_port = free_port();
@@ -300,6 +310,12 @@ async fn metrics_of_both_processes_move_after_a_run(db: &TestDb) {
         )
         .await;
     }
+    Exporters { daemon, api, api_port, daemon_url, api_url, client }
+}
+
+async fn metrics_of_both_processes_move_after_a_run(db: &TestDb) {
+    // probe-2 has a freshness target, so that the freshness gauges an alert rule reads are exported.
+    let Exporters { daemon, api: _api, api_port, daemon_url, api_url, client } = start_exporters(db, 1).await;
     eventually(Duration::from_secs(10), "the API to see the daemon alive", || async {
         (scrape(&client, &api_url).await.value("scrinalia_daemons_alive", &[]) == Some(1.0)).then_some(())
     })
